@@ -1,0 +1,212 @@
+// The configuration file, idemgate.toml (DESIGN.md §9).
+//
+// Every field is optional and documents its default here; a Config built by
+// `Config{}` is exactly the behaviour with no file at all. A field idemgate
+// does not know is an error, never silently ignored: ParseConfig reports it
+// with file:line:column and, for a near miss, "did you mean ...?".
+//
+// Per-tool rules ([[tool]]) and per-route rules ([[route]]) are matched in
+// file order and the FIRST rule that matches wins; later rules are not merged
+// in. Put specific rules before general globs:
+//
+//   [[tool]]
+//   match = "search_orders_and_refund"   # specific first
+//   mode = "turn"
+//   [[tool]]
+//   match = "search_*"                   # then the general rule
+//   mode = "off"
+//
+// A Config is a plain value: immutable after loading and safe to read from
+// any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/error.h"
+#include "idem/key.h"
+#include "idem/policy.h"
+
+namespace idem {
+
+// Optional overrides of every Policy field; an unset field keeps the value of
+// [defaults]. The keys in a [[tool]] or [[route]] table are the same as in
+// [defaults].
+struct PolicyOverrides {
+  std::optional<Duration> ttl;
+  std::optional<Duration> lease;
+  std::optional<Duration> wait;
+  std::optional<Duration> window;
+  std::optional<OnUnknown> on_unknown;
+  std::optional<ErrorPolicy> errors;
+  std::optional<OnDrift> on_drift;
+  std::optional<OnStoreDown> on_store_down;
+  std::optional<size_t> max_result_bytes;
+
+  // Returns `base` with every set field replaced.
+  Policy ApplyTo(Policy base) const;
+};
+
+// One [[tool]] table: how calls to the MCP tools it matches are keyed.
+struct ToolRule {
+  // Required. An exact tool name, or a glob where '*' matches any run of
+  // characters (also none) and '?' exactly one byte.
+  std::string match;
+  // Key mode (DESIGN.md §3). Unset: `turn` for gated tools, `off` otherwise.
+  std::optional<KeyMode> mode;
+  // JSON Pointers (RFC 6901) selected by mode = "fields". Required there and
+  // allowed nowhere else.
+  std::vector<std::string> fields;
+  // Name of one of the tool's own arguments (such as "client_token") into
+  // which idemgate also writes the key before forwarding. Unset: none.
+  std::optional<std::string> key_argument;
+  // Overrides the tool's annotations: true gates it even if it says
+  // readOnlyHint, false passes it through. Unset: gated unless the
+  // annotations say readOnlyHint: true (MCP's defaults make an unannotated
+  // tool destructive).
+  std::optional<bool> gated;
+  // The read-only tool that looks an outcome up when on_unknown = "reconcile"
+  // (called with the same arguments). Required with on_unknown = "reconcile".
+  std::optional<std::string> reconcile;
+  PolicyOverrides overrides;
+};
+
+// One [[route]] table: how requests through the HTTP reverse proxy are keyed.
+struct RouteRule {
+  // Required. A path prefix ("/v1/charges" matches "/v1/charges" and
+  // "/v1/charges/ch_1/capture", not "/v1/chargesx") or a glob with '*' / '?'
+  // matched against the whole path.
+  std::string match;
+  // Methods gated on this route. Default POST and PATCH.
+  std::vector<std::string> methods = {"POST", "PATCH"};
+  // Key mode. Unset: a request with an Idempotency-Key or the turn header is
+  // gated, one with neither passes through (IETF draft). "explicit" requires
+  // the Idempotency-Key header (missing → 400); "args" gates every request.
+  std::optional<KeyMode> mode;
+  // JSON Pointers into the request body for mode = "fields".
+  std::vector<std::string> fields;
+  // The header in which the key is forwarded upstream. Default
+  // "Idempotency-Key".
+  std::string key_header = "Idempotency-Key";
+  // A read-only route (path, GET) that looks an outcome up when
+  // on_unknown = "reconcile". Required with on_unknown = "reconcile".
+  std::optional<std::string> reconcile;
+  PolicyOverrides overrides;
+};
+
+// One [[tenant]]: the principal that records belong to (DESIGN.md §8).
+struct Tenant {
+  std::string name;                 // required, unique
+  std::vector<std::string> tokens;  // bearer tokens; each names exactly one tenant
+  bool admin = false;               // its tokens may evict, resolve and list records
+};
+
+// [alert]: replay-ratio alerting (DESIGN.md §7).
+struct AlertConfig {
+  Duration window{5 * 60 * 1000};  // sliding window: 5 min
+  uint64_t min_attempts = 20;      // no alert below this many attempts in the window
+  double replay_ratio = 0.5;       // alert when (replayed + attached) / attempts exceeds this
+  std::string webhook;             // http(s) URL POSTed on an alert; empty: none
+};
+
+// [listen]: HTTP listeners of `serve`, `http` and `mcp --listen`.
+struct ListenConfig {
+  // HOST:PORT of the front. Empty: the command's flag or its default.
+  std::string address;
+  // HOST:PORT of a separate admin listener (/healthz, /readyz, /metrics).
+  // Empty: the admin endpoints are served on every HTTP listener.
+  std::string admin;
+};
+
+// [mcp]: the MCP proxy (DESIGN.md §6.1).
+struct McpConfig {
+  // The _meta member that carries the turn id. Default "dev.idemgate/turnId".
+  std::string turn_id_meta = "dev.idemgate/turnId";
+  // The extra optional argument gated tools get for deliberate repeats.
+  // Default "repeat_nonce"; nullopt (repeat_nonce = false) switches it off.
+  std::optional<std::string> repeat_nonce = "repeat_nonce";
+  // Add a text content block to replayed results saying that the action was
+  // not performed again. Default true.
+  bool replay_text = true;
+  // The tenant of records made through stdio (no bearer token there).
+  // Default "default".
+  std::string tenant = "default";
+};
+
+// [http]: the HTTP reverse proxy (DESIGN.md §6.2).
+struct HttpConfig {
+  // The request header that carries the turn id. Default "Idemgate-Turn-Id".
+  std::string turn_header = "Idemgate-Turn-Id";
+};
+
+// [limits]: request limits (DESIGN.md §8).
+struct LimitsConfig {
+  size_t max_body_bytes = 1 << 20;  // request body / tool arguments: 1 MiB
+  size_t max_depth = 128;           // JSON nesting
+};
+
+struct Config {
+  // Store URL. Empty: DefaultStoreUrl() (the user's state directory).
+  // The --store flag overrides it.
+  std::string store;
+  Policy defaults;                // [defaults]
+  std::vector<ToolRule> tools;    // [[tool]], in file order
+  std::vector<RouteRule> routes;  // [[route]], in file order
+  std::vector<Tenant> tenants;    // [[tenant]]; none: one "default" tenant, loopback only
+  AlertConfig alert;
+  ListenConfig listen;
+  McpConfig mcp;
+  HttpConfig http;
+  LimitsConfig limits;
+  std::string source;  // where it was loaded from ("" when built in code)
+
+  // The first [[tool]] rule whose `match` matches `tool`, or nullptr.
+  const ToolRule* RuleFor(std::string_view tool) const;
+  // The policy for `tool`: [defaults] with the first matching rule's
+  // overrides applied on top.
+  Policy PolicyFor(std::string_view tool) const;
+  // The key mode for `tool`. `mutating` is what the tool's annotations say
+  // (not readOnlyHint). The first matching rule's `mode` wins; else its
+  // `gated`; else turn for mutating tools and off for read-only ones.
+  KeyMode ModeFor(std::string_view tool, bool mutating) const;
+
+  // The first [[route]] rule matching `path` whose methods include `method`
+  // (case-insensitive), or nullptr: the request passes through ungated.
+  const RouteRule* RouteFor(std::string_view method, std::string_view path) const;
+  Policy PolicyForRoute(std::string_view method, std::string_view path) const;
+
+  // The tenant whose tokens include `token`, or nullptr.
+  const Tenant* TenantForToken(std::string_view token) const;
+};
+
+// Reads and parses the file at `path`. kNotFound if it does not exist,
+// kUnavailable if it cannot be read, otherwise as ParseConfig.
+Result<Config> LoadConfig(const std::string& path);
+
+// Parses TOML text. `source_name` names it in messages ("idemgate.toml").
+// kInvalidArgument with every problem found, one per line, each as
+// "<source>:<line>:<column>: <what is wrong and what is accepted>".
+Result<Config> ParseConfig(std::string_view toml_text, std::string_view source_name);
+
+// Glob match over bytes: '*' any run (also empty), '?' exactly one byte;
+// every other byte matches itself. A pattern without '*' or '?' is an exact
+// name.
+bool GlobMatch(std::string_view pattern, std::string_view name);
+
+// "24h", "30s", "500ms", "1h30m", "5m", "2d": one or more <digits><unit>
+// with units d, h, m, s, ms, largest first, each at most once.
+// kInvalidArgument otherwise (the message names the accepted forms).
+Result<Duration> ParseDuration(std::string_view text);
+// Formats the largest-first form ParseDuration accepts ("1h30m", "500ms", "0s").
+std::string FormatDuration(Duration d);
+
+// "1048576", "512KiB", "1MiB", "1GiB", "1KB", "1MB", "1GB", "10B".
+// kInvalidArgument otherwise.
+Result<size_t> ParseSize(std::string_view text);
+
+}  // namespace idem

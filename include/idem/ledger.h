@@ -1,0 +1,165 @@
+// The ledger: the state machine of DESIGN.md §4 on top of a Store.
+//
+// Two ways in:
+//  - Run(call, fn): the whole life of a call for C++ callers.
+//  - Begin / Complete / Release / MarkUnknown / Heartbeat: the steps the
+//    fronts (MCP, HTTP, ledger API) drive themselves.
+//
+// Thread-safe: one Ledger serves every call of a process. The store and the
+// clock must outlive it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "idem/clock.h"
+#include "idem/error.h"
+#include "idem/policy.h"
+#include "idem/record.h"
+#include "idem/store.h"
+
+namespace idem {
+
+// One logical call, as the front derived it.
+struct Call {
+  RecordId id;              // tenant + key (key from DeriveKey)
+  std::string fingerprint;  // of the full arguments: drift is judged on this
+  std::string tool;
+  std::string turn;
+  Policy policy;
+  bool turn_fallback = false;  // no turn id in turn mode: retained for policy.window
+  std::string detail;          // note for the attempt log (never arguments)
+};
+
+// What Begin decided. Exactly one owner gets kExecute for a live key.
+struct Decision {
+  enum class Kind {
+    kExecute,     // run the call, then Complete / Release / MarkUnknown with `fence`
+    kReplay,      // `record` is completed: answer its outcome, marked replayed
+    kInProgress,  // another owner is still running after policy.wait: retry after `retry_after`
+    kUnknown,     // the owner died mid-call: the action may have happened; do not repeat blindly
+    kDrift,       // same key, different arguments, on_drift = reject
+    kPassThrough, // the store is down and on_store_down = pass: run unguarded
+  };
+  Kind kind = Kind::kExecute;
+  Record record;            // the record as last seen (for kExecute: the claimed one)
+  uint64_t fence = 0;       // kExecute only
+  bool attached = false;    // kReplay after waiting for a running owner
+  bool drift = false;       // kReplay of a record whose fingerprint differs (on_drift = replay)
+  bool reconciled = false;  // kReplay of an outcome found by the reconcile hook
+  bool took_over = false;   // kExecute after the previous owner's lease expired (retry/reconcile)
+  Duration retry_after{0};  // kInProgress
+  TimePoint started_at{};   // when the attempt arrived, for latency in the audit log
+};
+std::string_view DecisionKindName(Decision::Kind k);
+
+// The reconcile hook (on_unknown = reconcile): looks the outcome up with a
+// read-only tool or route. Returns the outcome if the action happened,
+// nullopt if it did not, an error if it cannot tell (the record then becomes
+// kUnknown).
+using ReconcileHook = std::function<Result<std::optional<Outcome>>(const Call&)>;
+
+// What the caller's function reports about one execution (§4.7).
+struct Execution {
+  enum class Kind {
+    kSuccess,    // stored and returned
+    kToolError,  // the tool reported an error: stored (or released if errors = release)
+    kNotSent,    // failed before the request reached the upstream: released
+    kMaybeSent,  // timeout / lost connection / 5xx after sending: marked unknown
+    kInterim,    // not an outcome (MCP input_required): released
+  };
+  Kind kind = Kind::kSuccess;
+  std::string body;
+};
+
+struct RunResult {
+  Decision decision;        // how the call was answered
+  std::optional<Outcome> outcome;  // the stored or fresh outcome (kExecute / kReplay)
+  std::string body;         // kExecute with kNotSent / kMaybeSent / kInterim: what fn returned
+};
+
+struct LedgerOptions {
+  std::string instance = "idemgate";  // names this process in the audit log
+  ReconcileHook reconcile;            // used when a call's policy says reconcile
+  bool audit = true;                  // append every attempt to the store's log
+};
+
+class AttemptLog;
+class LeaseKeeper;
+
+class Ledger {
+ public:
+  Ledger(Store& store, Clock& clock, LedgerOptions options = {});
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // Claims `call` and decides. May block up to call.policy.wait while
+  // another owner runs, waking the moment it completes. Errors: kUnavailable
+  // when the store is down (fail closed; nothing may execute), kAborted if the
+  // store kept changing under us, kDataLoss for a corrupt store.
+  Result<Decision> Begin(const Call& call);
+
+  // Persists the outcome of an execution. Durable before it returns; the
+  // caller may answer only after it returns OK. kAborted: this owner lost the
+  // record (lease expired and someone took over) and must not answer with its
+  // outcome as if it were stored. Outcomes over max_result_bytes are stored
+  // as a kTooLarge marker (the returned record says so).
+  Result<Record> Complete(const Call& call, const Decision& d, Outcome outcome);
+  // Nothing happened (or an interim result): delete the record so a retry runs.
+  Result<void> Release(const Call& call, const Decision& d);
+  // The side effect may have happened: kUnknown until resolved or expired.
+  Result<Record> MarkUnknown(const Call& call, const Decision& d);
+  // Extends the lease by call.policy.lease.
+  Result<TimePoint> Heartbeat(const Call& call, uint64_t fence);
+
+  // Renews the lease every lease/3 until the returned guard is destroyed.
+  // Fronts hold one while the upstream works.
+  class LeaseGuard {
+   public:
+    LeaseGuard() = default;
+    LeaseGuard(LeaseGuard&&) noexcept;
+    LeaseGuard& operator=(LeaseGuard&&) noexcept;
+    ~LeaseGuard();
+    // True once a heartbeat found the fence moved on.
+    bool lost() const;
+
+   private:
+    friend class Ledger;
+    LeaseGuard(LeaseKeeper* keeper, uint64_t ticket) : keeper_(keeper), ticket_(ticket) {}
+    LeaseKeeper* keeper_ = nullptr;
+    uint64_t ticket_ = 0;
+  };
+  LeaseGuard KeepAlive(const Call& call, uint64_t fence);
+
+  // The whole call: Begin; if kExecute, run fn under a heartbeat and store
+  // what it reports (§4.7) before returning. fn is never run without a claim
+  // (unless on_store_down = pass). If storing the outcome fails, returns the
+  // error, not the outcome.
+  Result<RunResult> Run(const Call& call, const std::function<Execution()>& fn);
+
+  // Records one attempt in the audit log (fronts use it for attempts that
+  // never reach Begin, such as a rejected request). Buffered; see Flush.
+  void LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint started_at,
+                  std::string detail = {});
+  // Writes buffered attempts now.
+  void Flush();
+
+  Store& store() { return store_; }
+  Clock& clock() { return clock_; }
+
+ private:
+  Result<Decision> Decide(const Call& call, Record record, TimePoint started_at);
+  Result<Decision> OnOwnerGone(const Call& call, const Record& record, TimePoint started_at);
+  Decision Finish(const Call& call, Decision d, AttemptOutcome logged);
+
+  Store& store_;
+  Clock& clock_;
+  LedgerOptions options_;
+  std::unique_ptr<AttemptLog> attempts_;
+  std::unique_ptr<LeaseKeeper> leases_;
+};
+
+}  // namespace idem

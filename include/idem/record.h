@@ -1,0 +1,88 @@
+// What the store keeps per key (DESIGN.md §2, §4) and the attempt log (§7).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idem/clock.h"
+#include "idem/error.h"
+
+namespace idem {
+
+// Identifies a record. Records never cross tenants: the tenant is part of the
+// identity in every store.
+struct RecordId {
+  std::string tenant = "default";
+  std::string key;
+  bool operator==(const RecordId&) const = default;
+};
+
+enum class RecordState {
+  kInProgress,  // claimed; an owner holding `fence` is executing until lease_expires_at
+  kCompleted,   // the outcome is stored and replayed until expires_at
+  kUnknown,     // the owner died mid-call: the side effect may or may not have happened
+};
+std::string_view RecordStateName(RecordState s);
+Result<RecordState> ParseRecordState(std::string_view s);
+
+enum class OutcomeClass {
+  kSuccess,    // the tool succeeded
+  kToolError,  // the tool reported an error (MCP isError, HTTP 4xx): deterministic, replayed
+  kTooLarge,   // larger than max_result_bytes: only a marker is stored; retries get an error
+};
+std::string_view OutcomeClassName(OutcomeClass c);
+Result<OutcomeClass> ParseOutcomeClass(std::string_view s);
+
+struct Outcome {
+  OutcomeClass cls = OutcomeClass::kSuccess;
+  // Front-defined bytes: an MCP result object, a serialized HTTP response, a
+  // ledger-API JSON value. Opaque to the core and the stores.
+  std::string body;
+  bool operator==(const Outcome&) const = default;
+};
+
+struct Record {
+  RecordId id;
+  RecordState state = RecordState::kInProgress;
+  std::string fingerprint;
+  std::string tool;
+  std::string turn;
+  uint64_t fence = 0;
+  TimePoint created_at{};        // first claim of this record
+  TimePoint lease_expires_at{};  // meaningful while kInProgress
+  TimePoint completed_at{};      // when the outcome (or unknown) was written
+  TimePoint expires_at{};        // retention end: after this the record is gone
+  std::optional<Outcome> outcome;  // set when kCompleted
+};
+
+// One arrival of a call at idemgate, for the audit log (§7).
+enum class AttemptOutcome {
+  kExecuted, kReplayed, kAttached, kInProgress, kDrift, kUnknown, kReleased, kError,
+};
+std::string_view AttemptOutcomeName(AttemptOutcome o);
+Result<AttemptOutcome> ParseAttemptOutcome(std::string_view s);
+
+struct Attempt {
+  TimePoint at{};
+  std::string tenant;
+  std::string key;
+  std::string tool;
+  std::string turn;
+  AttemptOutcome outcome = AttemptOutcome::kExecuted;
+  Duration latency{0};
+  std::string instance;  // which idemgate process saw the attempt
+  std::string detail;    // short, never arguments or results ("turn fallback", error text)
+};
+
+struct AttemptFilter {
+  std::optional<std::string> tenant;
+  std::optional<std::string> key;
+  std::optional<std::string> tool;
+  std::optional<AttemptOutcome> outcome;
+  std::optional<TimePoint> since;
+  size_t limit = 1000;  // newest first
+};
+
+}  // namespace idem

@@ -1,0 +1,138 @@
+// The store seam (DESIGN.md §5). One interface, one contract suite
+// (tests/store_contract.h) that every backend passes unchanged.
+//
+// Every state change is atomic and, after the claim, conditional on the
+// fence: a write with a stale fence changes nothing and returns kAborted.
+// Expiry (lease, retention) is judged by the store's Clock, never by a
+// reader's guess. All methods are thread-safe.
+//
+// Errors: kUnavailable when the backend cannot be reached (the caller must
+// fail closed), kAborted for a stale fence, kNotFound for a missing record,
+// kDataLoss for a corrupt backend.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/error.h"
+#include "idem/record.h"
+
+namespace idem {
+
+struct ClaimRequest {
+  RecordId id;
+  std::string fingerprint;
+  std::string tool;
+  std::string turn;
+  Duration lease{30'000};       // owner presumed dead after this without a heartbeat
+  Duration retention{86'400'000};  // how long the record lives if nobody completes it
+};
+
+struct ClaimResult {
+  // True: this caller created (or re-created over an expired record) an
+  // in-progress record and owns it with record.fence. False: `record` is the
+  // live record someone else made; nothing was written.
+  bool claimed = false;
+  Record record;
+};
+
+// Per-tool replay statistics, for `idemgate stats`.
+struct ToolStats {
+  uint64_t attempts = 0;
+  std::map<AttemptOutcome, uint64_t> by_outcome;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Atomically: if no live record exists for req.id (absent, or completed /
+  // unknown past expires_at), creates kInProgress with a new fence greater
+  // than any earlier fence of that id and a lease of req.lease; otherwise
+  // returns the existing record untouched. An in-progress record whose lease
+  // has expired is returned as it is: the caller decides (on_unknown).
+  virtual Result<ClaimResult> Claim(const ClaimRequest& req) = 0;
+
+  // Extends the lease of an in-progress record owned with `fence` to now +
+  // lease. Returns the new lease expiry. kAborted if the fence moved on or
+  // the record is no longer in progress; kNotFound if it is gone.
+  virtual Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) = 0;
+
+  // Stores `outcome` and makes the record kCompleted until now + retention.
+  // Allowed from kInProgress or kUnknown with a matching fence (the latter
+  // is how an operator or a reconcile resolves an unknown record). Durable
+  // before it returns.
+  virtual Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                                  Duration retention) = 0;
+
+  // Deletes the record owned with `fence` (kInProgress or kUnknown): nothing
+  // happened, or an operator cleared it; the next attempt executes.
+  virtual Result<void> Release(const RecordId& id, uint64_t fence) = 0;
+
+  // kInProgress with `fence` → kUnknown, kept until now + retention.
+  virtual Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) = 0;
+
+  // Takes over a record whose owner is presumed dead (kInProgress with an
+  // expired lease, or kUnknown) and whose fence is still `fence`: a new
+  // fence (fence + 1 or more), kInProgress, lease now + lease. kAborted if
+  // someone else took it first; kFailedPrecondition if the lease is alive.
+  virtual Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) = 0;
+
+  // The live record, or nullopt if absent or past retention.
+  virtual Result<std::optional<Record>> Get(const RecordId& id) = 0;
+
+  // Removes the record whatever its state. Returns whether one existed.
+  virtual Result<bool> Evict(const RecordId& id) = 0;
+
+  // Blocks until the record differs from `seen` (another fence or state, or
+  // gone) or until `deadline` by the store's clock, whichever is first. Wakes
+  // at once for changes made through this process; changes made by other
+  // processes are seen by the backend's notification or, at worst, by
+  // polling. Returns without error on timeout; the caller re-reads.
+  virtual Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) = 0;
+
+  // Deletes up to `limit` records past retention. Returns how many.
+  virtual Result<size_t> PurgeExpired(size_t limit) = 0;
+
+  // Number of records stored (live or not yet purged).
+  virtual Result<uint64_t> CountRecords() = 0;
+
+  // The audit log.
+  virtual Result<void> AppendAttempts(const std::vector<Attempt>& attempts) = 0;
+  virtual Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) = 0;
+  // Counts per tool and outcome of the attempts matching `filter` (limit ignored).
+  virtual Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) = 0;
+};
+
+// Tuning shared by the backends. Every field documents its default.
+struct StoreOptions {
+  // SQLite: PRAGMA synchronous; "full" (default) makes a completion durable
+  // against power loss before it is acknowledged; "normal" only against a
+  // process crash.
+  std::string sqlite_synchronous = "full";
+  // SQLite: how long a writer waits for another process's lock. Default 5 s.
+  Duration sqlite_busy_timeout{5'000};
+  // How often WaitForChange re-reads a record changed by another process
+  // when the backend has no notifications (SQLite). Default 50 ms.
+  Duration poll_interval{50};
+  // SQLite group commit: at most this many writes share one transaction.
+  size_t max_batch = 256;
+};
+
+// Opens a store from a URL: "memory:", "sqlite:PATH" (PATH may be relative),
+// and the backends linked in. `clock` must outlive the store.
+// kInvalidArgument for an unknown scheme or malformed URL, with the list of
+// supported schemes.
+Result<std::unique_ptr<Store>> OpenStore(std::string_view url, Clock& clock,
+                                         const StoreOptions& options = {});
+
+// The default store URL: sqlite: in $XDG_STATE_HOME/idemgate/idemgate.db,
+// else ~/.local/state/idemgate/idemgate.db (DESIGN.md §1).
+std::string DefaultStoreUrl();
+
+}  // namespace idem

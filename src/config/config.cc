@@ -1,0 +1,142 @@
+// Config lookups (rule resolution) and loading the file from disk.
+// The TOML schema itself is in parse_config.cc.
+#include "idem/config.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace idem {
+namespace {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'a' && x <= 'z') x = static_cast<char>(x - 'a' + 'A');
+    if (y >= 'a' && y <= 'z') y = static_cast<char>(y - 'a' + 'A');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+bool IsGlob(std::string_view pattern) {
+  return pattern.find_first_of("*?") != std::string_view::npos;
+}
+
+// A route's `match`: a glob over the whole path, or a path prefix that ends
+// at a segment boundary.
+bool RouteMatches(std::string_view match, std::string_view path) {
+  if (IsGlob(match)) return GlobMatch(match, path);
+  if (!path.starts_with(match)) return false;
+  return path.size() == match.size() || match.ends_with('/') || path[match.size()] == '/';
+}
+
+// Compares secrets without an early exit, so the time taken does not tell an
+// attacker how many leading bytes of a token were right.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+Policy PolicyOverrides::ApplyTo(Policy base) const {
+  if (ttl) base.ttl = *ttl;
+  if (lease) base.lease = *lease;
+  if (wait) base.wait = *wait;
+  if (window) base.window = *window;
+  if (on_unknown) base.on_unknown = *on_unknown;
+  if (errors) base.errors = *errors;
+  if (on_drift) base.on_drift = *on_drift;
+  if (on_store_down) base.on_store_down = *on_store_down;
+  if (max_result_bytes) base.max_result_bytes = *max_result_bytes;
+  return base;
+}
+
+const ToolRule* Config::RuleFor(std::string_view tool) const {
+  for (const ToolRule& rule : tools) {
+    if (GlobMatch(rule.match, tool)) return &rule;
+  }
+  return nullptr;
+}
+
+Policy Config::PolicyFor(std::string_view tool) const {
+  const ToolRule* rule = RuleFor(tool);
+  return rule ? rule->overrides.ApplyTo(defaults) : defaults;
+}
+
+KeyMode Config::ModeFor(std::string_view tool, bool mutating) const {
+  const ToolRule* rule = RuleFor(tool);
+  if (rule && rule->mode) return *rule->mode;
+  bool gated = (rule && rule->gated) ? *rule->gated : mutating;
+  return gated ? KeyMode::kTurn : KeyMode::kOff;
+}
+
+const RouteRule* Config::RouteFor(std::string_view method, std::string_view path) const {
+  path = path.substr(0, path.find('?'));
+  for (const RouteRule& rule : routes) {
+    if (!RouteMatches(rule.match, path)) continue;
+    for (const std::string& m : rule.methods) {
+      if (EqualsIgnoreCase(m, method)) return &rule;
+    }
+  }
+  return nullptr;
+}
+
+Policy Config::PolicyForRoute(std::string_view method, std::string_view path) const {
+  const RouteRule* rule = RouteFor(method, path);
+  return rule ? rule->overrides.ApplyTo(defaults) : defaults;
+}
+
+const Tenant* Config::TenantForToken(std::string_view token) const {
+  const Tenant* found = nullptr;
+  // No early return: every token is compared, whichever one matches.
+  for (const Tenant& tenant : tenants) {
+    for (const std::string& t : tenant.tokens) {
+      if (ConstantTimeEquals(t, token) && found == nullptr) found = &tenant;
+    }
+  }
+  return found;
+}
+
+Result<Config> LoadConfig(const std::string& path) {
+  auto unreadable = [&](int err) {
+    return MakeError(ErrorCode::kUnavailable,
+                     "cannot read config file " + path + ": " + std::strerror(err));
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) {
+      return MakeError(ErrorCode::kNotFound,
+                       "config file " + path + " does not exist; check the --config path");
+    }
+    return unreadable(err);
+  }
+  std::string text;
+  char buf[1 << 14];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return unreadable(err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return ParseConfig(text, path);
+}
+
+}  // namespace idem

@@ -1,0 +1,461 @@
+// The schema of idemgate.toml: ParseConfig turns TOML text into a Config and
+// reports every field it does not know, every wrong type and every invalid
+// value, each with file:line:column.
+//
+// toml++ reports syntax errors by throwing toml::parse_error (the packaged
+// library is built with exceptions); that is caught here, at the edge, and
+// becomes an Error value like every other problem.
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <initializer_list>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/config.h"
+#include "table_reader.h"
+
+namespace idem {
+namespace {
+
+using config_internal::Diagnostics;
+using config_internal::Quote;
+using config_internal::Section;
+using config_internal::TableReader;
+using config_internal::TypeName;
+
+// ---------------------------------------------------------------------------
+// The schema: which keys each table accepts. The parser asks for keys only
+// from these lists, and anything else in a table is reported as unknown.
+
+constexpr std::string_view kPolicyKeys[] = {
+    "ttl",    "lease",    "wait",          "window",           "on_unknown",
+    "errors", "on_drift", "on_store_down", "max_result_bytes",
+};
+
+std::vector<std::string_view> WithPolicyKeys(std::initializer_list<std::string_view> keys) {
+  std::vector<std::string_view> out(keys);
+  out.insert(out.end(), std::begin(kPolicyKeys), std::end(kPolicyKeys));
+  return out;
+}
+
+const Section& TopSection() {
+  static const Section s{
+      "",
+      {"store", "defaults", "tool", "route", "tenant", "alert", "listen", "mcp", "http", "limits"}};
+  return s;
+}
+const Section& DefaultsSection() {
+  static const Section s{"[defaults]", WithPolicyKeys({})};
+  return s;
+}
+const Section& ToolSection() {
+  static const Section s{"[[tool]]", WithPolicyKeys({"match", "mode", "fields", "key_argument",
+                                                     "gated", "reconcile"})};
+  return s;
+}
+const Section& RouteSection() {
+  static const Section s{"[[route]]", WithPolicyKeys({"match", "methods", "mode", "fields",
+                                                      "key_header", "reconcile"})};
+  return s;
+}
+const Section& TenantSection() {
+  static const Section s{"[[tenant]]", {"name", "tokens", "admin"}};
+  return s;
+}
+const Section& AlertSection() {
+  static const Section s{"[alert]", {"window", "min_attempts", "replay_ratio", "webhook"}};
+  return s;
+}
+const Section& ListenSection() {
+  static const Section s{"[listen]", {"address", "admin"}};
+  return s;
+}
+const Section& McpSection() {
+  static const Section s{"[mcp]", {"turn_id_meta", "repeat_nonce", "replay_text", "tenant"}};
+  return s;
+}
+const Section& HttpSection() {
+  static const Section s{"[http]", {"turn_header"}};
+  return s;
+}
+const Section& LimitsSection() {
+  static const Section s{"[limits]", {"max_body_bytes", "max_depth"}};
+  return s;
+}
+
+const std::vector<const Section*>& AllSections() {
+  static const std::vector<const Section*> all = {
+      &TopSection(),   &DefaultsSection(), &ToolSection(), &RouteSection(), &TenantSection(),
+      &AlertSection(), &ListenSection(),   &McpSection(),  &HttpSection(),  &LimitsSection(),
+  };
+  return all;
+}
+
+TableReader Reader(const toml::table& table, const Section& section, Diagnostics& diag) {
+  return TableReader(table, section, AllSections(), diag);
+}
+
+// ---------------------------------------------------------------------------
+// Sections.
+
+// The policy fields shared by [defaults], [[tool]] and [[route]].
+PolicyOverrides ReadPolicy(TableReader& r) {
+  PolicyOverrides o;
+  o.ttl = r.DurationValue("ttl", /*allow_zero=*/false);
+  o.lease = r.DurationValue("lease", /*allow_zero=*/false);
+  o.wait = r.DurationValue("wait", /*allow_zero=*/true);
+  o.window = r.DurationValue("window", /*allow_zero=*/false);
+  o.on_unknown = r.Enum<OnUnknown>("on_unknown", OnUnknownName,
+                                   {OnUnknown::kFail, OnUnknown::kRetry, OnUnknown::kReconcile});
+  o.errors =
+      r.Enum<ErrorPolicy>("errors", ErrorPolicyName, {ErrorPolicy::kStore, ErrorPolicy::kRelease});
+  o.on_drift = r.Enum<OnDrift>("on_drift", OnDriftName, {OnDrift::kReject, OnDrift::kReplay});
+  o.on_store_down = r.Enum<OnStoreDown>("on_store_down", OnStoreDownName,
+                                        {OnStoreDown::kFail, OnStoreDown::kPass});
+  o.max_result_bytes = r.Size("max_result_bytes");
+  return o;
+}
+
+std::optional<KeyMode> ReadMode(TableReader& r) {
+  return r.Enum<KeyMode>(
+      "mode", KeyModeName,
+      {KeyMode::kTurn, KeyMode::kArgs, KeyMode::kFields, KeyMode::kExplicit, KeyMode::kOff});
+}
+
+// RFC 6901: "" (the whole document) or "/" followed by reference tokens in
+// which '~' is only ever "~0" or "~1".
+bool IsJsonPointer(std::string_view p) {
+  if (p.empty() || p[0] != '/') return false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '~' && (i + 1 >= p.size() || (p[i + 1] != '0' && p[i + 1] != '1'))) return false;
+  }
+  return true;
+}
+
+// `fields` goes with mode = "fields" and nothing else.
+std::vector<std::string> ReadFields(TableReader& r, std::optional<KeyMode> mode) {
+  std::optional<std::vector<std::string>> fields = r.StringArray("fields");
+  const toml::node* node = r.Find("fields");
+  bool fields_mode = mode == KeyMode::kFields;
+  if (!mode && r.Find("mode")) return fields.value_or(std::vector<std::string>{});  // reported
+  if (fields && !fields_mode) {
+    r.Error(*node, "fields",
+            "is used only with mode = \"fields\"; set mode = \"fields\" or remove it");
+    return {};
+  }
+  if (fields_mode && !node) {
+    r.Error(*r.Find("mode"), "mode",
+            "= \"fields\" needs fields = [\"/json/pointer\", ...] naming the arguments that form "
+            "the key");
+    return {};
+  }
+  if (!fields) return {};
+  if (fields->empty()) {
+    r.Error(*node, "fields", "must name at least one JSON Pointer such as \"/email\"");
+    return {};
+  }
+  for (size_t i = 0; i < fields->size(); ++i) {
+    if (!IsJsonPointer((*fields)[i])) {
+      r.Error(*node->as_array()->get(i), "fields",
+              "must hold JSON Pointers (RFC 6901) such as \"/email\" or \"/customer/id\"; got " +
+                  Quote((*fields)[i]));
+    }
+  }
+  return *fields;
+}
+
+// on_unknown = "reconcile" and `reconcile` go together.
+void CheckReconcile(TableReader& r, const PolicyOverrides& o,
+                    const std::optional<std::string>& reconcile, std::string_view what) {
+  if (!o.on_unknown && r.Find("on_unknown")) return;  // invalid value, already reported
+  bool reconciles = o.on_unknown == OnUnknown::kReconcile;
+  if (reconciles && !reconcile) {
+    r.Error(*r.Find("on_unknown"), "on_unknown",
+            "= \"reconcile\" needs reconcile = \"<" + std::string(what) +
+                ">\": the read-only lookup that finds out whether the call happened");
+  }
+  if (reconcile && !reconciles) {
+    r.Error(*r.Find("reconcile"), "reconcile",
+            "is used only with on_unknown = \"reconcile\"; set it or remove reconcile");
+  }
+}
+
+void ReadDefaults(const toml::table& t, Diagnostics& diag, Policy& defaults) {
+  TableReader r = Reader(t, DefaultsSection(), diag);
+  PolicyOverrides o = ReadPolicy(r);
+  if (o.on_unknown == OnUnknown::kReconcile) {
+    // A reconcile lookup is specific to a tool or route, so it cannot be a default.
+    r.Error(*r.Find("on_unknown"), "on_unknown",
+            "cannot be \"reconcile\" here: the lookup is specific to a tool; set on_unknown = "
+            "\"reconcile\" with reconcile = \"<read-only tool>\" in a [[tool]] or [[route]] rule");
+    o.on_unknown.reset();
+  }
+  defaults = o.ApplyTo(defaults);
+  r.CheckUnknown();
+}
+
+std::optional<ToolRule> ReadToolRule(const toml::table& t, Diagnostics& diag) {
+  TableReader r = Reader(t, ToolSection(), diag);
+  ToolRule rule;
+  std::optional<std::string> match = r.String("match", /*allow_empty=*/false);
+  if (!match && !r.Find("match")) {
+    r.ErrorAtTable("[[tool]] needs match = \"<tool name or glob>\"");
+  }
+  rule.match = match.value_or("");
+  rule.mode = ReadMode(r);
+  rule.fields = ReadFields(r, rule.mode);
+  rule.key_argument = r.String("key_argument", /*allow_empty=*/false);
+  rule.gated = r.Bool("gated");
+  if (rule.gated && rule.mode) {
+    bool mode_gates = *rule.mode != KeyMode::kOff;
+    if (*rule.gated != mode_gates) {
+      r.Error(*r.Find("gated"), "gated",
+              std::string("= ") + (*rule.gated ? "true" : "false") +
+                  " contradicts mode = " + Quote(KeyModeName(*rule.mode)) + "; keep one of them");
+    }
+  }
+  rule.reconcile = r.String("reconcile", /*allow_empty=*/false);
+  rule.overrides = ReadPolicy(r);
+  CheckReconcile(r, rule.overrides, rule.reconcile, "read-only tool");
+  r.CheckUnknown();
+  if (!match) return std::nullopt;
+  return rule;
+}
+
+bool IsHttpToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) ||
+              std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::optional<RouteRule> ReadRouteRule(const toml::table& t, Diagnostics& diag) {
+  TableReader r = Reader(t, RouteSection(), diag);
+  RouteRule rule;
+  std::optional<std::string> match = r.String("match", /*allow_empty=*/false);
+  if (!match && !r.Find("match")) {
+    r.ErrorAtTable("[[route]] needs match = \"<path prefix or glob>\", e.g. \"/v1/charges\"");
+  }
+  if (match && !match->starts_with('/') && !match->starts_with('*')) {
+    r.Error(*r.Find("match"), "match",
+            "must be a path starting with '/' (a prefix such as \"/v1/charges\" or a glob such "
+            "as \"/v1/*/refunds\"); got " +
+                Quote(*match));
+  }
+  rule.match = match.value_or("");
+  if (std::optional<std::vector<std::string>> methods = r.StringArray("methods")) {
+    const toml::node* node = r.Find("methods");
+    if (methods->empty()) {
+      r.Error(*node, "methods", "must name at least one HTTP method such as \"POST\"");
+    }
+    for (std::string& m : *methods) {
+      if (!IsHttpToken(m)) {
+        r.Error(*node, "methods", "must hold HTTP method names such as \"POST\"; got " + Quote(m));
+      }
+      for (char& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    rule.methods = std::move(*methods);
+  }
+  rule.mode = ReadMode(r);
+  rule.fields = ReadFields(r, rule.mode);
+  if (std::optional<std::string> header = r.String("key_header", /*allow_empty=*/false)) {
+    if (!IsHttpToken(*header)) {
+      r.Error(*r.Find("key_header"), "key_header",
+              "must be an HTTP header name such as \"Idempotency-Key\"; got " + Quote(*header));
+    }
+    rule.key_header = *header;
+  }
+  rule.reconcile = r.String("reconcile", /*allow_empty=*/false);
+  if (rule.reconcile && !rule.reconcile->starts_with('/')) {
+    r.Error(*r.Find("reconcile"), "reconcile",
+            "must be a path starting with '/'; got " + Quote(*rule.reconcile));
+  }
+  rule.overrides = ReadPolicy(r);
+  CheckReconcile(r, rule.overrides, rule.reconcile, "read-only route");
+  r.CheckUnknown();
+  if (!match) return std::nullopt;
+  return rule;
+}
+
+bool IsTenantName(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads every [[tenant]] and checks what spans them: unique names, and each
+// token naming exactly one tenant.
+void ReadTenants(TableReader& top, Diagnostics& diag, std::vector<Tenant>& tenants) {
+  std::set<std::string> names;
+  std::set<std::string> tokens;
+  for (const toml::table* t : top.Tables("tenant")) {
+    TableReader r = Reader(*t, TenantSection(), diag);
+    Tenant tenant;
+    std::optional<std::string> name = r.String("name", /*allow_empty=*/false);
+    if (!name && !r.Find("name")) r.ErrorAtTable("[[tenant]] needs name = \"<tenant name>\"");
+    if (name) {
+      if (!IsTenantName(*name)) {
+        r.Error(*r.Find("name"), "name",
+                "must be 1 to 64 letters, digits, '.', '_' or '-'; got " + Quote(*name));
+      } else if (!names.insert(*name).second) {
+        r.Error(*r.Find("name"), "name", "repeats tenant " + Quote(*name) + "; names are unique");
+      }
+      tenant.name = *name;
+    }
+    if (std::optional<std::vector<std::string>> list = r.StringArray("tokens")) {
+      const toml::array& array = *r.Find("tokens")->as_array();
+      for (size_t i = 0; i < list->size(); ++i) {
+        const std::string& token = (*list)[i];
+        bool printable =
+            std::all_of(token.begin(), token.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+        if (!printable) {
+          // The token itself is a secret: never echo it.
+          r.Error(*array.get(i), "tokens", "must hold visible ASCII without spaces");
+        } else if (!tokens.insert(token).second) {
+          r.Error(*array.get(i), "tokens",
+                  "repeats a token already given; each token names exactly one tenant");
+        }
+      }
+      tenant.tokens = std::move(*list);
+    }
+    tenant.admin = r.Bool("admin").value_or(false);
+    r.CheckUnknown();
+    tenants.push_back(std::move(tenant));
+  }
+}
+
+void ReadAlert(const toml::table& t, Diagnostics& diag, AlertConfig& alert) {
+  TableReader r = Reader(t, AlertSection(), diag);
+  if (auto v = r.DurationValue("window", /*allow_zero=*/false)) alert.window = *v;
+  if (auto v = r.Integer("min_attempts", 1, INT64_MAX))
+    alert.min_attempts = static_cast<uint64_t>(*v);
+  if (auto v = r.Number("replay_ratio", 0.0, 1.0)) alert.replay_ratio = *v;
+  if (auto v = r.String("webhook")) {
+    if (!v->empty() && !v->starts_with("http://") && !v->starts_with("https://")) {
+      r.Error(*r.Find("webhook"), "webhook",
+              "must be an http:// or https:// URL (or empty for none); got " + Quote(*v));
+    }
+    alert.webhook = *v;
+  }
+  r.CheckUnknown();
+}
+
+void ReadListen(const toml::table& t, Diagnostics& diag, ListenConfig& listen) {
+  TableReader r = Reader(t, ListenSection(), diag);
+  auto host_port = [&](std::string_view key, std::string& out) {
+    std::optional<std::string> v = r.String(key);
+    if (!v) return;
+    size_t colon = v->rfind(':');
+    bool ok = v->empty() || (colon != std::string::npos && colon + 1 < v->size() &&
+                             std::all_of(v->begin() + colon + 1, v->end(),
+                                         [](char c) { return c >= '0' && c <= '9'; }));
+    if (!ok) {
+      r.Error(*r.Find(key), key,
+              "must be HOST:PORT such as \"127.0.0.1:8080\" or \"[::1]:8080\"; got " + Quote(*v));
+    }
+    out = *v;
+  };
+  host_port("address", listen.address);
+  host_port("admin", listen.admin);
+  r.CheckUnknown();
+}
+
+void ReadMcp(const toml::table& t, Diagnostics& diag, McpConfig& mcp) {
+  TableReader r = Reader(t, McpSection(), diag);
+  if (auto v = r.String("turn_id_meta", /*allow_empty=*/false)) mcp.turn_id_meta = *v;
+  if (const toml::node* node = r.Find("repeat_nonce")) {
+    if (node->is_boolean()) {
+      // false switches the argument off; true keeps the default name.
+      if (!node->as_boolean()->get()) mcp.repeat_nonce.reset();
+    } else if (auto v = r.String("repeat_nonce", /*allow_empty=*/false)) {
+      mcp.repeat_nonce = *v;
+    } else if (!node->is_string()) {
+      r.Error(*node, "repeat_nonce",
+              "must be an argument name (a string) or false to switch it off; got " +
+                  std::string(TypeName(*node)));
+    }
+  }
+  if (auto v = r.Bool("replay_text")) mcp.replay_text = *v;
+  if (auto v = r.String("tenant", /*allow_empty=*/false)) {
+    if (!IsTenantName(*v)) {
+      r.Error(*r.Find("tenant"), "tenant",
+              "must be 1 to 64 letters, digits, '.', '_' or '-'; got " + Quote(*v));
+    }
+    mcp.tenant = *v;
+  }
+  r.CheckUnknown();
+}
+
+void ReadHttp(const toml::table& t, Diagnostics& diag, HttpConfig& http) {
+  TableReader r = Reader(t, HttpSection(), diag);
+  if (auto v = r.String("turn_header", /*allow_empty=*/false)) {
+    if (!IsHttpToken(*v)) {
+      r.Error(*r.Find("turn_header"), "turn_header",
+              "must be an HTTP header name such as \"Idemgate-Turn-Id\"; got " + Quote(*v));
+    }
+    http.turn_header = *v;
+  }
+  r.CheckUnknown();
+}
+
+void ReadLimits(const toml::table& t, Diagnostics& diag, LimitsConfig& limits) {
+  TableReader r = Reader(t, LimitsSection(), diag);
+  if (auto v = r.Size("max_body_bytes")) limits.max_body_bytes = *v;
+  // Bounded so that a nesting limit can never exhaust the stack of a
+  // recursive parser.
+  if (auto v = r.Integer("max_depth", 1, 1024)) limits.max_depth = static_cast<size_t>(*v);
+  r.CheckUnknown();
+}
+
+}  // namespace
+
+Result<Config> ParseConfig(std::string_view toml_text, std::string_view source_name) {
+  Diagnostics diag(source_name);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    diag.Add(e.source(), "invalid TOML: " + std::string(e.description()));
+    return MakeError(ErrorCode::kInvalidArgument, diag.Join());
+  }
+
+  Config config;
+  config.source = std::string(source_name);
+  TableReader top = Reader(root, TopSection(), diag);
+  if (auto v = top.String("store")) config.store = *v;
+  if (const toml::table* t = top.Table("defaults")) ReadDefaults(*t, diag, config.defaults);
+  for (const toml::table* t : top.Tables("tool")) {
+    if (std::optional<ToolRule> rule = ReadToolRule(*t, diag)) {
+      config.tools.push_back(std::move(*rule));
+    }
+  }
+  for (const toml::table* t : top.Tables("route")) {
+    if (std::optional<RouteRule> rule = ReadRouteRule(*t, diag)) {
+      config.routes.push_back(std::move(*rule));
+    }
+  }
+  ReadTenants(top, diag, config.tenants);
+  if (const toml::table* t = top.Table("alert")) ReadAlert(*t, diag, config.alert);
+  if (const toml::table* t = top.Table("listen")) ReadListen(*t, diag, config.listen);
+  if (const toml::table* t = top.Table("mcp")) ReadMcp(*t, diag, config.mcp);
+  if (const toml::table* t = top.Table("http")) ReadHttp(*t, diag, config.http);
+  if (const toml::table* t = top.Table("limits")) ReadLimits(*t, diag, config.limits);
+  top.CheckUnknown();
+
+  if (!diag.empty()) return MakeError(ErrorCode::kInvalidArgument, diag.Join());
+  return config;
+}
+
+}  // namespace idem

@@ -1,0 +1,56 @@
+#include "core/attempt_log.h"
+
+#include <cstdio>
+
+namespace idem {
+
+AttemptLog::AttemptLog(Store& store, size_t batch, Duration interval)
+    : store_(store), batch_(batch), interval_(interval), thread_([this] { Loop(); }) {}
+
+AttemptLog::~AttemptLog() {
+  {
+    std::lock_guard g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  Flush();
+}
+
+void AttemptLog::Append(Attempt attempt) {
+  bool full;
+  {
+    std::lock_guard g(mu_);
+    buffer_.push_back(std::move(attempt));
+    full = buffer_.size() >= batch_;
+  }
+  if (full) cv_.notify_all();
+}
+
+void AttemptLog::Flush() {
+  std::lock_guard w(write_mu_);
+  std::vector<Attempt> batch;
+  {
+    std::lock_guard g(mu_);
+    batch.swap(buffer_);
+  }
+  if (batch.empty()) return;
+  if (auto ok = store_.AppendAttempts(batch); !ok) {
+    // The audit log must never fail a call; say so where an operator looks.
+    std::fprintf(stderr, "idemgate: audit log: dropped %zu attempts: %s\n", batch.size(),
+                 ok.error().ToString().c_str());
+  }
+}
+
+void AttemptLog::Loop() {
+  std::unique_lock g(mu_);
+  while (!stop_) {
+    cv_.wait_for(g, interval_, [&] { return stop_ || buffer_.size() >= batch_; });
+    if (buffer_.empty()) continue;
+    g.unlock();
+    Flush();
+    g.lock();
+  }
+}
+
+}  // namespace idem

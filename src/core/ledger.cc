@@ -1,0 +1,342 @@
+#include "idem/ledger.h"
+
+#include <algorithm>
+
+#include "core/attempt_log.h"
+#include "core/lease_keeper.h"
+
+namespace idem {
+namespace {
+
+// Rounds of claim → wait → re-read before Begin gives up. Each round waits
+// for a change, so this bounds only pathological churn (a key released and
+// re-claimed by others thousands of times during one wait).
+constexpr int kMaxRounds = 1000;
+
+// Errors that mean another attempt changed the record between our read and
+// our write: not a failure, re-read and decide again.
+bool LostRace(const Error& e) {
+  return e.code == ErrorCode::kAborted || e.code == ErrorCode::kFailedPrecondition ||
+         e.code == ErrorCode::kNotFound;
+}
+
+Duration RetentionOf(const Call& call) {
+  return call.turn_fallback ? std::min(call.policy.window, call.policy.ttl) : call.policy.ttl;
+}
+
+}  // namespace
+
+Ledger::Ledger(Store& store, Clock& clock, LedgerOptions options)
+    : store_(store),
+      clock_(clock),
+      options_(std::move(options)),
+      attempts_(options_.audit ? std::make_unique<AttemptLog>(store) : nullptr),
+      leases_(std::make_unique<LeaseKeeper>(store, clock)) {}
+
+Ledger::~Ledger() = default;
+
+void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint started_at,
+                        std::string detail) {
+  if (!attempts_) return;
+  Attempt a;
+  a.at = started_at;
+  a.tenant = call.id.tenant;
+  a.key = call.id.key;
+  a.tool = call.tool;
+  a.turn = call.turn;
+  a.outcome = outcome;
+  a.latency = std::max(Duration(0), clock_.Now() - started_at);
+  a.instance = options_.instance;
+  a.detail = detail.empty() ? call.detail : std::move(detail);
+  attempts_->Append(std::move(a));
+}
+
+void Ledger::Flush() {
+  if (attempts_) attempts_->Flush();
+}
+
+Decision Ledger::Finish(const Call& call, Decision d, AttemptOutcome logged) {
+  std::string detail;
+  if (d.drift) detail = "drift replayed";
+  if (d.reconciled) detail = "reconciled";
+  LogAttempt(call, logged, d.started_at, detail);
+  return d;
+}
+
+Result<Decision> Ledger::Begin(const Call& call) {
+  const TimePoint started = clock_.Now();
+  ClaimRequest req{call.id, call.fingerprint, call.tool, call.turn, call.policy.lease,
+                   RetentionOf(call)};
+  auto claim = store_.Claim(req);
+  if (!claim) {
+    if (claim.error().code == ErrorCode::kUnavailable &&
+        call.policy.on_store_down == OnStoreDown::kPass) {
+      Decision d;
+      d.kind = Decision::Kind::kPassThrough;
+      d.started_at = started;
+      LogAttempt(call, AttemptOutcome::kError, started, "store down, passed through unguarded");
+      return d;
+    }
+    LogAttempt(call, AttemptOutcome::kError, started, claim.error().ToString());
+    return std::unexpected(claim.error());
+  }
+  if (claim->claimed) {
+    Decision d;
+    d.kind = Decision::Kind::kExecute;
+    d.fence = claim->record.fence;
+    d.record = std::move(claim->record);
+    d.started_at = started;
+    return d;
+  }
+  return Decide(call, std::move(claim->record), started);
+}
+
+// The record exists and is not ours. Loops until it can answer: replay a
+// completed record, attach to a running owner (waiting up to policy.wait),
+// apply on_unknown to a dead owner's record, or claim a record that vanished.
+Result<Decision> Ledger::Decide(const Call& call, Record record, TimePoint started_at) {
+  const Policy& p = call.policy;
+  const TimePoint wait_deadline = started_at + p.wait;
+  bool waited = false;
+  Decision d;
+  d.started_at = started_at;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    const bool drifted = record.fingerprint != call.fingerprint;
+    if (drifted && p.on_drift == OnDrift::kReject) {
+      d.kind = Decision::Kind::kDrift;
+      d.record = std::move(record);
+      return Finish(call, std::move(d), AttemptOutcome::kDrift);
+    }
+    const TimePoint now = clock_.Now();
+    switch (record.state) {
+      case RecordState::kCompleted:
+        d.kind = Decision::Kind::kReplay;
+        d.attached = waited;
+        d.drift = drifted;
+        d.record = std::move(record);
+        return Finish(call, std::move(d),
+                      waited ? AttemptOutcome::kAttached : AttemptOutcome::kReplayed);
+      case RecordState::kUnknown:
+        if (p.on_unknown == OnUnknown::kFail) {
+          d.kind = Decision::Kind::kUnknown;
+          d.record = std::move(record);
+          return Finish(call, std::move(d), AttemptOutcome::kUnknown);
+        }
+        [[fallthrough]];
+      case RecordState::kInProgress:
+        if (record.state == RecordState::kUnknown || record.lease_expires_at <= now) {
+          auto gone = OnOwnerGone(call, record, started_at);
+          if (gone || !LostRace(gone.error())) return gone;
+          break;  // someone else moved the record first: re-read and decide again
+        }
+        if (now >= wait_deadline) {
+          d.kind = Decision::Kind::kInProgress;
+          d.retry_after = std::max(Duration(1000), std::min(record.lease_expires_at - now, p.wait));
+          d.record = std::move(record);
+          return Finish(call, std::move(d), AttemptOutcome::kInProgress);
+        }
+        if (auto w = store_.WaitForChange(call.id, record,
+                                          std::min(wait_deadline, record.lease_expires_at));
+            !w) {
+          LogAttempt(call, AttemptOutcome::kError, started_at, w.error().ToString());
+          return std::unexpected(w.error());
+        }
+        waited = true;
+        break;
+    }
+    auto current = store_.Get(call.id);
+    if (!current) {
+      LogAttempt(call, AttemptOutcome::kError, started_at, current.error().ToString());
+      return std::unexpected(current.error());
+    }
+    if (current->has_value()) {
+      record = std::move(**current);
+      continue;
+    }
+    // Released or evicted while we waited: try to become the owner.
+    auto claim = store_.Claim(ClaimRequest{call.id, call.fingerprint, call.tool, call.turn,
+                                           p.lease, RetentionOf(call)});
+    if (!claim) {
+      LogAttempt(call, AttemptOutcome::kError, started_at, claim.error().ToString());
+      return std::unexpected(claim.error());
+    }
+    if (claim->claimed) {
+      d.kind = Decision::Kind::kExecute;
+      d.fence = claim->record.fence;
+      d.record = std::move(claim->record);
+      return d;
+    }
+    record = std::move(claim->record);
+  }
+  return MakeError(ErrorCode::kAborted, "record " + call.id.key +
+                                            " kept changing under this attempt; retry the call");
+}
+
+// The owner of `record` died (lease expired) or an earlier attempt marked it
+// unknown. A LostRace error means another attempt acted first: the caller
+// re-reads.
+Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
+                                     TimePoint started_at) {
+  const Policy& p = call.policy;
+  Decision d;
+  d.started_at = started_at;
+  if (p.on_unknown == OnUnknown::kFail) {
+    auto marked = store_.MarkUnknown(call.id, record.fence, RetentionOf(call));
+    if (!marked) return std::unexpected(marked.error());
+    d.kind = Decision::Kind::kUnknown;
+    d.record = std::move(*marked);
+    return Finish(call, std::move(d), AttemptOutcome::kUnknown);
+  }
+  auto taken = store_.TakeOver(call.id, record.fence, p.lease);
+  if (!taken) return std::unexpected(taken.error());
+  d.kind = Decision::Kind::kExecute;
+  d.fence = taken->fence;
+  d.took_over = true;
+  d.record = std::move(*taken);
+  if (p.on_unknown == OnUnknown::kRetry || !options_.reconcile) {
+    if (p.on_unknown == OnUnknown::kReconcile) {
+      // Asked to reconcile with no hook to ask: the safe answer is unknown.
+      auto marked = store_.MarkUnknown(call.id, d.fence, RetentionOf(call));
+      if (!marked) return std::unexpected(marked.error());
+      Decision u;
+      u.kind = Decision::Kind::kUnknown;
+      u.record = std::move(*marked);
+      u.started_at = started_at;
+      return Finish(call, std::move(u), AttemptOutcome::kUnknown);
+    }
+    return d;
+  }
+  auto found = options_.reconcile(call);
+  if (!found) {
+    auto marked = store_.MarkUnknown(call.id, d.fence, RetentionOf(call));
+    if (!marked) return std::unexpected(marked.error());
+    Decision u;
+    u.kind = Decision::Kind::kUnknown;
+    u.record = std::move(*marked);
+    u.started_at = started_at;
+    return Finish(call, std::move(u), AttemptOutcome::kUnknown);
+  }
+  if (!found->has_value()) return d;  // it never happened: execute under the new fence
+  auto completed = store_.Complete(call.id, d.fence, **found, RetentionOf(call));
+  if (!completed) return std::unexpected(completed.error());
+  Decision r;
+  r.kind = Decision::Kind::kReplay;
+  r.reconciled = true;
+  r.record = std::move(*completed);
+  r.started_at = started_at;
+  return Finish(call, std::move(r), AttemptOutcome::kReplayed);
+}
+
+Result<Record> Ledger::Complete(const Call& call, const Decision& d, Outcome outcome) {
+  if (d.kind == Decision::Kind::kPassThrough) {
+    LogAttempt(call, AttemptOutcome::kExecuted, d.started_at, "unguarded: store was down");
+    Record r;
+    r.id = call.id;
+    r.state = RecordState::kCompleted;
+    r.outcome = std::move(outcome);
+    return r;
+  }
+  if (outcome.body.size() > call.policy.max_result_bytes) {
+    outcome = Outcome{OutcomeClass::kTooLarge, {}};
+  }
+  auto r = store_.Complete(call.id, d.fence, outcome, RetentionOf(call));
+  LogAttempt(call, r ? AttemptOutcome::kExecuted : AttemptOutcome::kError, d.started_at,
+             r ? std::string() : "outcome not stored: " + r.error().ToString());
+  return r;
+}
+
+Result<void> Ledger::Release(const Call& call, const Decision& d) {
+  if (d.kind == Decision::Kind::kPassThrough) return {};
+  auto r = store_.Release(call.id, d.fence);
+  LogAttempt(call, r ? AttemptOutcome::kReleased : AttemptOutcome::kError, d.started_at,
+             r ? std::string() : r.error().ToString());
+  return r;
+}
+
+Result<Record> Ledger::MarkUnknown(const Call& call, const Decision& d) {
+  if (d.kind == Decision::Kind::kPassThrough) {
+    return MakeError(ErrorCode::kFailedPrecondition, "an unguarded call has no record");
+  }
+  auto r = store_.MarkUnknown(call.id, d.fence, RetentionOf(call));
+  LogAttempt(call, r ? AttemptOutcome::kUnknown : AttemptOutcome::kError, d.started_at,
+             r ? std::string() : r.error().ToString());
+  return r;
+}
+
+Result<TimePoint> Ledger::Heartbeat(const Call& call, uint64_t fence) {
+  return store_.Heartbeat(call.id, fence, call.policy.lease);
+}
+
+Ledger::LeaseGuard Ledger::KeepAlive(const Call& call, uint64_t fence) {
+  return LeaseGuard(leases_.get(), leases_->Start(call.id, fence, call.policy.lease));
+}
+
+Ledger::LeaseGuard::LeaseGuard(LeaseGuard&& o) noexcept
+    : keeper_(std::exchange(o.keeper_, nullptr)), ticket_(o.ticket_) {}
+
+Ledger::LeaseGuard& Ledger::LeaseGuard::operator=(LeaseGuard&& o) noexcept {
+  if (this != &o) {
+    if (keeper_) keeper_->Stop(ticket_);
+    keeper_ = std::exchange(o.keeper_, nullptr);
+    ticket_ = o.ticket_;
+  }
+  return *this;
+}
+
+Ledger::LeaseGuard::~LeaseGuard() {
+  if (keeper_) keeper_->Stop(ticket_);
+}
+
+bool Ledger::LeaseGuard::lost() const { return keeper_ && keeper_->lost(ticket_); }
+
+Result<RunResult> Ledger::Run(const Call& call, const std::function<Execution()>& fn) {
+  auto begun = Begin(call);
+  if (!begun) return std::unexpected(begun.error());
+  RunResult result;
+  result.decision = std::move(*begun);
+  const Decision& d = result.decision;
+  if (d.kind != Decision::Kind::kExecute && d.kind != Decision::Kind::kPassThrough) {
+    result.outcome = d.record.outcome;
+    return result;
+  }
+  Execution ex;
+  {
+    LeaseGuard guard;
+    if (d.kind == Decision::Kind::kExecute) guard = KeepAlive(call, d.fence);
+    ex = fn();
+  }
+  switch (ex.kind) {
+    case Execution::Kind::kToolError:
+      if (call.policy.errors == ErrorPolicy::kRelease) {
+        if (auto r = Release(call, d); !r) return std::unexpected(r.error());
+        result.outcome = Outcome{OutcomeClass::kToolError, std::move(ex.body)};
+        return result;
+      }
+      [[fallthrough]];
+    case Execution::Kind::kSuccess: {
+      Outcome fresh{ex.kind == Execution::Kind::kSuccess ? OutcomeClass::kSuccess
+                                                         : OutcomeClass::kToolError,
+                    std::move(ex.body)};
+      auto stored = Complete(call, d, fresh);
+      if (!stored) return std::unexpected(stored.error());
+      // The caller that executed gets the real outcome even when only a
+      // too-large marker could be stored.
+      result.outcome = std::move(fresh);
+      return result;
+    }
+    case Execution::Kind::kNotSent:
+    case Execution::Kind::kInterim:
+      if (auto r = Release(call, d); !r) return std::unexpected(r.error());
+      result.body = std::move(ex.body);
+      return result;
+    case Execution::Kind::kMaybeSent:
+      if (d.kind == Decision::Kind::kExecute) {
+        if (auto r = MarkUnknown(call, d); !r) return std::unexpected(r.error());
+      }
+      result.body = std::move(ex.body);
+      return result;
+  }
+  return MakeError(ErrorCode::kInternal, "unreachable execution kind");
+}
+
+}  // namespace idem

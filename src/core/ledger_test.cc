@@ -1,0 +1,445 @@
+// Every transition of DESIGN.md §4, on the memory store and a FakeClock: no
+// sleeps; threads are synchronised on the clock's waiters and store events.
+#include "idem/ledger.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "memory_store.h"
+#include "store_wrapper.h"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = Decision::Kind;
+
+class LedgerTest : public ::testing::Test {
+ protected:
+  Call MakeCall(std::string key = "v1t.turn.charge.fp", std::string fp = "fp-a") {
+    Call c;
+    c.id = RecordId{"default", std::move(key)};
+    c.fingerprint = std::move(fp);
+    c.tool = "charge";
+    c.turn = "turn-1";
+    return c;
+  }
+  Execution Ok(std::string body) { return Execution{Execution::Kind::kSuccess, std::move(body)}; }
+
+  FakeClock clock_;
+  std::unique_ptr<Store> store_ = NewMemoryStore(clock_);
+  Ledger ledger_{*store_, clock_, LedgerOptions{"test", nullptr, true}};
+};
+
+TEST_F(LedgerTest, FirstAttemptExecutesAndRetryReplays) {
+  int runs = 0;
+  Call call = MakeCall();
+  auto first = ledger_.Run(call, [&] { ++runs; return Ok("charged 42"); });
+  ASSERT_TRUE(first) << first.error().ToString();
+  EXPECT_EQ(first->decision.kind, Kind::kExecute);
+  auto retry = ledger_.Run(call, [&] { ++runs; return Ok("charged again"); });
+  ASSERT_TRUE(retry);
+  EXPECT_EQ(retry->decision.kind, Kind::kReplay);
+  EXPECT_FALSE(retry->decision.attached);
+  ASSERT_TRUE(retry->outcome);
+  EXPECT_EQ(retry->outcome->body, "charged 42");
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_F(LedgerTest, DriftIsRejectedByDefault) {
+  Call call = MakeCall("explicit-key", "fp-a");
+  ASSERT_TRUE(ledger_.Run(call, [&] { return Ok("first"); }));
+  Call drifted = MakeCall("explicit-key", "fp-b");
+  int runs = 0;
+  auto r = ledger_.Run(drifted, [&] { ++runs; return Ok("second"); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->decision.kind, Kind::kDrift);
+  EXPECT_EQ(r->decision.record.fingerprint, "fp-a");
+  EXPECT_EQ(runs, 0);
+}
+
+TEST_F(LedgerTest, DriftReplaysWhenConfigured) {
+  Call call = MakeCall("explicit-key", "fp-a");
+  ASSERT_TRUE(ledger_.Run(call, [&] { return Ok("first"); }));
+  Call drifted = MakeCall("explicit-key", "fp-b");
+  drifted.policy.on_drift = OnDrift::kReplay;
+  auto r = ledger_.Run(drifted, [&] { return Ok("second"); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->decision.kind, Kind::kReplay);
+  EXPECT_TRUE(r->decision.drift);
+  EXPECT_EQ(r->outcome->body, "first");
+}
+
+TEST_F(LedgerTest, DuplicateWaitsAndAttachesTheMomentOwnerCompletes) {
+  Call call = MakeCall();
+  auto owner = ledger_.Begin(call);
+  ASSERT_TRUE(owner);
+  ASSERT_EQ(owner->kind, Kind::kExecute);
+  Result<Decision> dup = MakeError(ErrorCode::kInternal, "not run");
+  std::thread t([&] { dup = ledger_.Begin(call); });
+  clock_.AwaitWaiters(1);  // the duplicate is parked, waiting for the owner
+  ASSERT_TRUE(ledger_.Complete(call, *owner, Outcome{OutcomeClass::kSuccess, "done"}));
+  t.join();  // no clock advance: woken by the completion
+  ASSERT_TRUE(dup) << dup.error().ToString();
+  EXPECT_EQ(dup->kind, Kind::kReplay);
+  EXPECT_TRUE(dup->attached);
+  EXPECT_EQ(dup->record.outcome->body, "done");
+}
+
+TEST_F(LedgerTest, DuplicateGetsInProgressAfterWait) {
+  Call call = MakeCall();
+  auto owner = ledger_.Begin(call);
+  ASSERT_TRUE(owner);
+  Result<Decision> dup = MakeError(ErrorCode::kInternal, "not run");
+  std::thread t([&] { dup = ledger_.Begin(call); });
+  clock_.AwaitWaiters(1);
+  clock_.Advance(call.policy.wait);  // 10 s: the owner's 30 s lease is still alive
+  t.join();
+  ASSERT_TRUE(dup);
+  EXPECT_EQ(dup->kind, Kind::kInProgress);
+  EXPECT_GE(dup->retry_after, 1s);
+  EXPECT_LE(dup->retry_after, call.policy.wait);
+}
+
+TEST_F(LedgerTest, DuplicateWakesWhenOwnerReleasesAndExecutesItself) {
+  Call call = MakeCall();
+  auto owner = ledger_.Begin(call);
+  ASSERT_TRUE(owner);
+  Result<Decision> dup = MakeError(ErrorCode::kInternal, "not run");
+  std::thread t([&] { dup = ledger_.Begin(call); });
+  clock_.AwaitWaiters(1);
+  ASSERT_TRUE(ledger_.Release(call, *owner));
+  t.join();
+  ASSERT_TRUE(dup);
+  EXPECT_EQ(dup->kind, Kind::kExecute);
+  EXPECT_GT(dup->fence, owner->fence);
+}
+
+TEST_F(LedgerTest, LeaseExpiryWithOnUnknownFailGivesExplicitUnknown) {
+  Call call = MakeCall();
+  auto owner = ledger_.Begin(call);
+  ASSERT_TRUE(owner);
+  clock_.Advance(call.policy.lease + 1s);  // the owner died without a heartbeat
+  int runs = 0;
+  auto r = ledger_.Run(call, [&] { ++runs; return Ok("x"); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->decision.kind, Kind::kUnknown);
+  EXPECT_EQ(r->decision.record.state, RecordState::kUnknown);
+  EXPECT_EQ(runs, 0);
+  auto again = ledger_.Run(call, [&] { ++runs; return Ok("x"); });
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->decision.kind, Kind::kUnknown);
+  EXPECT_EQ(runs, 0);
+  // The slow original owner still holds the real outcome; it may resolve the record.
+  ASSERT_TRUE(ledger_.Complete(call, *owner, Outcome{OutcomeClass::kSuccess, "late but true"}));
+  auto resolved = ledger_.Run(call, [&] { ++runs; return Ok("x"); });
+  EXPECT_EQ(resolved->decision.kind, Kind::kReplay);
+  EXPECT_EQ(resolved->outcome->body, "late but true");
+}
+
+TEST_F(LedgerTest, LeaseExpiryWithOnUnknownRetryTakesOverAndFencesOldOwner) {
+  Call call = MakeCall();
+  call.policy.on_unknown = OnUnknown::kRetry;
+  auto owner = ledger_.Begin(call);
+  ASSERT_TRUE(owner);
+  clock_.Advance(call.policy.lease + 1s);
+  auto second = ledger_.Begin(call);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->kind, Kind::kExecute);
+  EXPECT_TRUE(second->took_over);
+  EXPECT_GT(second->fence, owner->fence);
+  auto stale = ledger_.Complete(call, *owner, Outcome{OutcomeClass::kSuccess, "stale"});
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code, ErrorCode::kAborted);
+  ASSERT_TRUE(ledger_.Complete(call, *second, Outcome{OutcomeClass::kSuccess, "fresh"}));
+  auto replay = ledger_.Begin(call);
+  EXPECT_EQ(replay->record.outcome->body, "fresh");
+}
+
+TEST_F(LedgerTest, OnUnknownRetryAlsoTakesOverAnUnknownRecord) {
+  Call call = MakeCall();
+  auto owner = ledger_.Begin(call);
+  clock_.Advance(call.policy.lease + 1s);
+  ASSERT_EQ(ledger_.Begin(call)->kind, Kind::kUnknown);  // fail marks it unknown
+  call.policy.on_unknown = OnUnknown::kRetry;
+  auto r = ledger_.Begin(call);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kExecute);
+  EXPECT_TRUE(r->took_over);
+}
+
+class ReconcileTest : public LedgerTest {
+ protected:
+  std::optional<Result<std::optional<Outcome>>> answer_;
+  int lookups_ = 0;
+  Ledger reconciling_{*store_, clock_,
+                      LedgerOptions{"test",
+                                    [this](const Call&) -> Result<std::optional<Outcome>> {
+                                      ++lookups_;
+                                      return *answer_;
+                                    },
+                                    true}};
+  Call Dead() {
+    Call call = MakeCall();
+    call.policy.on_unknown = OnUnknown::kReconcile;
+    EXPECT_EQ(reconciling_.Begin(call)->kind, Kind::kExecute);
+    clock_.Advance(call.policy.lease + 1s);
+    return call;
+  }
+};
+
+TEST_F(ReconcileTest, FoundOutcomeIsStoredAndReplayed) {
+  Call call = Dead();
+  answer_ = std::optional<Outcome>(Outcome{OutcomeClass::kSuccess, "found charge ch_1"});
+  auto r = reconciling_.Begin(call);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->kind, Kind::kReplay);
+  EXPECT_TRUE(r->reconciled);
+  EXPECT_EQ(r->record.outcome->body, "found charge ch_1");
+  EXPECT_EQ(lookups_, 1);
+  auto again = reconciling_.Begin(call);
+  EXPECT_EQ(again->kind, Kind::kReplay);
+  EXPECT_EQ(lookups_, 1);
+}
+
+TEST_F(ReconcileTest, NotFoundExecutes) {
+  Call call = Dead();
+  answer_ = std::optional<Outcome>();
+  auto r = reconciling_.Begin(call);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kExecute);
+  EXPECT_TRUE(r->took_over);
+}
+
+TEST_F(ReconcileTest, LookupFailureLeavesUnknown) {
+  Call call = Dead();
+  answer_ = Result<std::optional<Outcome>>(MakeError(ErrorCode::kUnavailable, "lookup down"));
+  auto r = reconciling_.Begin(call);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kUnknown);
+  EXPECT_EQ(r->record.state, RecordState::kUnknown);
+}
+
+TEST_F(LedgerTest, ReconcileWithoutHookIsUnknownNeverExecutes) {
+  Call call = MakeCall();
+  call.policy.on_unknown = OnUnknown::kReconcile;
+  ASSERT_EQ(ledger_.Begin(call)->kind, Kind::kExecute);
+  clock_.Advance(call.policy.lease + 1s);
+  auto r = ledger_.Begin(call);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kUnknown);
+}
+
+TEST_F(LedgerTest, HeartbeatKeepsALongCallAlive) {
+  testing::CountingStore counting(*store_);
+  Ledger ledger(counting, clock_);
+  Call call = MakeCall();
+  Call probe = call;
+  probe.policy.wait = 0ms;
+  auto r = ledger.Run(call, [&] {
+    // Run for 3 leases, one lease/3 step at a time; each step's heartbeat
+    // lands before the next (AwaitHeartbeats), so nothing depends on timing.
+    for (int i = 1; i <= 9; ++i) {
+      clock_.Advance(call.policy.lease / 3);
+      counting.AwaitHeartbeats(i);
+      auto d = ledger.Begin(probe);
+      EXPECT_TRUE(d);
+      EXPECT_EQ(d->kind, Kind::kInProgress) << "at step " << i;
+    }
+    return Ok("long call");
+  });
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->decision.kind, Kind::kExecute);
+  EXPECT_EQ(ledger.Begin(call)->record.outcome->body, "long call");
+}
+
+TEST_F(LedgerTest, ToolErrorIsStoredAndReplayed) {
+  Call call = MakeCall();
+  ASSERT_TRUE(ledger_.Run(call, [] {
+    return Execution{Execution::Kind::kToolError, "card declined"};
+  }));
+  int runs = 0;
+  auto r = ledger_.Run(call, [&] { ++runs; return Ok("x"); });
+  EXPECT_EQ(r->decision.kind, Kind::kReplay);
+  EXPECT_EQ(r->outcome->cls, OutcomeClass::kToolError);
+  EXPECT_EQ(r->outcome->body, "card declined");
+  EXPECT_EQ(runs, 0);
+}
+
+TEST_F(LedgerTest, ToolErrorIsReleasedWhenConfigured) {
+  Call call = MakeCall();
+  call.policy.errors = ErrorPolicy::kRelease;
+  auto first = ledger_.Run(call, [] { return Execution{Execution::Kind::kToolError, "busy"}; });
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->outcome->cls, OutcomeClass::kToolError);
+  int runs = 0;
+  auto r = ledger_.Run(call, [&] { ++runs; return Ok("x"); });
+  EXPECT_EQ(r->decision.kind, Kind::kExecute);
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_F(LedgerTest, NotSentAndInterimAreReleased) {
+  for (auto kind : {Execution::Kind::kNotSent, Execution::Kind::kInterim}) {
+    Call call = MakeCall("k" + std::to_string(static_cast<int>(kind)));
+    auto first = ledger_.Run(call, [&] { return Execution{kind, "connection refused"}; });
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->body, "connection refused");
+    auto rec = store_->Get(call.id);
+    ASSERT_TRUE(rec);
+    EXPECT_FALSE(rec->has_value());
+    int runs = 0;
+    auto r = ledger_.Run(call, [&] { ++runs; return Ok("x"); });
+    EXPECT_EQ(r->decision.kind, Kind::kExecute);
+    EXPECT_EQ(runs, 1);
+  }
+}
+
+TEST_F(LedgerTest, MaybeSentIsMarkedUnknown) {
+  Call call = MakeCall();
+  auto first = ledger_.Run(call, [] { return Execution{Execution::Kind::kMaybeSent, "timeout"}; });
+  ASSERT_TRUE(first);
+  int runs = 0;
+  auto r = ledger_.Run(call, [&] { ++runs; return Ok("x"); });
+  EXPECT_EQ(r->decision.kind, Kind::kUnknown);
+  EXPECT_EQ(runs, 0);
+}
+
+TEST_F(LedgerTest, OversizedOutcomeStoresTooLargeMarker) {
+  Call call = MakeCall();
+  call.policy.max_result_bytes = 10;
+  auto first = ledger_.Run(call, [&] { return Ok(std::string(11, 'x')); });
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->outcome->body, std::string(11, 'x')) << "the executing caller gets it all";
+  auto r = ledger_.Run(call, [&] { return Ok("x"); });
+  EXPECT_EQ(r->decision.kind, Kind::kReplay);
+  EXPECT_EQ(r->outcome->cls, OutcomeClass::kTooLarge);
+  EXPECT_TRUE(r->outcome->body.empty());
+}
+
+TEST_F(LedgerTest, FailedPersistReturnsErrorNotOutcome) {
+  // Calls: 1 claim, 2 complete.
+  testing::FailingStore failing(*store_, 2);
+  Ledger ledger(failing, clock_);
+  Call call = MakeCall();
+  int runs = 0;
+  auto r = ledger.Run(call, [&] { ++runs; return Ok("charged"); });
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(runs, 1);
+  auto rec = store_->Get(call.id);
+  ASSERT_TRUE(rec && rec->has_value());
+  EXPECT_EQ((*rec)->state, RecordState::kInProgress) << "follows the lease-expiry path";
+}
+
+TEST_F(LedgerTest, StoreDownAtClaimFailsClosed) {
+  testing::FailingStore failing(*store_, 1);
+  Ledger ledger(failing, clock_);
+  int runs = 0;
+  auto r = ledger.Run(MakeCall(), [&] { ++runs; return Ok("x"); });
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_TRUE(r.error().retryable());
+  EXPECT_EQ(runs, 0);
+}
+
+TEST_F(LedgerTest, StoreDownWithOnStoreDownPassRunsUnguarded) {
+  testing::FailingStore failing(*store_, 1);
+  Ledger ledger(failing, clock_);
+  Call call = MakeCall();
+  call.policy.on_store_down = OnStoreDown::kPass;
+  int runs = 0;
+  auto r = ledger.Run(call, [&] { ++runs; return Ok("x"); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->decision.kind, Kind::kPassThrough);
+  EXPECT_EQ(runs, 1);
+}
+
+// Whatever store call fails, the ledger never executes without a granted
+// claim, and never reports an execution whose outcome was not stored.
+TEST_F(LedgerTest, FailingTheNthStoreCallNeverExecutesUnclaimed) {
+  for (int n = 1; n <= 12; ++n) {
+    SCOPED_TRACE("failing store call #" + std::to_string(n));
+    FakeClock clock;
+    auto base = NewMemoryStore(clock);
+    testing::FailingStore failing(*base, n);
+    Ledger ledger(failing, clock);
+    Call call = MakeCall();
+    call.policy.wait = 0ms;
+    int runs = 0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto r = ledger.Run(call, [&] {
+        ++runs;
+        EXPECT_EQ(runs, failing.claims_granted()) << "executed without its own claim";
+        return Ok("x");
+      });
+      if (r && r->decision.kind == Kind::kExecute) {
+        auto rec = base->Get(call.id);
+        ASSERT_TRUE(rec && rec->has_value());
+        EXPECT_EQ((*rec)->state, RecordState::kCompleted);
+      }
+      if (!r) {
+        EXPECT_EQ(r.error().code, ErrorCode::kUnavailable) << r.error().ToString();
+      }
+    }
+    EXPECT_LE(runs, 1);
+  }
+}
+
+TEST_F(LedgerTest, SixtyFourThreadsRacingOneKeyExecuteOnce) {
+  constexpr int kThreads = 64;
+  std::atomic<int> runs{0};
+  std::vector<Result<RunResult>> results(kThreads, MakeError(ErrorCode::kInternal, "not run"));
+  std::vector<std::thread> threads;
+  Call call = MakeCall();
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = ledger_.Run(call, [&] {
+        runs.fetch_add(1);
+        return Ok("charge ch_" + std::to_string(i));
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(runs.load(), 1);
+  std::set<std::string> bodies;
+  int executed = 0;
+  for (auto& r : results) {
+    ASSERT_TRUE(r) << r.error().ToString();
+    ASSERT_TRUE(r->outcome);
+    bodies.insert(r->outcome->body);
+    executed += r->decision.kind == Kind::kExecute;
+  }
+  EXPECT_EQ(executed, 1);
+  EXPECT_EQ(bodies.size(), 1u) << "64 identical outcomes";
+}
+
+TEST_F(LedgerTest, EveryAttemptIsLogged) {
+  Call call = MakeCall();
+  ASSERT_TRUE(ledger_.Run(call, [&] { return Ok("x"); }));
+  ASSERT_TRUE(ledger_.Run(call, [&] { return Ok("x"); }));
+  ledger_.Flush();
+  auto attempts = store_->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(attempts);
+  ASSERT_EQ(attempts->size(), 2u);
+  EXPECT_EQ((*attempts)[0].outcome, AttemptOutcome::kReplayed);
+  EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kExecuted);
+  EXPECT_EQ((*attempts)[1].key, call.id.key);
+  EXPECT_EQ((*attempts)[1].tool, "charge");
+  EXPECT_EQ((*attempts)[1].instance, "test");
+}
+
+TEST_F(LedgerTest, TurnFallbackUsesTheShorterWindow) {
+  Call call = MakeCall();
+  call.turn_fallback = true;
+  ASSERT_TRUE(ledger_.Run(call, [&] { return Ok("x"); }));
+  auto rec = store_->Get(call.id);
+  ASSERT_TRUE(rec && rec->has_value());
+  EXPECT_EQ((*rec)->expires_at, clock_.Now() + call.policy.window);
+}
+
+}  // namespace
+}  // namespace idem

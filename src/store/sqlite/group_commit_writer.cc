@@ -1,0 +1,137 @@
+#include "group_commit_writer.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace idem::sqlite {
+
+// A bare futex rather than std::atomic::wait: libstdc++'s wait spins with
+// sched_yield first, which with many callers steals the CPU from the writer.
+void WriteOp::Finish() {
+  done_.store(1, std::memory_order_release);
+  // The owner may already have returned and destroyed this op: FUTEX_WAKE
+  // only hashes the address and never touches the memory.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr,
+          0);
+}
+
+void WriteOp::Await() {
+  while (done_.load(std::memory_order_acquire) == 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_), FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr,
+            0);
+  }
+  for (WriteOp* op : wakes_) {
+    if (op != nullptr) op->Finish();
+  }
+}
+
+void GroupCommitWriter::FinishAll(const std::vector<WriteOp*>& batch) {
+  if (batch.empty()) return;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i]->wakes_[0] = 2 * i + 1 < batch.size() ? batch[2 * i + 1] : nullptr;
+    batch[i]->wakes_[1] = 2 * i + 2 < batch.size() ? batch[2 * i + 2] : nullptr;
+  }
+  batch[0]->Finish();
+}
+
+GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn, size_t max_batch,
+                                     CommitHook on_commit)
+    : conn_(std::move(conn)),
+      max_batch_(std::max<size_t>(max_batch, 1)),
+      on_commit_(std::move(on_commit)),
+      thread_([this] { Loop(); }) {}
+
+GroupCommitWriter::~GroupCommitWriter() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void GroupCommitWriter::Execute(WriteOp& op) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      op.Fail(Error{ErrorCode::kUnavailable,
+                    "sqlite store " + conn_->path() + ": the store is closing; retry"});
+      return;
+    }
+    queue_.push_back(&op);
+    pending_.fetch_add(1, std::memory_order_relaxed);
+  }
+  wake_.notify_one();
+  op.Await();
+  pending_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void GroupCommitWriter::Loop() {
+  std::vector<WriteOp*> batch;
+  batch.reserve(max_batch_);
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued is done
+      const size_t n = std::min(queue_.size(), max_batch_);
+      batch.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    RunBatch(batch);
+  }
+}
+
+void GroupCommitWriter::Rollback() {
+  if (conn_->InTransaction()) (void)conn_->Exec("ROLLBACK", "rolling back a failed batch");
+}
+
+void GroupCommitWriter::RunBatch(std::vector<WriteOp*>& batch) {
+  auto fail_all = [&](const Error& error) {
+    for (WriteOp* op : batch) op->Fail(error);
+    FinishAll(batch);
+  };
+  WriteContext ctx{*conn_, {}};
+  // Each pass either commits the whole batch or drops the write whose
+  // database failure spoiled the transaction and runs the others again.
+  while (!batch.empty()) {
+    ctx.changed.clear();
+    if (auto begun = conn_->Exec("BEGIN IMMEDIATE", "starting a write transaction"); !begun) {
+      Rollback();
+      fail_all(begun.error());
+      return;
+    }
+    auto failed = batch.end();
+    Error error{};
+    for (auto it = batch.begin(); it != batch.end(); ++it) {
+      if (auto ran = (*it)->Run(ctx); !ran) {
+        failed = it;
+        error = std::move(ran.error());
+        break;
+      }
+    }
+    if (failed != batch.end()) {
+      Rollback();
+      (*failed)->Fail(error);
+      (*failed)->Finish();
+      batch.erase(failed);
+      continue;
+    }
+    if (auto committed = conn_->Exec("COMMIT", "committing a write transaction"); !committed) {
+      Rollback();
+      fail_all(committed.error());
+      return;
+    }
+    commits_.fetch_add(1, std::memory_order_relaxed);
+    writes_.fetch_add(batch.size(), std::memory_order_relaxed);
+    if (on_commit_ && !ctx.changed.empty()) on_commit_(ctx.changed);
+    FinishAll(batch);
+    return;
+  }
+}
+
+}  // namespace idem::sqlite

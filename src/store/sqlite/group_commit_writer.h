@@ -1,0 +1,111 @@
+// Group commit: the one writer thread of a SqliteStore. Concurrent writes
+// queue up while the previous transaction is being made durable and then
+// share the next transaction and its fsync.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "idem/error.h"
+#include "idem/record.h"
+#include "sqlite_connection.h"
+
+namespace idem::sqlite {
+
+// What a write sees while it runs inside the batch's transaction.
+struct WriteContext {
+  Connection& conn;
+  // Records whose rows the batch changed; their waiters are woken after COMMIT.
+  std::vector<RecordId> changed;
+};
+
+// One queued write. The submitting thread owns it (typically on its stack)
+// and blocks in GroupCommitWriter::Execute until the writer has committed or
+// failed the batch that holds it. The writer wakes only the first write of a
+// batch; each woken owner wakes two more (a binary tree), so releasing a
+// batch costs the writer one wake-up, not one per write.
+class WriteOp {
+ public:
+  virtual ~WriteOp() = default;
+
+  // Runs the write inside the open transaction and keeps its result (which
+  // may be an error such as kAborted: that is the write's answer, and the
+  // batch goes on). Returns an error only for a failure of the database
+  // itself (IsStorageFailure); the writer then rolls the transaction back,
+  // fails this op with that error and runs the rest of the batch again.
+  virtual Result<void> Run(WriteContext& ctx) = 0;
+
+  // Replaces the kept result with `error`: the write did not commit.
+  virtual void Fail(const Error& error) = 0;
+
+ private:
+  friend class GroupCommitWriter;
+  // Marks the write done and wakes its owner.
+  void Finish();
+  // Blocks until Finish(), then finishes the writes this one must wake.
+  void Await();
+
+  std::atomic<uint32_t> done_{0};
+  WriteOp* wakes_[2] = {nullptr, nullptr};
+};
+
+// Owns the write connection and a thread that drains the queue: up to
+// max_batch writes per BEGIN IMMEDIATE … COMMIT. A write's caller returns
+// only after its transaction committed, so a write is durable (as the
+// connection's synchronous setting promises) before it is acknowledged. If
+// BEGIN or COMMIT fails, every write of the batch gets the error.
+// Thread-safe; the destructor finishes the queued writes and stops the thread.
+class GroupCommitWriter {
+ public:
+  using CommitHook = std::function<void(const std::vector<RecordId>& changed)>;
+
+  // `on_commit` runs on the writer thread after each successful COMMIT,
+  // before the batch's callers are released.
+  GroupCommitWriter(std::unique_ptr<Connection> conn, size_t max_batch, CommitHook on_commit);
+  ~GroupCommitWriter();
+  GroupCommitWriter(const GroupCommitWriter&) = delete;
+  GroupCommitWriter& operator=(const GroupCommitWriter&) = delete;
+
+  // Queues `op` and blocks until its batch committed or failed; the outcome
+  // is in `op`. After shutdown began, fails `op` with kUnavailable.
+  void Execute(WriteOp& op);
+
+  // Transactions committed so far.
+  uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
+  // Writes committed so far (each commit holds one or more).
+  uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
+  // Writes submitted whose callers have not returned yet: the queue depth
+  // plus the batch in flight.
+  uint64_t pending() const { return pending_.load(std::memory_order_relaxed); }
+
+ private:
+  void Loop();
+  void RunBatch(std::vector<WriteOp*>& batch);
+  void Rollback();
+  // Releases the owners of every write in `batch`.
+  static void FinishAll(const std::vector<WriteOp*>& batch);
+
+  std::unique_ptr<Connection> conn_;
+  const size_t max_batch_;
+  CommitHook on_commit_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<WriteOp*> queue_;
+  bool stopping_ = false;
+
+  std::atomic<uint64_t> commits_{0};
+  std::atomic<uint64_t> writes_{0};
+  std::atomic<uint64_t> pending_{0};
+  std::thread thread_;
+};
+
+}  // namespace idem::sqlite

@@ -1,0 +1,284 @@
+#include "sqlite_rows.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace idem::sqlite {
+namespace {
+
+constexpr char kSelectRecord[] =
+    "SELECT state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, "
+    "completed_at_ms, expires_at_ms, outcome_class, outcome_body "
+    "FROM records WHERE tenant = ?1 AND key = ?2";
+
+constexpr char kUpsertRecord[] =
+    "INSERT INTO records (tenant, key, state, fingerprint, tool, turn, fence, created_at_ms, "
+    "lease_expires_at_ms, completed_at_ms, expires_at_ms, outcome_class, outcome_body) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
+    "ON CONFLICT (tenant, key) DO UPDATE SET state = excluded.state, "
+    "fingerprint = excluded.fingerprint, tool = excluded.tool, turn = excluded.turn, "
+    "fence = excluded.fence, created_at_ms = excluded.created_at_ms, "
+    "lease_expires_at_ms = excluded.lease_expires_at_ms, "
+    "completed_at_ms = excluded.completed_at_ms, expires_at_ms = excluded.expires_at_ms, "
+    "outcome_class = excluded.outcome_class, outcome_body = excluded.outcome_body";
+
+constexpr char kDeleteRecord[] =
+    "DELETE FROM records WHERE tenant = ?1 AND key = ?2 RETURNING fence";
+
+constexpr char kDeleteExpired[] =
+    "DELETE FROM records WHERE rowid IN (SELECT rowid FROM records WHERE expires_at_ms <= ?1 "
+    "ORDER BY expires_at_ms LIMIT ?2) RETURNING tenant, key, fence";
+
+constexpr char kSelectFenceFloor[] = "SELECT value FROM meta WHERE name = 'fence_floor'";
+constexpr char kRaiseFenceFloor[] =
+    "UPDATE meta SET value = max(value, ?1) WHERE name = 'fence_floor'";
+
+constexpr char kInsertAttempt[] =
+    "INSERT INTO attempts (at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+int64_t ToColumn(uint64_t v) { return static_cast<int64_t>(v); }
+uint64_t FromColumn(int64_t v) { return static_cast<uint64_t>(v); }
+
+int64_t ClampLimit(size_t limit) {
+  return static_cast<int64_t>(
+      std::min<size_t>(limit, static_cast<size_t>(std::numeric_limits<int64_t>::max())));
+}
+
+Error Undecodable(const Connection& conn, const RecordId& id, std::string_view column,
+                  std::string_view value) {
+  return Error{ErrorCode::kDataLoss,
+               fmt::format("sqlite store {}: record \"{}\" of tenant \"{}\" has an unknown {} "
+                           "\"{}\"; the file was written by an incompatible program or is "
+                           "corrupt: evict the record or restore a backup",
+                           conn.path(), id.key, id.tenant, column, value)};
+}
+
+Result<void> RaiseFenceFloor(Connection& conn, uint64_t fence) {
+  auto st = conn.Prepare(kRaiseFenceFloor);
+  if (!st) return std::unexpected(std::move(st.error()));
+  st->BindInt(1, ToColumn(fence));
+  return st->Run();
+}
+
+// Appends " WHERE …" for the fields `filter` sets, with anonymous parameters
+// that BindFilter binds in the same order.
+void AppendWhere(std::string& sql, const AttemptFilter& filter) {
+  const char* sep = " WHERE ";
+  auto add = [&](const char* term) {
+    sql += sep;
+    sql += term;
+    sep = " AND ";
+  };
+  if (filter.tenant) add("tenant = ?");
+  if (filter.key) add("key = ?");
+  if (filter.tool) add("tool = ?");
+  if (filter.outcome) add("outcome = ?");
+  if (filter.since) add("at_ms >= ?");
+}
+
+// Returns the number of parameters bound.
+int BindFilter(Statement& st, const AttemptFilter& filter) {
+  int i = 0;
+  if (filter.tenant) st.BindText(++i, *filter.tenant);
+  if (filter.key) st.BindText(++i, *filter.key);
+  if (filter.tool) st.BindText(++i, *filter.tool);
+  if (filter.outcome) st.BindText(++i, AttemptOutcomeName(*filter.outcome));
+  if (filter.since) st.BindInt(++i, ToUnixMillis(*filter.since));
+  return i;
+}
+
+Result<AttemptOutcome> DecodeAttemptOutcome(const Connection& conn, std::string_view text) {
+  auto outcome = ParseAttemptOutcome(text);
+  if (!outcome) {
+    return MakeError(ErrorCode::kDataLoss,
+                     fmt::format("sqlite store {}: an attempt has an unknown outcome \"{}\"; the "
+                                 "file was written by an incompatible program or is corrupt",
+                                 conn.path(), text));
+  }
+  return *outcome;
+}
+
+}  // namespace
+
+Result<std::optional<Record>> ReadRecord(Connection& conn, const RecordId& id) {
+  auto st = conn.Prepare(kSelectRecord);
+  if (!st) return std::unexpected(std::move(st.error()));
+  st->BindText(1, id.tenant);
+  st->BindText(2, id.key);
+  auto row = st->Step();
+  if (!row) return std::unexpected(std::move(row.error()));
+  if (!*row) return std::nullopt;
+
+  Record r;
+  r.id = id;
+  auto state = ParseRecordState(st->ColumnText(0));
+  if (!state) return std::unexpected(Undecodable(conn, id, "state", st->ColumnText(0)));
+  r.state = *state;
+  r.fingerprint = st->ColumnText(1);
+  r.tool = st->ColumnText(2);
+  r.turn = st->ColumnText(3);
+  r.fence = FromColumn(st->ColumnInt(4));
+  r.created_at = FromUnixMillis(st->ColumnInt(5));
+  r.lease_expires_at = FromUnixMillis(st->ColumnInt(6));
+  r.completed_at = FromUnixMillis(st->ColumnInt(7));
+  r.expires_at = FromUnixMillis(st->ColumnInt(8));
+  if (!st->ColumnIsNull(9)) {
+    auto cls = ParseOutcomeClass(st->ColumnText(9));
+    if (!cls) return std::unexpected(Undecodable(conn, id, "outcome class", st->ColumnText(9)));
+    r.outcome = Outcome{*cls, std::string(st->ColumnBlob(10))};
+  }
+  return r;
+}
+
+Result<void> WriteRecord(Connection& conn, const Record& r) {
+  auto st = conn.Prepare(kUpsertRecord);
+  if (!st) return std::unexpected(std::move(st.error()));
+  st->BindText(1, r.id.tenant);
+  st->BindText(2, r.id.key);
+  st->BindText(3, RecordStateName(r.state));
+  st->BindText(4, r.fingerprint);
+  st->BindText(5, r.tool);
+  st->BindText(6, r.turn);
+  st->BindInt(7, ToColumn(r.fence));
+  st->BindInt(8, ToUnixMillis(r.created_at));
+  st->BindInt(9, ToUnixMillis(r.lease_expires_at));
+  st->BindInt(10, ToUnixMillis(r.completed_at));
+  st->BindInt(11, ToUnixMillis(r.expires_at));
+  if (r.outcome) {
+    st->BindText(12, OutcomeClassName(r.outcome->cls));
+    st->BindBlob(13, r.outcome->body);
+  } else {
+    st->BindNull(12);
+    st->BindNull(13);
+  }
+  return st->Run();
+}
+
+Result<bool> DeleteRecord(Connection& conn, const RecordId& id) {
+  std::optional<uint64_t> fence;
+  {
+    auto st = conn.Prepare(kDeleteRecord);
+    if (!st) return std::unexpected(std::move(st.error()));
+    st->BindText(1, id.tenant);
+    st->BindText(2, id.key);
+    for (;;) {
+      auto row = st->Step();
+      if (!row) return std::unexpected(std::move(row.error()));
+      if (!*row) break;
+      fence = FromColumn(st->ColumnInt(0));
+    }
+  }
+  if (!fence) return false;
+  if (auto r = RaiseFenceFloor(conn, *fence); !r) return std::unexpected(r.error());
+  return true;
+}
+
+Result<std::vector<RecordId>> DeleteExpiredRecords(Connection& conn, TimePoint now, size_t limit) {
+  std::vector<RecordId> ids;
+  uint64_t max_fence = 0;
+  {
+    auto st = conn.Prepare(kDeleteExpired);
+    if (!st) return std::unexpected(std::move(st.error()));
+    st->BindInt(1, ToUnixMillis(now));
+    st->BindInt(2, ClampLimit(limit));
+    for (;;) {
+      auto row = st->Step();
+      if (!row) return std::unexpected(std::move(row.error()));
+      if (!*row) break;
+      ids.push_back(RecordId{std::string(st->ColumnText(0)), std::string(st->ColumnText(1))});
+      max_fence = std::max(max_fence, FromColumn(st->ColumnInt(2)));
+    }
+  }
+  if (!ids.empty()) {
+    if (auto r = RaiseFenceFloor(conn, max_fence); !r) return std::unexpected(r.error());
+  }
+  return ids;
+}
+
+Result<uint64_t> FenceFloor(Connection& conn) {
+  auto floor = conn.QueryInt(kSelectFenceFloor, "reading the fence floor");
+  if (!floor) return std::unexpected(std::move(floor.error()));
+  return FromColumn(*floor);
+}
+
+Result<uint64_t> CountRecordRows(Connection& conn) {
+  auto n = conn.QueryInt("SELECT count(*) FROM records", "counting records");
+  if (!n) return std::unexpected(std::move(n.error()));
+  return static_cast<uint64_t>(*n);
+}
+
+Result<void> InsertAttempt(Connection& conn, const Attempt& a) {
+  auto st = conn.Prepare(kInsertAttempt);
+  if (!st) return std::unexpected(std::move(st.error()));
+  st->BindInt(1, ToUnixMillis(a.at));
+  st->BindText(2, a.tenant);
+  st->BindText(3, a.key);
+  st->BindText(4, a.tool);
+  st->BindText(5, a.turn);
+  st->BindText(6, AttemptOutcomeName(a.outcome));
+  st->BindInt(7, a.latency.count());
+  st->BindText(8, a.instance);
+  st->BindText(9, a.detail);
+  return st->Run();
+}
+
+Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilter& filter) {
+  std::string sql =
+      "SELECT at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail FROM attempts";
+  AppendWhere(sql, filter);
+  sql += " ORDER BY at_ms DESC, id DESC LIMIT ?";
+  auto st = conn.Prepare(sql);
+  if (!st) return std::unexpected(std::move(st.error()));
+  const int n = BindFilter(*st, filter);
+  st->BindInt(n + 1, ClampLimit(filter.limit));
+
+  std::vector<Attempt> attempts;
+  for (;;) {
+    auto row = st->Step();
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row) break;
+    auto outcome = DecodeAttemptOutcome(conn, st->ColumnText(5));
+    if (!outcome) return std::unexpected(std::move(outcome.error()));
+    attempts.push_back(Attempt{
+        .at = FromUnixMillis(st->ColumnInt(0)),
+        .tenant = std::string(st->ColumnText(1)),
+        .key = std::string(st->ColumnText(2)),
+        .tool = std::string(st->ColumnText(3)),
+        .turn = std::string(st->ColumnText(4)),
+        .outcome = *outcome,
+        .latency = Duration(st->ColumnInt(6)),
+        .instance = std::string(st->ColumnText(7)),
+        .detail = std::string(st->ColumnText(8)),
+    });
+  }
+  return attempts;
+}
+
+Result<std::map<std::string, ToolStats>> CountAttempts(Connection& conn,
+                                                       const AttemptFilter& filter) {
+  std::string sql = "SELECT tool, outcome, count(*) FROM attempts";
+  AppendWhere(sql, filter);
+  sql += " GROUP BY tool, outcome";
+  auto st = conn.Prepare(sql);
+  if (!st) return std::unexpected(std::move(st.error()));
+  BindFilter(*st, filter);
+
+  std::map<std::string, ToolStats> stats;
+  for (;;) {
+    auto row = st->Step();
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row) break;
+    auto outcome = DecodeAttemptOutcome(conn, st->ColumnText(1));
+    if (!outcome) return std::unexpected(std::move(outcome.error()));
+    const auto count = static_cast<uint64_t>(st->ColumnInt(2));
+    ToolStats& tool = stats[std::string(st->ColumnText(0))];
+    tool.attempts += count;
+    tool.by_outcome[*outcome] += count;
+  }
+  return stats;
+}
+
+}  // namespace idem::sqlite

@@ -1,0 +1,23 @@
+// The SQLite file's schema and its migrations.
+#pragma once
+
+#include <cstdint>
+
+#include "idem/error.h"
+#include "sqlite_connection.h"
+
+namespace idem::sqlite {
+
+// The schema this build writes; kept in PRAGMA user_version.
+inline constexpr int64_t kSchemaVersion = 1;
+// PRAGMA application_id of an idemgate file: "idem" in ASCII.
+inline constexpr int64_t kApplicationId = 0x6964656d;
+
+// Brings the file behind `conn` to kSchemaVersion, applying the missing
+// migrations in one IMMEDIATE transaction (so concurrent openers migrate
+// once). Errors: kFailedPrecondition for a file written by a newer idemgate,
+// kInvalidArgument for an SQLite database that belongs to another program,
+// and the storage errors of ErrorFromSqlite.
+Result<void> MigrateSchema(Connection& conn);
+
+}  // namespace idem::sqlite

@@ -1,0 +1,371 @@
+#include "sqlite_store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "change_hub.h"
+#include "database_file.h"
+#include "group_commit_writer.h"
+#include "read_pool.h"
+#include "sqlite_connection.h"
+#include "sqlite_rows.h"
+#include "sqlite_schema.h"
+
+namespace idem {
+namespace {
+
+using sqlite::Connection;
+using sqlite::WriteContext;
+
+// PRAGMA synchronous values accepted from options, as fixed SQL.
+Result<const char*> SynchronousPragma(const std::string& mode) {
+  if (mode == "full") return "PRAGMA synchronous = FULL";
+  if (mode == "normal") return "PRAGMA synchronous = NORMAL";
+  if (mode == "extra") return "PRAGMA synchronous = EXTRA";
+  if (mode == "off") return "PRAGMA synchronous = OFF";
+  return MakeError(ErrorCode::kInvalidArgument,
+                   fmt::format("sqlite store: synchronous \"{}\" is not one of full, normal, "
+                               "extra, off",
+                               mode));
+}
+
+Result<void> CheckOptions(const StoreOptions& options) {
+  if (options.sqlite_busy_timeout < Duration(0)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "sqlite store: the busy timeout must not be negative");
+  }
+  if (options.poll_interval <= Duration(0)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "sqlite store: the poll interval must be positive");
+  }
+  if (options.max_batch == 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "sqlite store: max_batch must be at least 1");
+  }
+  return {};
+}
+
+Result<void> EnableWal(Connection& conn) {
+  auto mode = conn.QueryText("PRAGMA journal_mode = WAL", "switching the file to WAL mode");
+  if (!mode) return std::unexpected(std::move(mode.error()));
+  if (*mode != "wal") {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("sqlite store {}: the file system does not support SQLite's WAL "
+                                 "mode (journal mode stays \"{}\"); put the store on a local file "
+                                 "system",
+                                 conn.path(), *mode));
+  }
+  return {};
+}
+
+int64_t Micros(TimePoint t) { return ToUnixMillis(t) * 1000; }
+
+std::string Describe(const RecordId& id) {
+  return fmt::format("record \"{}\" of tenant \"{}\"", id.key, id.tenant);
+}
+
+Error NotFound(const RecordId& id) {
+  return Error{ErrorCode::kNotFound,
+               Describe(id) + " does not exist (never claimed, released, evicted or expired)"};
+}
+
+Error StaleFence(const Record& r, uint64_t fence) {
+  return Error{ErrorCode::kAborted,
+               fmt::format("{} is now at fence {} ({}), not {}: this owner lost its claim and "
+                           "must not write",
+                           Describe(r.id), r.fence, RecordStateName(r.state), fence)};
+}
+
+Error WrongState(const Record& r, std::string_view action, std::string_view allowed) {
+  return Error{ErrorCode::kFailedPrecondition,
+               fmt::format("{} is {}; {} needs it {}", Describe(r.id), RecordStateName(r.state),
+                           action, allowed)};
+}
+
+// The live row of `id` owned with `fence`: kNotFound if absent or past
+// retention, kAborted if the fence moved on.
+Result<Record> ReadOwned(Connection& conn, const RecordId& id, uint64_t fence, TimePoint now) {
+  auto row = sqlite::ReadRecord(conn, id);
+  if (!row) return std::unexpected(std::move(row.error()));
+  if (!*row || (*row)->expires_at <= now) return std::unexpected(NotFound(id));
+  if ((*row)->fence != fence) return std::unexpected(StaleFence(**row, fence));
+  return std::move(**row);
+}
+
+template <typename T, typename Fn>
+class FnOp final : public sqlite::WriteOp {
+ public:
+  explicit FnOp(Fn& fn) : fn_(fn) {}
+
+  Result<void> Run(WriteContext& ctx) override {
+    result_.emplace(fn_(ctx));
+    if (!*result_ && sqlite::IsStorageFailure(result_->error().code)) {
+      return std::unexpected(result_->error());
+    }
+    return {};
+  }
+
+  void Fail(const Error& error) override { result_.emplace(std::unexpected(error)); }
+
+  Result<T> Take() { return std::move(*result_); }
+
+ private:
+  Fn& fn_;
+  std::optional<Result<T>> result_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock& clock,
+                                               const StoreOptions& options) {
+  auto store = SqliteStore::Open(path, clock, options);
+  if (!store) return std::unexpected(std::move(store.error()));
+  return std::unique_ptr<Store>(std::move(*store));
+}
+
+SqliteStore::SqliteStore(std::string path, Clock& clock, const StoreOptions& options)
+    : path_(std::move(path)), clock_(clock), options_(options) {}
+
+SqliteStore::~SqliteStore() = default;
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, Clock& clock,
+                                                       const StoreOptions& options) {
+  if (auto ok = CheckOptions(options); !ok) return std::unexpected(std::move(ok.error()));
+  auto synchronous = SynchronousPragma(options.sqlite_synchronous);
+  if (!synchronous) return std::unexpected(std::move(synchronous.error()));
+  if (auto ok = sqlite::PrepareDatabaseFile(path); !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
+
+  auto conn = Connection::Open(path, options.sqlite_busy_timeout);
+  if (!conn) return std::unexpected(std::move(conn.error()));
+  if (auto ok = EnableWal(**conn); !ok) return std::unexpected(std::move(ok.error()));
+  if (auto ok = (*conn)->Exec(*synchronous, "setting PRAGMA synchronous"); !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
+  if (auto ok = sqlite::MigrateSchema(**conn); !ok) return std::unexpected(std::move(ok.error()));
+
+  std::unique_ptr<SqliteStore> store(new SqliteStore(path, clock, options));
+  store->hub_ = std::make_unique<sqlite::ChangeHub>();
+  const size_t max_idle_readers = std::max(4u, std::thread::hardware_concurrency());
+  store->readers_ =
+      std::make_unique<sqlite::ReadPool>(path, options.sqlite_busy_timeout, max_idle_readers);
+  // Open one reader now so that a file readers cannot use fails here, not on
+  // the first Get.
+  if (auto reader = store->readers_->Acquire(); !reader) {
+    return std::unexpected(std::move(reader.error()));
+  }
+  sqlite::ChangeHub* hub = store->hub_.get();
+  store->writer_ = std::make_unique<sqlite::GroupCommitWriter>(
+      std::move(*conn), options.max_batch,
+      [hub](const std::vector<RecordId>& changed) { hub->Notify(changed); });
+  return store;
+}
+
+uint64_t SqliteStore::commits() const { return writer_->commits(); }
+uint64_t SqliteStore::writes() const { return writer_->writes(); }
+uint64_t SqliteStore::pending_writes() const { return writer_->pending(); }
+
+template <typename T, typename Fn>
+Result<T> SqliteStore::Write(Fn fn) {
+  FnOp<T, Fn> op(fn);
+  writer_->Execute(op);
+  return op.Take();
+}
+
+Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
+  return Write<ClaimResult>([&](WriteContext& ctx) -> Result<ClaimResult> {
+    const TimePoint now = clock_.Now();
+    auto row = sqlite::ReadRecord(ctx.conn, req.id);
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (*row && (*row)->expires_at > now) return ClaimResult{false, std::move(**row)};
+
+    auto floor = sqlite::FenceFloor(ctx.conn);
+    if (!floor) return std::unexpected(std::move(floor.error()));
+    uint64_t fence = std::max(*floor + 1, static_cast<uint64_t>(Micros(now)));
+    if (*row) fence = std::max(fence, (*row)->fence + 1);
+
+    Record r;
+    r.id = req.id;
+    r.state = RecordState::kInProgress;
+    r.fingerprint = req.fingerprint;
+    r.tool = req.tool;
+    r.turn = req.turn;
+    r.fence = fence;
+    r.created_at = now;
+    r.lease_expires_at = now + req.lease;
+    r.expires_at = now + std::max(req.retention, req.lease);
+    if (auto ok = sqlite::WriteRecord(ctx.conn, r); !ok) return std::unexpected(ok.error());
+    ctx.changed.push_back(req.id);
+    return ClaimResult{true, std::move(r)};
+  });
+}
+
+Result<TimePoint> SqliteStore::Heartbeat(const RecordId& id, uint64_t fence, Duration lease) {
+  return Write<TimePoint>([&](WriteContext& ctx) -> Result<TimePoint> {
+    const TimePoint now = clock_.Now();
+    auto r = ReadOwned(ctx.conn, id, fence, now);
+    if (!r) return std::unexpected(std::move(r.error()));
+    if (r->state != RecordState::kInProgress) {
+      return std::unexpected(WrongState(*r, "a heartbeat", "in_progress"));
+    }
+    r->lease_expires_at = now + lease;
+    r->expires_at = std::max(r->expires_at, r->lease_expires_at);
+    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
+    return r->lease_expires_at;
+  });
+}
+
+Result<Record> SqliteStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                                     Duration retention) {
+  return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
+    const TimePoint now = clock_.Now();
+    auto r = ReadOwned(ctx.conn, id, fence, now);
+    if (!r) return r;
+    if (r->state == RecordState::kCompleted) {
+      return std::unexpected(WrongState(*r, "complete", "in_progress or unknown"));
+    }
+    r->state = RecordState::kCompleted;
+    r->outcome = outcome;
+    r->completed_at = now;
+    r->expires_at = now + retention;
+    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
+    ctx.changed.push_back(id);
+    return r;
+  });
+}
+
+Result<void> SqliteStore::Release(const RecordId& id, uint64_t fence) {
+  return Write<void>([&](WriteContext& ctx) -> Result<void> {
+    auto r = ReadOwned(ctx.conn, id, fence, clock_.Now());
+    if (!r) return std::unexpected(std::move(r.error()));
+    if (r->state == RecordState::kCompleted) {
+      return std::unexpected(WrongState(*r, "release", "in_progress or unknown"));
+    }
+    if (auto ok = sqlite::DeleteRecord(ctx.conn, id); !ok) return std::unexpected(ok.error());
+    ctx.changed.push_back(id);
+    return {};
+  });
+}
+
+Result<Record> SqliteStore::MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) {
+  return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
+    const TimePoint now = clock_.Now();
+    auto r = ReadOwned(ctx.conn, id, fence, now);
+    if (!r) return r;
+    if (r->state != RecordState::kInProgress) {
+      return std::unexpected(WrongState(*r, "mark unknown", "in_progress"));
+    }
+    r->state = RecordState::kUnknown;
+    r->completed_at = now;
+    r->expires_at = now + retention;
+    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
+    ctx.changed.push_back(id);
+    return r;
+  });
+}
+
+Result<Record> SqliteStore::TakeOver(const RecordId& id, uint64_t fence, Duration lease) {
+  return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
+    const TimePoint now = clock_.Now();
+    auto r = ReadOwned(ctx.conn, id, fence, now);
+    if (!r) return r;
+    if (r->state == RecordState::kCompleted) {
+      return std::unexpected(WrongState(*r, "take over",
+                                        "in_progress with an expired lease, or "
+                                        "unknown"));
+    }
+    if (r->state == RecordState::kInProgress && r->lease_expires_at > now) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       fmt::format("{} is in progress and its owner's lease is alive for {} ms; "
+                                   "wait for it or for the lease to expire",
+                                   Describe(id), (r->lease_expires_at - now).count()));
+    }
+    r->state = RecordState::kInProgress;
+    r->fence = fence + 1;
+    r->lease_expires_at = now + lease;
+    r->expires_at = std::max(r->expires_at, r->lease_expires_at);
+    r->completed_at = TimePoint{};
+    r->outcome.reset();
+    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
+    ctx.changed.push_back(id);
+    return r;
+  });
+}
+
+Result<std::optional<Record>> SqliteStore::Get(const RecordId& id) {
+  auto conn = readers_->Acquire();
+  if (!conn) return std::unexpected(std::move(conn.error()));
+  auto row = sqlite::ReadRecord(**conn, id);
+  if (!row) return row;
+  if (*row && (*row)->expires_at <= clock_.Now()) return std::nullopt;
+  return row;
+}
+
+Result<bool> SqliteStore::Evict(const RecordId& id) {
+  return Write<bool>([&](WriteContext& ctx) -> Result<bool> {
+    auto deleted = sqlite::DeleteRecord(ctx.conn, id);
+    if (deleted && *deleted) ctx.changed.push_back(id);
+    return deleted;
+  });
+}
+
+Result<void> SqliteStore::WaitForChange(const RecordId& id, const Record& seen,
+                                        TimePoint deadline) {
+  // Subscribe before the first read, so a change committed in between wakes
+  // the wait instead of being missed.
+  auto watch = hub_->Subscribe(id);
+  for (;;) {
+    auto current = Get(id);
+    if (!current) return std::unexpected(std::move(current.error()));
+    if (!*current || (*current)->fence != seen.fence || (*current)->state != seen.state) {
+      return {};
+    }
+    const TimePoint now = clock_.Now();
+    if (now >= deadline) return {};
+    watch->WaitUntil(clock_, std::min(deadline, now + options_.poll_interval));
+  }
+}
+
+Result<size_t> SqliteStore::PurgeExpired(size_t limit) {
+  if (limit == 0) return 0;
+  return Write<size_t>([&](WriteContext& ctx) -> Result<size_t> {
+    auto ids = sqlite::DeleteExpiredRecords(ctx.conn, clock_.Now(), limit);
+    if (!ids) return std::unexpected(std::move(ids.error()));
+    ctx.changed.insert(ctx.changed.end(), ids->begin(), ids->end());
+    return ids->size();
+  });
+}
+
+Result<uint64_t> SqliteStore::CountRecords() {
+  auto conn = readers_->Acquire();
+  if (!conn) return std::unexpected(std::move(conn.error()));
+  return sqlite::CountRecordRows(**conn);
+}
+
+Result<void> SqliteStore::AppendAttempts(const std::vector<Attempt>& attempts) {
+  if (attempts.empty()) return {};
+  return Write<void>([&](WriteContext& ctx) -> Result<void> {
+    for (const Attempt& a : attempts) {
+      if (auto ok = sqlite::InsertAttempt(ctx.conn, a); !ok) return ok;
+    }
+    return {};
+  });
+}
+
+Result<std::vector<Attempt>> SqliteStore::QueryAttempts(const AttemptFilter& filter) {
+  auto conn = readers_->Acquire();
+  if (!conn) return std::unexpected(std::move(conn.error()));
+  return sqlite::SelectAttempts(**conn, filter);
+}
+
+Result<std::map<std::string, ToolStats>> SqliteStore::SummarizeAttempts(
+    const AttemptFilter& filter) {
+  auto conn = readers_->Acquire();
+  if (!conn) return std::unexpected(std::move(conn.error()));
+  return sqlite::CountAttempts(**conn, filter);
+}
+
+}  // namespace idem

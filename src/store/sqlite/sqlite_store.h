@@ -1,0 +1,91 @@
+// The embedded default store (DESIGN.md §5): one SQLite file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/error.h"
+#include "idem/record.h"
+#include "idem/store.h"
+
+namespace idem {
+
+namespace sqlite {
+class ChangeHub;
+class GroupCommitWriter;
+class ReadPool;
+}  // namespace sqlite
+
+// Opens (creating if needed, mode 0600, parent directories 0700) the SQLite
+// file at `path`. `clock` must outlive the store. Errors, each naming the
+// path and what to do: kInvalidArgument for bad options, a path that is a
+// directory or an SQLite file of another program; kUnavailable for a file or
+// directory that cannot be created or written, or a file locked by another
+// process past the busy timeout; kDataLoss for a corrupt file or one that is
+// not a database (left untouched); kFailedPrecondition for a file written by
+// a newer idemgate.
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock& clock,
+                                               const StoreOptions& options);
+
+// A Store in one SQLite file in WAL mode. Writes go through one group-commit
+// writer thread with its own connection, so concurrent writes share one
+// transaction and one fsync and each is durable before it returns; reads use
+// a pool of read connections and never wait for the writer. Several stores
+// and several processes may open the same file: SQLite's file locks order
+// their transactions. WaitForChange wakes at once for writes through this
+// object and polls every options.poll_interval for other writers.
+// Thread-safe.
+class SqliteStore final : public Store {
+ public:
+  // As OpenSqliteStore, with the concrete type (for tests and benchmarks).
+  static Result<std::unique_ptr<SqliteStore>> Open(const std::string& path, Clock& clock,
+                                                   const StoreOptions& options);
+  ~SqliteStore() override;
+
+  // Store:
+  Result<ClaimResult> Claim(const ClaimRequest& req) override;
+  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override;
+  Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                          Duration retention) override;
+  Result<void> Release(const RecordId& id, uint64_t fence) override;
+  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
+  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
+  Result<std::optional<Record>> Get(const RecordId& id) override;
+  Result<bool> Evict(const RecordId& id) override;
+  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
+  Result<size_t> PurgeExpired(size_t limit) override;
+  Result<uint64_t> CountRecords() override;
+  Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override;
+  Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override;
+  Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) override;
+
+  // Write transactions this store has committed. Fewer than writes() when
+  // group commit shared transactions between concurrent writers.
+  uint64_t commits() const;
+  // Writes this store has committed.
+  uint64_t writes() const;
+  // Writes waiting for their transaction to commit.
+  uint64_t pending_writes() const;
+
+ private:
+  SqliteStore(std::string path, Clock& clock, const StoreOptions& options);
+
+  // Runs `fn` in the writer's next transaction and returns its result once
+  // the transaction committed.
+  template <typename T, typename Fn>
+  Result<T> Write(Fn fn);
+
+  const std::string path_;
+  Clock& clock_;
+  const StoreOptions options_;
+  std::unique_ptr<sqlite::ChangeHub> hub_;
+  std::unique_ptr<sqlite::ReadPool> readers_;
+  std::unique_ptr<sqlite::GroupCommitWriter> writer_;  // last: stopped first
+};
+
+}  // namespace idem

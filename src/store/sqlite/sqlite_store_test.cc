@@ -1,0 +1,649 @@
+#include "sqlite_store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store_contract.h"
+#include "store_wrapper.h"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr Duration kLease = 30s;
+constexpr Duration kTtl = 24h;
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/idem_sqlite_XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// A SqliteStore on a file in its own temporary directory, for the contract
+// suite: the directory goes when the store does.
+class TempSqliteStore : public testing::StoreWrapper {
+ public:
+  TempSqliteStore(std::unique_ptr<TempDir> dir, std::unique_ptr<Store> store)
+      : StoreWrapper(*store), dir_(std::move(dir)), store_(std::move(store)) {}
+
+ private:
+  std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<Store> store_;  // declared last: closed before the directory goes
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Sqlite, StoreContractTest,
+    ::testing::Values(StoreContractParam{
+        "sqlite",
+        [](Clock& clock) -> std::unique_ptr<Store> {
+          auto dir = std::make_unique<TempDir>();
+          auto store = OpenSqliteStore(dir->File("contract.db"), clock, StoreOptions{});
+          if (!store) {
+            ADD_FAILURE() << store.error().ToString();
+            return nullptr;
+          }
+          return std::make_unique<TempSqliteStore>(std::move(dir), std::move(*store));
+        }}),
+    [](const ::testing::TestParamInfo<StoreContractParam>& info) { return info.param.name; });
+
+ClaimRequest Req(const std::string& key) {
+  ClaimRequest r;
+  r.id = RecordId{"default", key};
+  r.fingerprint = "fp";
+  r.tool = "charge";
+  r.turn = "turn-1";
+  r.lease = kLease;
+  r.retention = kTtl;
+  return r;
+}
+
+Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return st.st_mode & 07777;
+}
+
+// A plain sqlite3 connection for setting up files behind the store's back.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) std::abort();
+    sqlite3_busy_timeout(db_, 10'000);
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  // Returns the SQLite result code.
+  int Exec(const std::string& sql) {
+    return sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+// Blocks until `done()` holds, yielding; fails the test instead of hanging
+// if it never does. Not a timing assumption: the bound only turns a hang
+// into a failure.
+template <typename Pred>
+bool Eventually(Pred done) {
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SqliteStore> Open(const StoreOptions& options = {}) {
+    auto store = SqliteStore::Open(path_, clock_, options);
+    EXPECT_TRUE(store) << store.error().ToString();
+    return store ? std::move(*store) : nullptr;
+  }
+
+  TempDir dir_;
+  std::string path_ = dir_.File("idem.db");
+  FakeClock clock_;
+};
+
+TEST_F(SqliteStoreTest, FilesAndDirectoriesAreOwnerOnly) {
+  const std::string nested = (dir_.path() / "state" / "idemgate" / "idem.db").string();
+  auto store = SqliteStore::Open(nested, clock_, {});
+  ASSERT_TRUE(store) << store.error().ToString();
+  ASSERT_TRUE((*store)->Claim(Req("k")));
+  EXPECT_EQ(ModeOf((dir_.path() / "state").string()), 0700u);
+  EXPECT_EQ(ModeOf((dir_.path() / "state" / "idemgate").string()), 0700u);
+  EXPECT_EQ(ModeOf(nested), 0600u);
+  ASSERT_TRUE(fs::exists(nested + "-wal"));
+  EXPECT_EQ(ModeOf(nested + "-wal"), 0600u);
+  ASSERT_TRUE(fs::exists(nested + "-shm"));
+  EXPECT_EQ(ModeOf(nested + "-shm"), 0600u);
+}
+
+TEST_F(SqliteStoreTest, JunkFileIsDataLossAndLeftUntouched) {
+  std::mt19937 rng(42);
+  std::string junk(8192, '\0');
+  for (char& c : junk) c = static_cast<char>(rng());
+  WriteAll(path_, junk);
+
+  auto store = SqliteStore::Open(path_, clock_, {});
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kDataLoss) << store.error().ToString();
+  EXPECT_NE(store.error().message.find(path_), std::string::npos) << store.error().message;
+  EXPECT_NE(store.error().message.find("not a database"), std::string::npos)
+      << store.error().message;
+  EXPECT_NE(store.error().message.find("left untouched"), std::string::npos)
+      << store.error().message;
+  EXPECT_EQ(ReadAll(path_), junk);
+}
+
+TEST_F(SqliteStoreTest, ShortTextFileIsDataLossAndLeftUntouched) {
+  const std::string text = "this is not a database\n";
+  WriteAll(path_, text);
+  auto store = SqliteStore::Open(path_, clock_, {});
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kDataLoss) << store.error().ToString();
+  EXPECT_EQ(ReadAll(path_), text);
+}
+
+TEST_F(SqliteStoreTest, SqliteFileOfAnotherProgramIsRefused) {
+  {
+    RawDb raw(path_);
+    ASSERT_EQ(raw.Exec("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)"), SQLITE_OK);
+  }
+  auto store = SqliteStore::Open(path_, clock_, {});
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument) << store.error().ToString();
+  EXPECT_NE(store.error().message.find("another program"), std::string::npos);
+  RawDb raw(path_);
+  EXPECT_EQ(raw.Exec("SELECT name FROM customers"), SQLITE_OK) << "the file must be left alone";
+}
+
+TEST_F(SqliteStoreTest, NewerSchemaVersionIsRefused) {
+  Open().reset();
+  {
+    RawDb raw(path_);
+    ASSERT_EQ(raw.Exec("PRAGMA user_version = 99"), SQLITE_OK);
+  }
+  auto store = SqliteStore::Open(path_, clock_, {});
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kFailedPrecondition) << store.error().ToString();
+  EXPECT_NE(store.error().message.find("schema version 99"), std::string::npos)
+      << store.error().message;
+  EXPECT_NE(store.error().message.find("newer idemgate"), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndData) {
+  Open().reset();
+  auto again = Open();
+  ASSERT_NE(again, nullptr);
+  auto n = again->CountRecords();
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 0u);
+}
+
+TEST_F(SqliteStoreTest, PathThatIsADirectoryIsInvalid) {
+  auto store = SqliteStore::Open(dir_.path().string(), clock_, {});
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument) << store.error().ToString();
+}
+
+TEST_F(SqliteStoreTest, ParentThatIsAFileIsInvalid) {
+  WriteAll(dir_.File("plain"), "x");
+  auto store = SqliteStore::Open(dir_.File("plain") + "/sub/idem.db", clock_, {});
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument) << store.error().ToString();
+  EXPECT_NE(store.error().message.find("not a directory"), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, UnknownSynchronousModeIsInvalid) {
+  StoreOptions options;
+  options.sqlite_synchronous = "fast";
+  auto store = SqliteStore::Open(path_, clock_, options);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument);
+}
+
+// Permission bits do not stop root, so as root these tests run the open under
+// an unprivileged effective uid/gid (nobody); as any other user they use the
+// bits directly.
+class Unprivileged {
+ public:
+  static constexpr uid_t kNobody = 65534;
+
+  // Hands `paths` to the unprivileged user when running as root.
+  static void Give(const std::vector<std::string>& paths) {
+    if (::geteuid() != 0) return;
+    for (const auto& p : paths) {
+      if (::chown(p.c_str(), kNobody, kNobody) != 0) std::abort();
+    }
+  }
+
+  Unprivileged() {
+    if (::geteuid() != 0) return;
+    if (::setegid(kNobody) != 0) return;
+    if (::seteuid(kNobody) != 0) {
+      (void)::setegid(0);
+      return;
+    }
+    switched_ = true;
+  }
+  ~Unprivileged() {
+    if (!switched_) return;
+    if (::seteuid(0) != 0 || ::setegid(0) != 0) std::abort();
+  }
+  // False when running as root but the uid could not be dropped.
+  bool ok() const { return switched_ || ::geteuid() != 0; }
+
+ private:
+  bool switched_ = false;
+};
+
+TEST_F(SqliteStoreTest, ReadOnlyFileIsUnavailable) {
+  Open().reset();
+  Unprivileged::Give({dir_.path().string(), path_});
+  ASSERT_EQ(::chmod(path_.c_str(), 0400), 0);
+  Result<std::unique_ptr<SqliteStore>> store = MakeError(ErrorCode::kInternal, "not run");
+  {
+    Unprivileged as_user;
+    if (!as_user.ok()) GTEST_SKIP() << "running as root and cannot drop to uid 65534";
+    store = SqliteStore::Open(path_, clock_, {});
+  }
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kUnavailable) << store.error().ToString();
+  EXPECT_NE(store.error().message.find(path_), std::string::npos);
+  EXPECT_NE(store.error().message.find("Permission denied"), std::string::npos)
+      << store.error().message;
+}
+
+TEST_F(SqliteStoreTest, ReadOnlyDirectoryIsUnavailable) {
+  Open().reset();
+  ASSERT_FALSE(fs::exists(path_ + "-wal")) << "a clean close removes the WAL";
+  Unprivileged::Give({dir_.path().string(), path_});
+  if (fs::exists(path_ + "-shm")) Unprivileged::Give({path_ + "-shm"});
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0500), 0);
+  Result<std::unique_ptr<SqliteStore>> store = MakeError(ErrorCode::kInternal, "not run");
+  {
+    Unprivileged as_user;
+    if (!as_user.ok()) GTEST_SKIP() << "running as root and cannot drop to uid 65534";
+    store = SqliteStore::Open(path_, clock_, {});
+    if (store) store->reset();  // close as the same user, before switching back
+  }
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0700), 0);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kUnavailable) << store.error().ToString();
+  EXPECT_NE(store.error().message.find(path_), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, MissingParentThatCannotBeCreatedIsUnavailable) {
+  Unprivileged::Give({dir_.path().string()});
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0500), 0);
+  const std::string nested = dir_.File("sub") + "/idem.db";
+  Result<std::unique_ptr<SqliteStore>> store = MakeError(ErrorCode::kInternal, "not run");
+  {
+    Unprivileged as_user;
+    if (!as_user.ok()) GTEST_SKIP() << "running as root and cannot drop to uid 65534";
+    store = SqliteStore::Open(nested, clock_, {});
+  }
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0700), 0);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kUnavailable) << store.error().ToString();
+  EXPECT_NE(store.error().message.find("creating the directory"), std::string::npos)
+      << store.error().message;
+}
+
+TEST_F(SqliteStoreTest, FileLockedByAnotherConnectionIsUnavailable) {
+  StoreOptions options;
+  options.sqlite_busy_timeout = 1ms;
+  auto store = Open(options);
+  ASSERT_NE(store, nullptr);
+  RawDb other(path_);
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK);
+
+  auto claim = store->Claim(Req("k"));
+  ASSERT_FALSE(claim);
+  EXPECT_EQ(claim.error().code, ErrorCode::kUnavailable) << claim.error().ToString();
+  EXPECT_NE(claim.error().message.find("locked by another process"), std::string::npos)
+      << claim.error().message;
+  EXPECT_TRUE(claim.error().retryable());
+  auto read = store->Get(RecordId{"default", "k"});
+  EXPECT_TRUE(read) << "readers never wait for a writer in WAL mode";
+
+  ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK);
+  auto retry = store->Claim(Req("k"));
+  ASSERT_TRUE(retry) << retry.error().ToString();
+  EXPECT_TRUE(retry->claimed);
+}
+
+TEST_F(SqliteStoreTest, OpeningAFileLockedExclusivelyIsUnavailable) {
+  RawDb other(path_);
+  ASSERT_EQ(other.Exec("CREATE TABLE t (x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1)"), SQLITE_OK);
+  StoreOptions options;
+  options.sqlite_busy_timeout = 1ms;
+  auto store = SqliteStore::Open(path_, clock_, options);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kUnavailable) << store.error().ToString();
+  EXPECT_NE(store.error().message.find("locked"), std::string::npos) << store.error().message;
+}
+
+TEST_F(SqliteStoreTest, CompletedRecordIsSeenByAFreshStore) {
+  std::string body(1 << 20, 'x');
+  body[7] = '\0';
+  auto writer = Open();
+  auto c = writer->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(writer->Complete(c->record.id, c->record.fence, Ok(body), kTtl));
+
+  auto reader = Open();  // while the first is still open
+  auto got = reader->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kCompleted);
+  EXPECT_EQ((*got)->outcome->body, body);
+
+  writer.reset();
+  reader.reset();
+  auto fresh = Open();
+  auto again = fresh->Get(c->record.id);
+  ASSERT_TRUE(again && again->has_value());
+  EXPECT_EQ((*again)->state, RecordState::kCompleted);
+  EXPECT_EQ((*again)->fence, c->record.fence);
+  EXPECT_EQ((*again)->outcome->body, body);
+  EXPECT_EQ((*again)->created_at, c->record.created_at);
+}
+
+TEST_F(SqliteStoreTest, ConcurrentClaimCompleteShareCommits) {
+  constexpr int kThreads = 16;
+  auto store = Open();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = store->Claim(Req("key-" + std::to_string(i)));
+      if (!c || !c->claimed) {
+        ++failures;
+        return;
+      }
+      if (!store->Complete(c->record.id, c->record.fence, Ok("ok"), kTtl)) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(store->writes(), 2u * kThreads);
+  EXPECT_LE(store->commits(), store->writes());
+  auto n = store->CountRecords();
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, static_cast<uint64_t>(kThreads));
+}
+
+// Deterministic group commit: another connection holds the write lock while
+// 16 claims queue up, so they cannot each get their own transaction.
+TEST_F(SqliteStoreTest, WritesQueuedBehindALockShareOneTransaction) {
+  constexpr int kThreads = 16;
+  StoreOptions options;
+  options.sqlite_busy_timeout = 120s;
+  auto store = Open(options);
+  RawDb other(path_);
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK);
+
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = store->Claim(Req("key-" + std::to_string(i)));
+      if (!c || !c->claimed) {
+        ++failures;
+        return;
+      }
+      if (!store->Complete(c->record.id, c->record.fence, Ok("ok"), kTtl)) ++failures;
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return store->pending_writes() == kThreads; }));
+  EXPECT_EQ(store->commits(), 0u);
+  ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK);
+  for (auto& t : threads) t.join();
+
+  EXPECT_EQ(failures.load(), 0);
+  const uint64_t writes = 2 * kThreads;
+  EXPECT_EQ(store->writes(), writes);
+  // At most 2 transactions for the 16 queued claims (the writer had taken
+  // the first arrivals before it blocked), at most one per complete.
+  EXPECT_LE(store->commits(), 2u + kThreads);
+  EXPECT_LT(store->commits(), writes);
+}
+
+TEST_F(SqliteStoreTest, TwoStoresOnOneFileHaveExactlyOneClaimWinner) {
+  constexpr int kThreadsPerStore = 16;
+  auto a = Open();
+  auto b = Open();
+  std::atomic<int> winners{0};
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2 * kThreadsPerStore; ++i) {
+    SqliteStore* store = i % 2 ? a.get() : b.get();
+    threads.emplace_back([&, store] {
+      auto c = store->Claim(Req("race"));
+      if (!c) {
+        ADD_FAILURE() << c.error().ToString();
+        ++errors;
+      } else if (c->claimed) {
+        ++winners;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(winners.load(), 1);
+}
+
+TEST_F(SqliteStoreTest, WaitForChangeSeesAnotherStoresWriteByPolling) {
+  StoreOptions options;
+  options.poll_interval = 50ms;
+  auto a = Open(options);
+  auto b = Open(options);
+  auto c = a->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  const TimePoint deadline = clock_.Now() + 10s;
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    auto w = b->WaitForChange(c->record.id, c->record, deadline);
+    EXPECT_TRUE(w) << w.error().ToString();
+    returned = true;
+  });
+  clock_.AwaitWaiters(1);
+  ASSERT_TRUE(a->Complete(c->record.id, c->record.fence, Ok("x"), kTtl));
+  // b's waiter is not woken by a's write; its next poll sees it.
+  clock_.Advance(options.poll_interval);
+  waiter.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_LT(clock_.Now(), deadline);
+}
+
+TEST_F(SqliteStoreTest, PurgeRemovesOnlyExpiredRowsInIncrementsOfLimit) {
+  auto store = Open();
+  for (int i = 0; i < 25; ++i) {
+    auto c = store->Claim(Req("old-" + std::to_string(i)));
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(store->Complete(c->record.id, c->record.fence, Ok("x"), Duration(1h) + 1s * i));
+  }
+  for (int i = 0; i < 5; ++i) {
+    auto c = store->Claim(Req("live-" + std::to_string(i)));
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(store->Complete(c->record.id, c->record.fence, Ok("x"), 48h));
+  }
+  clock_.Advance(1h + 20s);  // old-0 … old-20 expired, old-21 … old-24 not yet
+  EXPECT_EQ(*store->PurgeExpired(10), 10u);
+  EXPECT_EQ(*store->PurgeExpired(10), 10u);
+  EXPECT_EQ(*store->PurgeExpired(10), 1u);
+  EXPECT_EQ(*store->PurgeExpired(10), 0u);
+  EXPECT_EQ(*store->CountRecords(), 9u);
+  for (int i = 21; i < 25; ++i) {
+    auto got = store->Get(RecordId{"default", "old-" + std::to_string(i)});
+    ASSERT_TRUE(got && got->has_value()) << i;
+  }
+  clock_.Advance(10s);
+  EXPECT_EQ(*store->PurgeExpired(100), 4u);
+  EXPECT_EQ(*store->CountRecords(), 5u);
+}
+
+TEST_F(SqliteStoreTest, FencesGrowAcrossEvictionEvenWhenAnotherClockIsBehind) {
+  uint64_t evicted_fence = 0;
+  {
+    FakeClock ahead(clock_.Now() + 10h);
+    auto store = SqliteStore::Open(path_, ahead, {});
+    ASSERT_TRUE(store);
+    auto c = (*store)->Claim(Req("k"));
+    ASSERT_TRUE(c);
+    evicted_fence = c->record.fence;
+    ASSERT_TRUE((*store)->Evict(c->record.id));
+  }
+  auto store = Open();  // an instance whose clock is 10 h behind
+  auto c = store->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->claimed);
+  EXPECT_GT(c->record.fence, evicted_fence);
+}
+
+TEST_F(SqliteStoreTest, UnknownStateInARowIsDataLossNamingTheKey) {
+  auto store = Open();
+  ASSERT_TRUE(store->Claim(Req("broken-key")));
+  {
+    RawDb raw(path_);
+    ASSERT_EQ(raw.Exec("UPDATE records SET state = 'exploded'"), SQLITE_OK);
+  }
+  auto got = store->Get(RecordId{"default", "broken-key"});
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, ErrorCode::kDataLoss);
+  EXPECT_NE(got.error().message.find("broken-key"), std::string::npos) << got.error().message;
+  EXPECT_NE(got.error().message.find("exploded"), std::string::npos);
+
+  // A write that reads the broken row fails alone; the writer goes on.
+  auto claim = store->Claim(Req("broken-key"));
+  ASSERT_FALSE(claim);
+  EXPECT_EQ(claim.error().code, ErrorCode::kDataLoss);
+  auto other = store->Claim(Req("fine-key"));
+  ASSERT_TRUE(other) << other.error().ToString();
+  EXPECT_TRUE(other->claimed);
+  auto evicted = store->Evict(RecordId{"default", "broken-key"});
+  ASSERT_TRUE(evicted);
+  EXPECT_TRUE(*evicted);
+}
+
+// The group commit writer rolls a batch back when one write hits a storage
+// error, fails that write alone, and commits the others.
+TEST_F(SqliteStoreTest, AWriteThatHitsACorruptRowFailsAloneInItsBatch) {
+  StoreOptions options;
+  options.sqlite_busy_timeout = 120s;
+  auto store = Open(options);
+  ASSERT_TRUE(store->Claim(Req("broken-key")));
+  RawDb other(path_);
+  ASSERT_EQ(other.Exec("UPDATE records SET state = 'exploded'"), SQLITE_OK);
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK);
+  const uint64_t commits_before = store->commits();
+
+  // The writer takes the first claim and waits for the lock; the next two
+  // queue behind it and so (almost always) share the next transaction.
+  Result<ClaimResult> first = MakeError(ErrorCode::kInternal, "not run");
+  Result<ClaimResult> broken = MakeError(ErrorCode::kInternal, "not run");
+  Result<ClaimResult> fine = MakeError(ErrorCode::kInternal, "not run");
+  std::thread blocked([&] { first = store->Claim(Req("first-key")); });
+  ASSERT_TRUE(Eventually([&] { return store->pending_writes() == 1; }));
+  std::thread a([&] { broken = store->Claim(Req("broken-key")); });
+  std::thread b([&] { fine = store->Claim(Req("fine-key")); });
+  ASSERT_TRUE(Eventually([&] { return store->pending_writes() == 3; }));
+  ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK);
+  blocked.join();
+  a.join();
+  b.join();
+
+  ASSERT_FALSE(broken);
+  EXPECT_EQ(broken.error().code, ErrorCode::kDataLoss);
+  ASSERT_TRUE(first) << first.error().ToString();
+  ASSERT_TRUE(fine) << fine.error().ToString();
+  EXPECT_TRUE(fine->claimed);
+  EXPECT_EQ(store->writes(), 3u);
+  EXPECT_LE(store->commits() - commits_before, 2u);
+  auto got = store->Get(RecordId{"default", "fine-key"});
+  ASSERT_TRUE(got && got->has_value());
+}
+
+TEST_F(SqliteStoreTest, AttemptFiltersCombine) {
+  auto store = Open();
+  std::vector<Attempt> attempts;
+  for (int i = 0; i < 8; ++i) {
+    Attempt a;
+    a.at = clock_.Now() + Duration(i);
+    a.tenant = i % 2 ? "t1" : "t2";
+    a.key = "k" + std::to_string(i % 4);
+    a.tool = "charge";
+    a.turn = "turn";
+    a.outcome = i < 4 ? AttemptOutcome::kExecuted : AttemptOutcome::kReplayed;
+    a.instance = "i";
+    attempts.push_back(a);
+  }
+  ASSERT_TRUE(store->AppendAttempts(attempts));
+  AttemptFilter f;
+  f.tenant = "t1";
+  f.outcome = AttemptOutcome::kReplayed;
+  auto got = store->QueryAttempts(f);
+  ASSERT_TRUE(got) << got.error().ToString();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0].at, clock_.Now() + Duration(7));
+  EXPECT_EQ((*got)[1].at, clock_.Now() + Duration(5));
+  f.key = "k1";
+  auto one = store->QueryAttempts(f);
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ(one->front().at, clock_.Now() + Duration(5));
+  auto stats = store->SummarizeAttempts(f);
+  ASSERT_TRUE(stats);
+  EXPECT_EQ(stats->at("charge").attempts, 1u);
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,412 @@
+#include "store_contract.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+using namespace idem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const Duration kLease = 30s;
+const Duration kTtl = 24h;
+
+ClaimRequest Req(const std::string& key, const std::string& fp = "fp1",
+                 const std::string& tenant = "default") {
+  ClaimRequest r;
+  r.id = RecordId{tenant, key};
+  r.fingerprint = fp;
+  r.tool = "charge";
+  r.turn = "turn-1";
+  r.lease = kLease;
+  r.retention = kTtl;
+  return r;
+}
+
+Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
+
+}  // namespace
+
+TEST_P(StoreContractTest, ClaimCreatesInProgressWithLease) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->claimed);
+  EXPECT_EQ(c->record.state, RecordState::kInProgress);
+  EXPECT_EQ(c->record.fingerprint, "fp1");
+  EXPECT_EQ(c->record.tool, "charge");
+  EXPECT_EQ(c->record.turn, "turn-1");
+  EXPECT_GT(c->record.fence, 0u);
+  EXPECT_EQ(c->record.created_at, clock_.Now());
+  EXPECT_EQ(c->record.lease_expires_at, clock_.Now() + kLease);
+}
+
+TEST_P(StoreContractTest, SecondClaimReturnsExistingRecordUntouched) {
+  auto first = store_->Claim(Req("k"));
+  ASSERT_TRUE(first);
+  clock_.Advance(1s);
+  auto second = store_->Claim(Req("k", "other-fp"));
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(second->claimed);
+  EXPECT_EQ(second->record.fence, first->record.fence);
+  EXPECT_EQ(second->record.fingerprint, "fp1");
+  EXPECT_EQ(second->record.lease_expires_at, first->record.lease_expires_at);
+}
+
+TEST_P(StoreContractTest, CompleteStoresOutcomeAndGetReturnsIt) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  std::string body("binary\0outcome\xff", 15);
+  auto done = store_->Complete(c->record.id, c->record.fence, Ok(body), kTtl);
+  ASSERT_TRUE(done) << done.error().ToString();
+  EXPECT_EQ(done->state, RecordState::kCompleted);
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kCompleted);
+  ASSERT_TRUE((*got)->outcome.has_value());
+  EXPECT_EQ((*got)->outcome->body, body);
+  EXPECT_EQ((*got)->outcome->cls, OutcomeClass::kSuccess);
+  EXPECT_EQ((*got)->completed_at, clock_.Now());
+  EXPECT_EQ((*got)->expires_at, clock_.Now() + kTtl);
+  auto again = store_->Claim(Req("k"));
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->claimed);
+  EXPECT_EQ(again->record.state, RecordState::kCompleted);
+}
+
+TEST_P(StoreContractTest, OutcomeClassesRoundTrip) {
+  for (OutcomeClass cls : {OutcomeClass::kSuccess, OutcomeClass::kToolError,
+                           OutcomeClass::kTooLarge}) {
+    std::string key = "k" + std::string(OutcomeClassName(cls));
+    auto c = store_->Claim(Req(key));
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Outcome{cls, "b"}, kTtl));
+    auto got = store_->Get(c->record.id);
+    ASSERT_TRUE(got && got->has_value());
+    EXPECT_EQ((*got)->outcome->cls, cls);
+  }
+}
+
+TEST_P(StoreContractTest, StaleFenceIsRefusedEverywhere) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  const RecordId id = c->record.id;
+  const uint64_t stale = c->record.fence + 7;
+  EXPECT_EQ(store_->Heartbeat(id, stale, kLease).error().code, ErrorCode::kAborted);
+  EXPECT_EQ(store_->Complete(id, stale, Ok("x"), kTtl).error().code, ErrorCode::kAborted);
+  EXPECT_EQ(store_->Release(id, stale).error().code, ErrorCode::kAborted);
+  EXPECT_EQ(store_->MarkUnknown(id, stale, kTtl).error().code, ErrorCode::kAborted);
+  auto got = store_->Get(id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kInProgress);
+  EXPECT_EQ((*got)->fence, c->record.fence);
+}
+
+TEST_P(StoreContractTest, OperationsOnMissingRecordAreNotFound) {
+  RecordId id{"default", "missing"};
+  EXPECT_EQ(store_->Heartbeat(id, 1, kLease).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store_->Complete(id, 1, Ok("x"), kTtl).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store_->Release(id, 1).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store_->MarkUnknown(id, 1, kTtl).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store_->TakeOver(id, 1, kLease).error().code, ErrorCode::kNotFound);
+  auto got = store_->Get(id);
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(got->has_value());
+}
+
+TEST_P(StoreContractTest, HeartbeatExtendsLease) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  clock_.Advance(20s);
+  auto hb = store_->Heartbeat(c->record.id, c->record.fence, kLease);
+  ASSERT_TRUE(hb) << hb.error().ToString();
+  EXPECT_EQ(*hb, clock_.Now() + kLease);
+  clock_.Advance(20s);  // 40 s after the claim: alive only thanks to the heartbeat
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_GT((*got)->lease_expires_at, clock_.Now());
+}
+
+TEST_P(StoreContractTest, HeartbeatOnCompletedRecordFails) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Ok("x"), kTtl));
+  auto hb = store_->Heartbeat(c->record.id, c->record.fence, kLease);
+  ASSERT_FALSE(hb);
+  EXPECT_EQ(hb.error().code, ErrorCode::kFailedPrecondition);
+}
+
+TEST_P(StoreContractTest, ReleaseDeletesSoNextClaimWins) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(store_->Release(c->record.id, c->record.fence));
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(got->has_value());
+  auto again = store_->Claim(Req("k"));
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->claimed);
+  EXPECT_GT(again->record.fence, c->record.fence);
+}
+
+TEST_P(StoreContractTest, ExpiredLeaseIsReturnedNotReclaimed) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  clock_.Advance(kLease + 1s);
+  auto again = store_->Claim(Req("k"));
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->claimed);
+  EXPECT_EQ(again->record.state, RecordState::kInProgress);
+  EXPECT_LE(again->record.lease_expires_at, clock_.Now());
+}
+
+TEST_P(StoreContractTest, MarkUnknownKeepsRecordUntilRetention) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  clock_.Advance(kLease + 1s);
+  auto u = store_->MarkUnknown(c->record.id, c->record.fence, 1h);
+  ASSERT_TRUE(u) << u.error().ToString();
+  EXPECT_EQ(u->state, RecordState::kUnknown);
+  auto again = store_->Claim(Req("k"));
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->claimed);
+  EXPECT_EQ(again->record.state, RecordState::kUnknown);
+  clock_.Advance(1h);
+  auto fresh = store_->Claim(Req("k"));
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(fresh->claimed) << "an unknown record ends with its retention window";
+  EXPECT_GT(fresh->record.fence, c->record.fence);
+}
+
+TEST_P(StoreContractTest, UnknownCanBeCompletedOrReleasedWithItsFence) {
+  auto c = store_->Claim(Req("a"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(store_->MarkUnknown(c->record.id, c->record.fence, kTtl));
+  auto done = store_->Complete(c->record.id, c->record.fence, Ok("resolved"), kTtl);
+  ASSERT_TRUE(done) << done.error().ToString();
+  EXPECT_EQ(done->state, RecordState::kCompleted);
+
+  auto d = store_->Claim(Req("b"));
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(store_->MarkUnknown(d->record.id, d->record.fence, kTtl));
+  ASSERT_TRUE(store_->Release(d->record.id, d->record.fence));
+  auto got = store_->Get(d->record.id);
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(got->has_value());
+}
+
+TEST_P(StoreContractTest, TakeOverNeedsExpiredLeaseAndBumpsFence) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  auto early = store_->TakeOver(c->record.id, c->record.fence, kLease);
+  ASSERT_FALSE(early);
+  EXPECT_EQ(early.error().code, ErrorCode::kFailedPrecondition);
+  clock_.Advance(kLease);
+  auto t = store_->TakeOver(c->record.id, c->record.fence, kLease);
+  ASSERT_TRUE(t) << t.error().ToString();
+  EXPECT_EQ(t->state, RecordState::kInProgress);
+  EXPECT_GT(t->fence, c->record.fence);
+  EXPECT_EQ(t->lease_expires_at, clock_.Now() + kLease);
+  // The superseded owner can no longer write.
+  EXPECT_EQ(store_->Complete(c->record.id, c->record.fence, Ok("late"), kTtl).error().code,
+            ErrorCode::kAborted);
+  // Only one of two racing take-overs with the same old fence wins.
+  EXPECT_EQ(store_->TakeOver(c->record.id, c->record.fence, kLease).error().code,
+            ErrorCode::kAborted);
+  ASSERT_TRUE(store_->Complete(c->record.id, t->fence, Ok("new owner"), kTtl));
+}
+
+TEST_P(StoreContractTest, TakeOverOfUnknownRecord) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(store_->MarkUnknown(c->record.id, c->record.fence, kTtl));
+  auto t = store_->TakeOver(c->record.id, c->record.fence, kLease);
+  ASSERT_TRUE(t) << t.error().ToString();
+  EXPECT_EQ(t->state, RecordState::kInProgress);
+  EXPECT_GT(t->fence, c->record.fence);
+}
+
+TEST_P(StoreContractTest, CompletedRecordExpiresAfterRetention) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Ok("x"), 1h));
+  clock_.Advance(1h - 1ms);
+  auto alive = store_->Get(c->record.id);
+  ASSERT_TRUE(alive && alive->has_value());
+  clock_.Advance(1ms);
+  auto gone = store_->Get(c->record.id);
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value());
+  auto fresh = store_->Claim(Req("k"));
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(fresh->claimed);
+  EXPECT_GT(fresh->record.fence, c->record.fence);
+}
+
+TEST_P(StoreContractTest, FencesGrowAcrossEviction) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  auto ev = store_->Evict(c->record.id);
+  ASSERT_TRUE(ev);
+  EXPECT_TRUE(*ev);
+  auto again = store_->Claim(Req("k"));
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->claimed);
+  EXPECT_NE(again->record.fence, c->record.fence)
+      << "a stale owner of an evicted record must not own the new one";
+  EXPECT_EQ(store_->Complete(c->record.id, c->record.fence, Ok("stale"), kTtl).error().code,
+            ErrorCode::kAborted);
+  auto none = store_->Evict(RecordId{"default", "never"});
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none);
+}
+
+TEST_P(StoreContractTest, TenantsAreSeparate) {
+  auto a = store_->Claim(Req("k", "fp", "tenant-a"));
+  auto b = store_->Claim(Req("k", "fp", "tenant-b"));
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->claimed);
+  EXPECT_TRUE(b->claimed);
+  ASSERT_TRUE(store_->Complete(a->record.id, a->record.fence, Ok("a's"), kTtl));
+  auto gb = store_->Get(RecordId{"tenant-b", "k"});
+  ASSERT_TRUE(gb && gb->has_value());
+  EXPECT_EQ((*gb)->state, RecordState::kInProgress);
+  ASSERT_TRUE(store_->Evict(RecordId{"tenant-a", "k"}));
+  auto still = store_->Get(RecordId{"tenant-b", "k"});
+  ASSERT_TRUE(still && still->has_value());
+}
+
+TEST_P(StoreContractTest, PurgeRemovesOnlyExpiredInBatches) {
+  for (int i = 0; i < 10; ++i) {
+    auto c = store_->Claim(Req("old" + std::to_string(i)));
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Ok("x"), 1h));
+  }
+  auto keep = store_->Claim(Req("live"));
+  ASSERT_TRUE(keep);
+  ASSERT_TRUE(store_->Complete(keep->record.id, keep->record.fence, Ok("x"), 48h));
+  clock_.Advance(2h);
+  auto p1 = store_->PurgeExpired(4);
+  ASSERT_TRUE(p1);
+  EXPECT_EQ(*p1, 4u);
+  auto p2 = store_->PurgeExpired(100);
+  ASSERT_TRUE(p2);
+  EXPECT_EQ(*p2, 6u);
+  auto p3 = store_->PurgeExpired(100);
+  ASSERT_TRUE(p3);
+  EXPECT_EQ(*p3, 0u);
+  auto n = store_->CountRecords();
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 1u);
+  auto live = store_->Get(keep->record.id);
+  ASSERT_TRUE(live && live->has_value());
+}
+
+TEST_P(StoreContractTest, ConcurrentClaimsHaveExactlyOneWinner) {
+  constexpr int kThreads = 32;
+  std::atomic<int> winners{0};
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      auto c = store_->Claim(Req("race"));
+      if (!c) {
+        ++errors;
+      } else if (c->claimed) {
+        ++winners;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(winners.load(), 1);
+}
+
+TEST_P(StoreContractTest, WaitForChangeWakesOnComplete) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  std::atomic<bool> woke{false};
+  std::thread waiter([&] {
+    auto w = store_->WaitForChange(c->record.id, c->record, clock_.Now() + 10s);
+    EXPECT_TRUE(w) << w.error().ToString();
+    woke = true;
+  });
+  clock_.AwaitWaiters(1);
+  EXPECT_FALSE(woke.load());
+  ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Ok("x"), kTtl));
+  waiter.join();  // returns without any Advance: woken by the completion itself
+  EXPECT_TRUE(woke.load());
+}
+
+TEST_P(StoreContractTest, WaitForChangeReturnsAtDeadline) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  std::thread waiter([&] {
+    auto w = store_->WaitForChange(c->record.id, c->record, clock_.Now() + 5s);
+    EXPECT_TRUE(w);
+  });
+  clock_.AwaitWaiters(1);
+  clock_.Advance(5s);
+  waiter.join();
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kInProgress);
+}
+
+TEST_P(StoreContractTest, WaitForChangeReturnsAtOnceIfAlreadyChanged) {
+  auto c = store_->Claim(Req("k"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(store_->Release(c->record.id, c->record.fence));
+  auto w = store_->WaitForChange(c->record.id, c->record, clock_.Now() + 10s);
+  EXPECT_TRUE(w);
+}
+
+TEST_P(StoreContractTest, AttemptsAreQueriedNewestFirstWithFilters) {
+  std::vector<Attempt> batch;
+  for (int i = 0; i < 6; ++i) {
+    Attempt a;
+    a.at = clock_.Now() + Duration(i * 1000);
+    a.tenant = "default";
+    a.key = i % 2 ? "k1" : "k2";
+    a.tool = i < 3 ? "charge" : "deploy";
+    a.turn = "t";
+    a.outcome = i == 5 ? AttemptOutcome::kReplayed : AttemptOutcome::kExecuted;
+    a.latency = Duration(i);
+    a.instance = "test";
+    a.detail = "d" + std::to_string(i);
+    batch.push_back(a);
+  }
+  ASSERT_TRUE(store_->AppendAttempts(batch));
+  auto all = store_->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 6u);
+  EXPECT_EQ(all->front().detail, "d5");
+  EXPECT_EQ(all->front().outcome, AttemptOutcome::kReplayed);
+  EXPECT_EQ(all->front().latency, Duration(5));
+  EXPECT_EQ(all->front().instance, "test");
+
+  AttemptFilter by_key;
+  by_key.key = "k1";
+  EXPECT_EQ(store_->QueryAttempts(by_key)->size(), 3u);
+  AttemptFilter by_tool;
+  by_tool.tool = "deploy";
+  EXPECT_EQ(store_->QueryAttempts(by_tool)->size(), 3u);
+  AttemptFilter by_outcome;
+  by_outcome.outcome = AttemptOutcome::kReplayed;
+  EXPECT_EQ(store_->QueryAttempts(by_outcome)->size(), 1u);
+  AttemptFilter since;
+  since.since = clock_.Now() + 4s;
+  EXPECT_EQ(store_->QueryAttempts(since)->size(), 2u);
+  AttemptFilter limited;
+  limited.limit = 2;
+  EXPECT_EQ(store_->QueryAttempts(limited)->size(), 2u);
+
+  auto stats = store_->SummarizeAttempts(AttemptFilter{});
+  ASSERT_TRUE(stats);
+  ASSERT_EQ(stats->size(), 2u);
+  EXPECT_EQ(stats->at("charge").attempts, 3u);
+  EXPECT_EQ(stats->at("deploy").attempts, 3u);
+  EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kReplayed), 1u);
+  EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kExecuted), 2u);
+}

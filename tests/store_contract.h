@@ -1,0 +1,34 @@
+// The store contract suite (DESIGN.md §5): every backend instantiates it
+// unchanged with an opener for a fresh, empty store:
+//
+//   INSTANTIATE_TEST_SUITE_P(Sqlite, StoreContractTest,
+//       testing::Values(StoreContractParam{"sqlite", [](idem::Clock& c) { ... }}));
+//
+// Time is a FakeClock: leases and retention are exercised without sleeping.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "idem/clock.h"
+#include "idem/store.h"
+
+struct StoreContractParam {
+  std::string name;
+  std::function<std::unique_ptr<idem::Store>(idem::Clock&)> open;
+};
+
+inline std::string PrintToString(const StoreContractParam& p) { return p.name; }
+
+class StoreContractTest : public testing::TestWithParam<StoreContractParam> {
+ protected:
+  void SetUp() override {
+    store_ = GetParam().open(clock_);
+    ASSERT_NE(store_, nullptr);
+  }
+  idem::FakeClock clock_;
+  std::unique_ptr<idem::Store> store_;
+};

@@ -1,0 +1,139 @@
+// Store wrappers for tests, in the manner of LevelDB's EnvWrapper: forward
+// everything to a real store and override only what a test needs.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+#include "idem/store.h"
+
+namespace idem::testing {
+
+class StoreWrapper : public Store {
+ public:
+  explicit StoreWrapper(Store& target) : target_(target) {}
+
+  // Store:
+  Result<ClaimResult> Claim(const ClaimRequest& req) override { return target_.Claim(req); }
+  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
+    return target_.Heartbeat(id, fence, lease);
+  }
+  Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                          Duration retention) override {
+    return target_.Complete(id, fence, outcome, retention);
+  }
+  Result<void> Release(const RecordId& id, uint64_t fence) override {
+    return target_.Release(id, fence);
+  }
+  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override {
+    return target_.MarkUnknown(id, fence, retention);
+  }
+  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override {
+    return target_.TakeOver(id, fence, lease);
+  }
+  Result<std::optional<Record>> Get(const RecordId& id) override { return target_.Get(id); }
+  Result<bool> Evict(const RecordId& id) override { return target_.Evict(id); }
+  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override {
+    return target_.WaitForChange(id, seen, deadline);
+  }
+  Result<size_t> PurgeExpired(size_t limit) override { return target_.PurgeExpired(limit); }
+  Result<uint64_t> CountRecords() override { return target_.CountRecords(); }
+  Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override {
+    return target_.AppendAttempts(attempts);
+  }
+  Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override {
+    return target_.QueryAttempts(filter);
+  }
+  Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& f) override {
+    return target_.SummarizeAttempts(f);
+  }
+
+ protected:
+  Store& target_;
+};
+
+// Counts heartbeats and lets a test block until the n-th one (no sleeps).
+class CountingStore : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
+    auto r = StoreWrapper::Heartbeat(id, fence, lease);
+    std::lock_guard g(mu_);
+    ++heartbeats_;
+    cv_.notify_all();
+    return r;
+  }
+  void AwaitHeartbeats(int n) {
+    std::unique_lock g(mu_);
+    cv_.wait(g, [&] { return heartbeats_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int heartbeats_ = 0;
+};
+
+// Fails the n-th record operation (1-based; audit-log calls are not counted)
+// with kUnavailable, as a store that went down would.
+class FailingStore : public StoreWrapper {
+ public:
+  FailingStore(Store& target, int fail_at) : StoreWrapper(target), fail_at_(fail_at) {}
+
+  Result<ClaimResult> Claim(const ClaimRequest& req) override {
+    if (Fail()) return Down<ClaimResult>();
+    auto r = StoreWrapper::Claim(req);
+    if (r && r->claimed) claims_granted_.fetch_add(1);
+    return r;
+  }
+  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
+    if (Fail()) return Down<TimePoint>();
+    return StoreWrapper::Heartbeat(id, fence, lease);
+  }
+  Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                          Duration retention) override {
+    if (Fail()) return Down<Record>();
+    return StoreWrapper::Complete(id, fence, outcome, retention);
+  }
+  Result<void> Release(const RecordId& id, uint64_t fence) override {
+    if (Fail()) return Down<void>();
+    return StoreWrapper::Release(id, fence);
+  }
+  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override {
+    if (Fail()) return Down<Record>();
+    return StoreWrapper::MarkUnknown(id, fence, retention);
+  }
+  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override {
+    if (Fail()) return Down<Record>();
+    auto r = StoreWrapper::TakeOver(id, fence, lease);
+    if (r) claims_granted_.fetch_add(1);
+    return r;
+  }
+  Result<std::optional<Record>> Get(const RecordId& id) override {
+    if (Fail()) return Down<std::optional<Record>>();
+    return StoreWrapper::Get(id);
+  }
+  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override {
+    if (Fail()) return Down<void>();
+    return StoreWrapper::WaitForChange(id, seen, deadline);
+  }
+
+  int calls() const { return calls_.load(); }
+  // Claims (and take-overs) the store granted: an execution needs one.
+  int claims_granted() const { return claims_granted_.load(); }
+
+ private:
+  bool Fail() { return calls_.fetch_add(1) + 1 == fail_at_; }
+  template <typename T>
+  Result<T> Down() {
+    return MakeError(ErrorCode::kUnavailable, "injected failure: the store is down");
+  }
+
+  const int fail_at_;
+  std::atomic<int> calls_{0};
+  std::atomic<int> claims_granted_{0};
+};
+
+}  // namespace idem::testing
