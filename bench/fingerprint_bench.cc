@@ -29,7 +29,7 @@ std::string MakeArguments(size_t limit) {
     std::string item = (i == 0 ? "" : ", ");
     item += R"({"sku": "SKU-)" + std::to_string(100000 + i * 7919) + R"(", "qty": )" +
             std::to_string(1 + i % 9);
-    if (i % 2 == 0) {
+    if (i % 2 == 1) {
       item += R"(, "unit_price": )" + std::to_string(i % 97) + ".99" +
               R"(, "name": "Kaffeebohnen – 1 kg ☕ Zo\u00eb's \"Hausmischung\"", )"
               R"("tags": ["food", "bulk", null], "meta": {"warehouse": "DE-BER-2", )"
@@ -113,8 +113,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
   void PrintRatios() const {
     std::printf("\nfingerprint / raw SHA-256 throughput (target >= 0.20 at 4096):\n");
-    std::printf("%10s %14s %14s %14s %8s\n", "size", "sha256 MB/s", "fingerpr MB/s",
-                "canon MB/s", "ratio");
+    std::printf("%10s %14s %14s %14s %8s\n", "size", "sha256 MB/s", "fingerpr MB/s", "canon MB/s",
+                "ratio");
     for (int64_t size : kSizes) {
       const std::string arg = std::to_string(size);
       const double raw = Rate("BM_Sha256Raw/" + arg);

@@ -63,8 +63,8 @@ class FakeClock final : public Clock {
     std::mutex* mu;
   };
   std::atomic<int64_t> now_ms_;
-  std::atomic<uint64_t> epoch_{0};  // bumped by every Advance
-  std::mutex mu_;                   // guards waiters_
+  std::mutex mu_;       // guards waiters_ and notifying_
+  int notifying_ = 0;   // Advance calls still waking the waiters they saw
   std::condition_variable changed_;
   std::vector<Waiter> waiters_;
 };

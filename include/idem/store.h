@@ -59,8 +59,10 @@ class Store {
   virtual Result<ClaimResult> Claim(const ClaimRequest& req) = 0;
 
   // Extends the lease of an in-progress record owned with `fence` to now +
-  // lease. Returns the new lease expiry. kAborted if the fence moved on or
-  // the record is no longer in progress; kNotFound if it is gone.
+  // lease. Returns the new lease expiry. kAborted if the fence moved on;
+  // kFailedPrecondition if the record is no longer in progress; kNotFound if
+  // it is gone. (Every fence-conditional write answers a matching fence in
+  // the wrong state with kFailedPrecondition.)
   virtual Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) = 0;
 
   // Stores `outcome` and makes the record kCompleted until now + retention.

@@ -49,6 +49,7 @@ void AddCanonCommand(CLI::App& app, Cli& cli);
 void AddKeyCommand(CLI::App& app, Cli& cli);
 void AddRecordCommands(CLI::App& app, Cli& cli);  // inspect, evict, resolve, purge
 void AddAuditCommands(CLI::App& app, Cli& cli);   // audit, stats
+void AddDemoCommand(CLI::App& app, Cli& cli);     // the quickstart's demo
 
 // Prints "idemgate <command>: <message>" on stderr and returns kExitFailure.
 int Fail(std::string_view command, std::string_view message);

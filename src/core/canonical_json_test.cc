@@ -172,7 +172,10 @@ TEST(CanonicalJsonTest, CanonicalFormIsAFixedPoint) {
 
 TEST(CanonicalJsonTest, SkipsLeadingByteOrderMarkOutsideStrictProfile) {
   EXPECT_EQ(Canon("\xEF\xBB\xBF 42"), "42");
-  const Error e = Rejection("\xEF\xBB\xBF" "42", Strict());
+  const Error e = Rejection(
+      "\xEF\xBB\xBF"
+      "42",
+      Strict());
   EXPECT_EQ(e.code, ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.message, AllOf(HasSubstr("at byte 0"), HasSubstr("byte order mark")));
   // A BOM inside a string is an ordinary character.
@@ -230,7 +233,8 @@ INSTANTIATE_TEST_SUITE_P(
                    "at byte 7: duplicate member name \"a\"; send each member once"},
         RejectCase{"DuplicateAfterUnescape", R"({"\u0061":1,"a":2})",
                    "at byte 12: duplicate member name \"a\""},
-        RejectCase{"DuplicateNested", R"([{"x":{"b":1,"c":2,"b":3}}])", "duplicate member name \"b\""},
+        RejectCase{"DuplicateNested", R"([{"x":{"b":1,"c":2,"b":3}}])",
+                   "duplicate member name \"b\""},
         RejectCase{"NameNotString", R"({a:1})", "expected a member name"},
         RejectCase{"MissingColon", R"({"a" 1})", "at byte 5: unexpected '1'; expected ':'"},
         // numbers
@@ -285,8 +289,7 @@ TEST(CanonicalJsonTest, StrictProfileRefusesNoncharactersBomAndUnderflow) {
   for (const auto& [input, message] : cases) {
     const Error e = Rejection(input, Strict());
     EXPECT_EQ(e.code, ErrorCode::kInvalidArgument) << input;
-    EXPECT_THAT(e.message, AllOf(HasSubstr("invalid JSON at byte "), HasSubstr(message)))
-        << input;
+    EXPECT_THAT(e.message, AllOf(HasSubstr("invalid JSON at byte "), HasSubstr(message))) << input;
     auto exact = Strict();
     exact.exact_numbers = true;
     EXPECT_FALSE(Canonicalize(input, exact)) << input;
@@ -425,17 +428,33 @@ TEST(FingerprintTest, ExactNumbersKeepTheLiteralsValue) {
 TEST(FingerprintTest, ExactNumbersMatchRfc8785ForShortestLiterals) {
   // A literal that is already its double's shortest form is written exactly as JCS writes it,
   // so exact mode changes nothing for numbers a double holds.
-  for (std::string_view literal :
-       {"0", "1", "-1", "0.5", "100", "1e+21", "1e21", "100000000000000000000", "1e-7",
-        "0.000001", "5e-324", "1.7976931348623157e+308", "333333333.3333333", "0.1", "0.3",
-        "9007199254740992", "-123.456", "4.35", "2.5e-8", "123456789012345680000"}) {
+  for (std::string_view literal : {"0",
+                                   "1",
+                                   "-1",
+                                   "0.5",
+                                   "100",
+                                   "1e+21",
+                                   "1e21",
+                                   "100000000000000000000",
+                                   "1e-7",
+                                   "0.000001",
+                                   "5e-324",
+                                   "1.7976931348623157e+308",
+                                   "333333333.3333333",
+                                   "0.1",
+                                   "0.3",
+                                   "9007199254740992",
+                                   "-123.456",
+                                   "4.35",
+                                   "2.5e-8",
+                                   "123456789012345680000"}) {
     EXPECT_EQ(Canon(literal, Exact()), Canon(literal)) << literal;
   }
 }
 
 TEST(FingerprintTest, RefusesWhatCanonicalizeRefuses) {
-  for (std::string_view input : {R"({"a":1,"a":2})", R"("\uD800")", "[1,]", "1e400", "",
-                                 "\"\xC0\xAF\""}) {
+  for (std::string_view input :
+       {R"({"a":1,"a":2})", R"("\uD800")", "[1,]", "1e400", "", "\"\xC0\xAF\""}) {
     auto fp = Fingerprint(input);
     ASSERT_FALSE(fp) << input;
     EXPECT_EQ(fp.error().code, ErrorCode::kInvalidArgument);
@@ -481,8 +500,8 @@ TEST(FingerprintFieldsTest, DependsOnlyOnTheSelectedFields) {
                              "name":"Someone else"})",
                          pointers));
   EXPECT_EQ(fp, FieldsOf(kCustomer, {"/external_id", "/email", "/email"}));
-  EXPECT_NE(fp, FieldsOf(R"({"email":"zoe@example.com","external_id":12345678901234567892})",
-                         pointers));
+  EXPECT_NE(
+      fp, FieldsOf(R"({"email":"zoe@example.com","external_id":12345678901234567892})", pointers));
 }
 
 TEST(FingerprintFieldsTest, FollowsRfc6901) {
@@ -509,8 +528,8 @@ TEST(FingerprintFieldsTest, MissingIsNull) {
 }
 
 TEST(FingerprintFieldsTest, RefusesMalformedPointers) {
-  for (const std::string& pointer : {std::string("email"), std::string("/a~2"),
-                                     std::string("/a~"), std::string("#/email")}) {
+  for (const std::string& pointer :
+       {std::string("email"), std::string("/a~2"), std::string("/a~"), std::string("#/email")}) {
     auto fp = FingerprintFields(kCustomer, {"/email", pointer});
     ASSERT_FALSE(fp) << pointer;
     EXPECT_EQ(fp.error().code, ErrorCode::kInvalidArgument);

@@ -27,25 +27,27 @@ FakeClock::FakeClock(TimePoint start) : now_ms_(ToUnixMillis(start)) {}
 
 TimePoint FakeClock::Now() { return FromUnixMillis(now_ms_.load()); }
 
-// Lock order: a waiter never holds its own mutex while taking mu_, so Advance
-// may take mu_ and then each waiter's mutex. Holding the waiter's mutex while
-// notifying means a waiter between its epoch check and cv.wait cannot miss
-// the wake-up. Now() is lock-free so code holding any mutex may call it.
+// Lock order: a waiter registers while holding its own mutex (so a change
+// its caller is waiting for cannot slip in before cv.wait) and takes mu_
+// inside it; Advance never holds mu_ while taking a waiter's mutex. Advance
+// notifies under the waiter's mutex, so a waiter between registering and
+// cv.wait cannot miss it, and a waiter unregisters only once no Advance is
+// still notifying, so the cv and mutex it registered outlive every use.
+// Now() is lock-free so code holding any mutex may call it.
 void FakeClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                           TimePoint deadline) {
   if (Now() >= deadline) return;
-  const uint64_t epoch = epoch_.load();
-  lock.unlock();
   {
     std::lock_guard g(mu_);
     waiters_.push_back(Waiter{&cv, lock.mutex()});
     changed_.notify_all();
   }
-  lock.lock();
-  if (epoch_.load() == epoch) cv.wait(lock);
+  // An Advance that ran before we registered has already moved now_.
+  if (Now() < deadline) cv.wait(lock);
   lock.unlock();
   {
-    std::lock_guard g(mu_);
+    std::unique_lock g(mu_);
+    changed_.wait(g, [&] { return notifying_ == 0; });
     auto it = std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) {
       return w.cv == &cv && w.mu == lock.mutex();
     });
@@ -56,13 +58,20 @@ void FakeClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::mut
 }
 
 void FakeClock::Advance(Duration d) {
-  std::lock_guard g(mu_);
-  now_ms_.fetch_add(d.count());
-  epoch_.fetch_add(1);
-  for (const Waiter& w : waiters_) {
+  std::vector<Waiter> to_wake;
+  {
+    std::lock_guard g(mu_);
+    now_ms_.fetch_add(d.count());
+    to_wake = waiters_;
+    ++notifying_;
+  }
+  for (const Waiter& w : to_wake) {
     std::lock_guard wl(*w.mu);
     w.cv->notify_all();
   }
+  std::lock_guard g(mu_);
+  --notifying_;
+  changed_.notify_all();
 }
 
 int FakeClock::waiters() {

@@ -10,12 +10,12 @@ namespace idem::json {
 
 // A number literal that already matched the JSON grammar, split into its parts.
 struct NumberLiteral {
-  std::string_view text;         // the whole literal, sign included
-  bool negative = false;         // a leading '-'
-  std::string_view int_digits;   // "0" or [1-9][0-9]*
-  std::string_view frac_digits;  // digits after '.', possibly empty
-  int64_t exponent = 0;          // the e/E part; clamped to +-kExponentLimit
-  bool exponent_clamped = false; // the written exponent was beyond +-kExponentLimit
+  std::string_view text;          // the whole literal, sign included
+  bool negative = false;          // a leading '-'
+  std::string_view int_digits;    // "0" or [1-9][0-9]*
+  std::string_view frac_digits;   // digits after '.', possibly empty
+  int64_t exponent = 0;           // the e/E part; clamped to +-kExponentLimit
+  bool exponent_clamped = false;  // the written exponent was beyond +-kExponentLimit
 };
 
 // Exponents are accumulated up to this magnitude; anything larger overflows or underflows
@@ -24,9 +24,9 @@ inline constexpr int64_t kExponentLimit = 1'000'000'000'000'000;
 
 enum class NumberProblem {
   kNone,
-  kOverflow,        // beyond the largest double: rejected in every mode
-  kUnderflow,       // a nonzero literal that is 0 as a double: rejected in the strict profile
-  kExponentTooLarge // exact mode only: an exponent too large to keep exactly
+  kOverflow,         // beyond the largest double: rejected in every mode
+  kUnderflow,        // a nonzero literal that is 0 as a double: rejected in the strict profile
+  kExponentTooLarge  // exact mode only: an exponent too large to keep exactly
 };
 
 // Appends the canonical text of `lit` to `out`, or returns why it has none (then `out` may

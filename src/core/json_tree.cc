@@ -274,8 +274,8 @@ Result<void> Parser::Run() {
         }
         continue;
       }
-      FailUnexpected(p, in_object ? "',' or '}' after an object member"
-                                  : "',' or ']' after an array element");
+      FailUnexpected(
+          p, in_object ? "',' or '}' after an object member" : "',' or ']' after an array element");
       return failed();
     }
   }
@@ -461,15 +461,17 @@ const char* Parser::ParseEscape(const char* p, bool canonical) {
       if (unit < 0) return Fail(at, "\\u escape needs exactly 4 hex digits, as in \\u00e9");
       cp = static_cast<uint32_t>(unit);
       if (cp >= 0xDC00 && cp <= 0xDFFF) {
-        return Fail(at, "lone low surrogate in \\u escape; a \\uDC00-\\uDFFF escape must follow a "
-                        "\\uD800-\\uDBFF one");
+        return Fail(at,
+                    "lone low surrogate in \\u escape; a \\uDC00-\\uDFFF escape must follow a "
+                    "\\uD800-\\uDBFF one");
       }
       if (cp >= 0xD800 && cp <= 0xDBFF) {
         const char* q = p + 6;
         const int32_t low = end_ - q >= 6 && q[0] == '\\' && q[1] == 'u' ? Hex4(q + 2) : -1;
         if (low < 0xDC00 || low > 0xDFFF) {
-          return Fail(at, "lone high surrogate in \\u escape; a \\uD800-\\uDBFF escape must be "
-                          "followed by a \\uDC00-\\uDFFF one");
+          return Fail(at,
+                      "lone high surrogate in \\u escape; a \\uD800-\\uDBFF escape must be "
+                      "followed by a \\uDC00-\\uDFFF one");
         }
         cp = 0x10000 + ((cp - 0xD800) << 10) + (static_cast<uint32_t>(low) - 0xDC00);
         p += 6;

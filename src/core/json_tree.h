@@ -1,7 +1,7 @@
 // A validated JSON text as one flat array of nodes: the parser behind canonical_json.h.
 // Internal to idem_core.
 //
-// One vector of nodes in document order (a subtree is a contiguous range), text held as views
+// One array of nodes in document order (a subtree is a contiguous range), text held as views
 // into the input wherever it needs no rewriting, and everything else in one scratch string:
 // a handful of allocations per document rather than one per value. The parser is iterative,
 // so input depth costs heap, never stack.
@@ -52,7 +52,8 @@ class NodeArray {
   }
   // Appends a node with every field zero and returns it.
   Node& Append() {
-    if (size_ == capacity_) [[unlikely]] Reallocate(capacity_ < 8 ? 16 : 2 * capacity_);
+    if (size_ == capacity_) [[unlikely]]
+      Reallocate(capacity_ < 8 ? 16 : 2 * capacity_);
     Node& node = data_[size_++];
     node = Node{};
     return node;
@@ -72,8 +73,8 @@ class NodeArray {
 };
 
 // A parsed document. An object's members are laid out as a kName node then the value's
-// subtree, in input order; Members() gives them in canonical order. Views returned stay valid while the tree
-// and its input live. Not thread-safe; cheap to reuse.
+// subtree, in input order; Members() gives them in canonical order. Views returned stay valid
+// while the tree and its input live. Not thread-safe; cheap to reuse.
 class Tree {
  public:
   // Parses and validates `input` (which must outlive the tree). On error the tree is

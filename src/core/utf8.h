@@ -51,7 +51,8 @@ struct Char {
 inline bool IsContinuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
 // Decodes the non-ASCII character starting at p (*p >= 0x80, p < end).
-[[gnu::always_inline]] inline Char DecodeMultiByte(const unsigned char* p, const unsigned char* end) {
+[[gnu::always_inline]] inline Char DecodeMultiByte(const unsigned char* p,
+                                                   const unsigned char* end) {
   const unsigned char c = p[0];
   const size_t avail = static_cast<size_t>(end - p);
   if (c < 0xC2) {
@@ -120,9 +121,9 @@ inline const char* SkipPlainStringBytes(const char* p, const char* end) {
   while (end - p >= 16) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     // Signed compare: bytes >= 0x80 are negative, so "< 0x20" also flags them.
-    const __m128i special = _mm_or_si128(
-        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-        _mm_cmplt_epi8(v, space));
+    const __m128i special =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                     _mm_cmplt_epi8(v, space));
     const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(special));
     if (mask != 0) return p + __builtin_ctz(mask);
     p += 16;
