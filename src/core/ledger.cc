@@ -178,44 +178,31 @@ Result<Decision> Ledger::Decide(const Call& call, Record record, TimePoint start
 Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
                                      TimePoint started_at) {
   const Policy& p = call.policy;
-  Decision d;
-  d.started_at = started_at;
-  if (p.on_unknown == OnUnknown::kFail) {
-    auto marked = store_.MarkUnknown(call.id, record.fence, RetentionOf(call));
-    if (!marked) return std::unexpected(marked.error());
-    d.kind = Decision::Kind::kUnknown;
-    d.record = std::move(*marked);
-    return Finish(call, std::move(d), AttemptOutcome::kUnknown);
-  }
-  auto taken = store_.TakeOver(call.id, record.fence, p.lease);
-  if (!taken) return std::unexpected(taken.error());
-  d.kind = Decision::Kind::kExecute;
-  d.fence = taken->fence;
-  d.took_over = true;
-  d.record = std::move(*taken);
-  if (p.on_unknown == OnUnknown::kRetry || !options_.reconcile) {
-    if (p.on_unknown == OnUnknown::kReconcile) {
-      // Asked to reconcile with no hook to ask: the safe answer is unknown.
-      auto marked = store_.MarkUnknown(call.id, d.fence, RetentionOf(call));
-      if (!marked) return std::unexpected(marked.error());
-      Decision u;
-      u.kind = Decision::Kind::kUnknown;
-      u.record = std::move(*marked);
-      u.started_at = started_at;
-      return Finish(call, std::move(u), AttemptOutcome::kUnknown);
-    }
-    return d;
-  }
-  auto found = options_.reconcile(call);
-  if (!found) {
-    auto marked = store_.MarkUnknown(call.id, d.fence, RetentionOf(call));
+  // Marks the record owned with `fence` unknown and answers so.
+  auto unknown = [&](uint64_t fence) -> Result<Decision> {
+    auto marked = store_.MarkUnknown(call.id, fence, RetentionOf(call));
     if (!marked) return std::unexpected(marked.error());
     Decision u;
     u.kind = Decision::Kind::kUnknown;
     u.record = std::move(*marked);
     u.started_at = started_at;
     return Finish(call, std::move(u), AttemptOutcome::kUnknown);
-  }
+  };
+  if (p.on_unknown == OnUnknown::kFail) return unknown(record.fence);
+  auto taken = store_.TakeOver(call.id, record.fence, p.lease);
+  if (!taken) return std::unexpected(taken.error());
+  Decision d;
+  d.kind = Decision::Kind::kExecute;
+  d.fence = taken->fence;
+  d.took_over = true;
+  d.started_at = started_at;
+  d.record = std::move(*taken);
+  if (p.on_unknown == OnUnknown::kRetry) return d;
+  // Asked to reconcile with no hook to ask, or the lookup could not tell:
+  // the safe answer is unknown.
+  if (!options_.reconcile) return unknown(d.fence);
+  auto found = options_.reconcile(call);
+  if (!found) return unknown(d.fence);
   if (!found->has_value()) return d;  // it never happened: execute under the new fence
   auto completed = store_.Complete(call.id, d.fence, **found, RetentionOf(call));
   if (!completed) return std::unexpected(completed.error());
