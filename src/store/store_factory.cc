@@ -5,6 +5,9 @@
 
 #include "idem/store.h"
 #include "memory_store.h"
+#include "postgres_store.h"
+#include "redis_store.h"
+#include "redis_url.h"
 #include "sqlite_store.h"
 
 namespace idem {
@@ -32,9 +35,15 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, Clock& clock,
     }
     return OpenSqliteStore(path, clock, options);
   }
+  if (redis::IsRedisUrl(url)) return OpenRedisStore(url, clock, options);
+  if (url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    return OpenPostgresStore(url, clock, options);
+  }
   return MakeError(ErrorCode::kInvalidArgument,
                    "unsupported store URL \"" + std::string(url) +
-                       "\"; supported: memory:, sqlite:PATH");
+                       "\"; supported: memory:, sqlite:PATH, redis://HOST[:PORT][/DB], "
+                       "redis+cluster://HOST:PORT,HOST:PORT,…, "
+                       "postgres://USER@HOST[:PORT]/DBNAME[?schema=NAME]");
 }
 
 }  // namespace idem

@@ -1,0 +1,158 @@
+#include "pg_schema.h"
+
+#include <fmt/format.h>
+
+#include <span>
+
+namespace idem::postgres {
+namespace {
+
+struct Migration {
+  int64_t to_version;
+  // Fixed DDL, run with search_path at the store's schema. The runner
+  // records `to_version` in idemgate_meta in the same transaction.
+  const char* sql;
+};
+
+// Append only: a released migration is never edited.
+constexpr Migration kMigrations[] = {
+    {1, R"sql(
+CREATE TABLE idemgate_meta (
+  name text PRIMARY KEY,
+  value bigint NOT NULL
+);
+
+-- Every fence is drawn from this sequence, so no two records of this schema
+-- ever share a fence, even across eviction and purge: a stale owner can
+-- never match a record created after its own was deleted. It starts at the
+-- wall clock in microseconds so that a schema dropped and created again
+-- still hands out larger fences than before.
+CREATE SEQUENCE idemgate_fences AS bigint;
+SELECT setval('idemgate_fences', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+
+CREATE TABLE idemgate_records (
+  tenant text NOT NULL,
+  key text NOT NULL,
+  state text NOT NULL,
+  fingerprint text NOT NULL,
+  tool text NOT NULL,
+  turn text NOT NULL,
+  fence bigint NOT NULL,
+  created_at_ms bigint NOT NULL,
+  lease_expires_at_ms bigint NOT NULL,
+  completed_at_ms bigint NOT NULL,
+  expires_at_ms bigint NOT NULL,
+  outcome_class text,
+  outcome_body bytea,
+  PRIMARY KEY (tenant, key)
+) WITH (fillfactor = 80);
+CREATE INDEX idemgate_records_by_expiry ON idemgate_records (expires_at_ms);
+
+CREATE TABLE idemgate_attempts (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  at_ms bigint NOT NULL,
+  tenant text NOT NULL,
+  key text NOT NULL,
+  tool text NOT NULL,
+  turn text NOT NULL,
+  outcome text NOT NULL,
+  latency_ms bigint NOT NULL,
+  instance text NOT NULL,
+  detail text NOT NULL
+);
+CREATE INDEX idemgate_attempts_by_at ON idemgate_attempts (at_ms, id);
+CREATE INDEX idemgate_attempts_by_key ON idemgate_attempts (key, at_ms, id);
+CREATE INDEX idemgate_attempts_by_tool ON idemgate_attempts (tool, at_ms, id);
+CREATE INDEX idemgate_attempts_by_outcome ON idemgate_attempts (outcome, at_ms, id);
+)sql"},
+};
+
+static_assert(std::size(kMigrations) == kSchemaVersion);
+
+// Reads the schema's version: 0 for a schema without idemgate's tables.
+Result<int64_t> ReadVersion(Connection& conn, const std::string& schema) {
+  Params where;
+  where.Text(schema);
+  auto tables = conn.ExecuteOnce(
+      "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = "
+      "'idemgate_meta'",
+      where, "reading the schema");
+  if (!tables) return std::unexpected(std::move(tables.error()));
+  if (tables->Int(0, 0).value_or(0) == 0) return 0;
+
+  auto version = conn.ExecuteOnce("SELECT value FROM idemgate_meta WHERE name = 'schema_version'",
+                                  Params(), "reading the schema version");
+  if (!version) return std::unexpected(std::move(version.error()));
+  if (version->size() != 1 || !version->Int(0, 0)) {
+    return MakeError(ErrorCode::kFailedPrecondition,
+                     fmt::format("postgres store {}: table idemgate_meta has no schema_version; "
+                                 "the schema was not made by idemgate or was damaged: choose "
+                                 "another schema (?schema=NAME) or restore it",
+                                 conn.where()));
+  }
+  return *version->Int(0, 0);
+}
+
+Result<void> Migrate(Connection& conn, const std::string& schema) {
+  Params lock;
+  lock.Text("idemgate schema " + schema);
+  if (auto ok = conn.ExecuteOnce("SELECT pg_advisory_xact_lock(hashtext($1))", lock,
+                                 "locking the schema for migration");
+      !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
+
+  // CREATE SCHEMA IF NOT EXISTS would need the CREATE privilege on the
+  // database even when the schema exists.
+  Params name;
+  name.Text(schema);
+  auto exists = conn.ExecuteOnce("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1", name,
+                                 "looking for the schema");
+  if (!exists) return std::unexpected(std::move(exists.error()));
+  if (exists->size() == 0) {
+    auto quoted = conn.QuoteIdentifier(schema);
+    if (!quoted) return std::unexpected(std::move(quoted.error()));
+    if (auto ok = conn.ExecuteScript("CREATE SCHEMA " + *quoted, "creating the schema"); !ok) {
+      return ok;
+    }
+  }
+
+  auto version = ReadVersion(conn, schema);
+  if (!version) return std::unexpected(std::move(version.error()));
+  if (*version > kSchemaVersion) {
+    return MakeError(ErrorCode::kFailedPrecondition,
+                     fmt::format("postgres store {}: the schema has version {}, written by a "
+                                 "newer idemgate; this build knows versions up to {}. Upgrade "
+                                 "idemgate, or use another schema (the schema was left "
+                                 "untouched)",
+                                 conn.where(), *version, kSchemaVersion));
+  }
+  for (const Migration& m : std::span(kMigrations).subspan(static_cast<size_t>(*version))) {
+    const std::string what = fmt::format("migrating the schema to version {}", m.to_version);
+    if (auto ok = conn.ExecuteScript(m.sql, what); !ok) return ok;
+    Params v;
+    v.Int(m.to_version);
+    if (auto ok = conn.ExecuteOnce(
+            "INSERT INTO idemgate_meta (name, value) VALUES ('schema_version', $1) "
+            "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            v, what);
+        !ok) {
+      return std::unexpected(std::move(ok.error()));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> MigrateSchema(Connection& conn, const std::string& schema) {
+  if (auto ok = conn.ExecuteScript("BEGIN", "starting the schema migration"); !ok) return ok;
+  auto migrated = Migrate(conn, schema);
+  if (!migrated) {
+    (void)conn.ExecuteScript("ROLLBACK", "rolling back the schema migration");
+    return migrated;
+  }
+  return conn.ExecuteScript("COMMIT", "committing the schema migration");
+}
+
+}  // namespace idem::postgres

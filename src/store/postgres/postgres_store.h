@@ -1,0 +1,104 @@
+// The PostgreSQL store (DESIGN.md §5): several idemgate instances on one
+// database behave as one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/error.h"
+#include "idem/record.h"
+#include "idem/store.h"
+
+namespace idem {
+
+namespace postgres {
+class ChangeHub;
+class ChangeListener;
+class Connection;
+class ConnectionPool;
+struct PostgresUrl;
+struct WriteRule;
+}  // namespace postgres
+
+// Opens the store at `url` (postgres:// or postgresql://, see
+// postgres_url.h), creating or migrating its schema. `clock` must outlive the
+// store. Errors: kInvalidArgument for a malformed URL or bad options;
+// kUnavailable, naming host:port, if the server cannot be reached;
+// kFailedPrecondition for a schema written by a newer idemgate.
+Result<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url, Clock& clock,
+                                                 const StoreOptions& options);
+
+// A Store in three tables of one PostgreSQL schema. Every operation is one
+// atomic statement (a claim that loses a race takes up to three), run on a
+// pooled connection with prepared statements. Expiry is judged by `clock`,
+// passed to every statement as a parameter, never by the server's now().
+// Each state change pg_notify()s the channel idemgate_changes in the same
+// statement; one LISTEN connection per store wakes this process's waiters
+// for changes made by any instance. Waiters also re-read the record: every
+// options.poll_interval while the LISTEN connection is down, at most once a
+// second while it is up. Durability is the
+// server's: with PostgreSQL's defaults (fsync, synchronous_commit on) a
+// write is on disk before it returns. Thread-safe.
+class PostgresStore final : public Store {
+ public:
+  // As OpenPostgresStore, with the concrete type (for tests).
+  static Result<std::unique_ptr<PostgresStore>> Open(std::string_view url, Clock& clock,
+                                                     const StoreOptions& options);
+  ~PostgresStore() override;
+
+  // Store:
+  Result<ClaimResult> Claim(const ClaimRequest& req) override;
+  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override;
+  Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                          Duration retention) override;
+  Result<void> Release(const RecordId& id, uint64_t fence) override;
+  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
+  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
+  Result<std::optional<Record>> Get(const RecordId& id) override;
+  Result<bool> Evict(const RecordId& id) override;
+  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
+  Result<size_t> PurgeExpired(size_t limit) override;
+  Result<uint64_t> CountRecords() override;
+  Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override;
+  Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override;
+  Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) override;
+
+  // Whether the LISTEN connection is up (cross-instance wake-ups are
+  // immediate) or down (they wait for the next poll).
+  bool listening() const;
+
+ private:
+  // Whether an operation may run again after its connection broke mid-way:
+  // reads may; a write may have committed before the connection dropped.
+  enum class Retry { kSafe, kUnsafe };
+
+  PostgresStore(std::unique_ptr<postgres::PostgresUrl> url, Clock& clock,
+                const StoreOptions& options);
+
+  // Runs `fn` on a pooled connection; again on a fresh one after a deadlock
+  // or serialization failure, and (kSafe) once after a lost connection.
+  template <typename T, typename Fn>
+  Result<T> Run(Retry retry, Fn fn);
+
+  // Explains why a fence-conditional write of `id` changed nothing: the
+  // same codes as the memory store (kNotFound, kAborted, kFailedPrecondition).
+  Error WhyNotWritten(postgres::Connection& conn, const RecordId& id, uint64_t fence, TimePoint now,
+                      const postgres::WriteRule& rule);
+
+  void Changed(const RecordId& id);
+
+  const std::unique_ptr<postgres::PostgresUrl> url_;
+  Clock& clock_;
+  const StoreOptions options_;
+  std::unique_ptr<postgres::ChangeHub> hub_;
+  std::unique_ptr<postgres::ConnectionPool> pool_;
+  std::unique_ptr<postgres::ChangeListener> listener_;  // last: stopped first
+};
+
+}  // namespace idem

@@ -1,0 +1,638 @@
+// The PostgreSQL store against a real PostgreSQL 15 server: the contract
+// suite, plus what only a shared server shows (several instances, NOTIFY,
+// the server going away). CTest starts the server (fixture `postgres`,
+// tests/servers/postgres.sh) and passes its URL file in
+// IDEM_POSTGRES_URL_FILE; without it every test fails rather than skips.
+#include "postgres_store.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <latch>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store_contract.h"
+#include "store_wrapper.h"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Duration kLease = 30s;
+constexpr Duration kTtl = 24h;
+
+std::string ReadUrlFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string url;
+  std::getline(in, url);
+  return url;
+}
+
+// The fixture server's URL, or "" after recording a failure.
+std::string ServerUrl() {
+  const char* file = std::getenv("IDEM_POSTGRES_URL_FILE");
+  if (file == nullptr || *file == '\0') {
+    ADD_FAILURE() << "IDEM_POSTGRES_URL_FILE is not set: run these tests through ctest (fixture "
+                     "`postgres`), or start a server with `tests/servers/postgres.sh start DIR` "
+                     "and set IDEM_POSTGRES_URL_FILE=DIR/url";
+    return "";
+  }
+  std::string url = ReadUrlFile(file);
+  if (url.empty()) {
+    ADD_FAILURE() << "no server URL in " << file
+                  << ": the PostgreSQL fixture (tests/servers/postgres.sh) did not start";
+  }
+  return url;
+}
+
+std::string UniqueSchema(std::string_view prefix) {
+  static std::atomic<int> n{0};
+  return fmt::format("{}_{}_{}", prefix, ::getpid(), n++);
+}
+
+std::string WithSchema(const std::string& url, const std::string& schema) {
+  return url + (url.find('?') == std::string::npos ? "?" : "&") + "schema=" + schema;
+}
+
+// Raw SQL for test set-up, on a libpq connection of its own.
+class Admin {
+ public:
+  explicit Admin(const std::string& url) : conn_(PQconnectdb(url.c_str())) {
+    PQsetNoticeReceiver(
+        conn_, [](void*, const PGresult*) {}, nullptr);
+  }
+  ~Admin() { PQfinish(conn_); }
+  Admin(const Admin&) = delete;
+  Admin& operator=(const Admin&) = delete;
+
+  // Runs `sql`; returns the first column of the first row ("" if none), or
+  // records a failure.
+  std::string Exec(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    std::string out;
+    const ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      ADD_FAILURE() << sql << ": " << PQerrorMessage(conn_);
+    } else if (st == PGRES_TUPLES_OK && PQntuples(r) > 0) {
+      out = PQgetvalue(r, 0, 0);
+    }
+    PQclear(r);
+    return out;
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+void DropSchema(const std::string& url, const std::string& schema) {
+  Admin(url).Exec(fmt::format("DROP SCHEMA IF EXISTS \"{}\" CASCADE", schema));
+}
+
+// A PostgresStore in a schema of its own, dropped when the store closes: each
+// contract test starts empty.
+class TempSchemaStore : public testing::StoreWrapper {
+ public:
+  TempSchemaStore(std::string url, std::string schema, std::unique_ptr<Store> store)
+      : StoreWrapper(*store),
+        url_(std::move(url)),
+        schema_(std::move(schema)),
+        store_(std::move(store)) {}
+  ~TempSchemaStore() override {
+    store_.reset();
+    DropSchema(url_, schema_);
+  }
+
+ private:
+  std::string url_;
+  std::string schema_;
+  std::unique_ptr<Store> store_;
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Postgres, StoreContractTest,
+    ::testing::Values(StoreContractParam{
+        "postgres",
+        [](Clock& clock) -> std::unique_ptr<Store> {
+          const std::string url = ServerUrl();
+          if (url.empty()) return nullptr;
+          const std::string schema = UniqueSchema("contract");
+          auto store = OpenPostgresStore(WithSchema(url, schema), clock, StoreOptions{});
+          if (!store) {
+            ADD_FAILURE() << store.error().ToString();
+            return nullptr;
+          }
+          return std::make_unique<TempSchemaStore>(url, schema, std::move(*store));
+        }}),
+    [](const ::testing::TestParamInfo<StoreContractParam>& info) { return info.param.name; });
+
+ClaimRequest Req(const std::string& key) {
+  ClaimRequest r;
+  r.id = RecordId{"default", key};
+  r.fingerprint = "fp";
+  r.tool = "charge";
+  r.turn = "turn-1";
+  r.lease = kLease;
+  r.retention = kTtl;
+  return r;
+}
+
+Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
+
+// The system clock, counting the threads blocked in WaitUntil, so a test can
+// act once a waiter is parked without sleeping.
+class ObservedClock final : public Clock {
+ public:
+  TimePoint Now() override { return SystemClock::Default().Now(); }
+  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 TimePoint deadline) override {
+    {
+      std::lock_guard g(mu_);
+      ++waiting_;
+      changed_.notify_all();
+    }
+    SystemClock::Default().WaitUntil(cv, lock, deadline);
+    std::lock_guard g(mu_);
+    --waiting_;
+  }
+  void AwaitWaiters(int n) {
+    std::unique_lock g(mu_);
+    changed_.wait(g, [&] { return waiting_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int waiting_ = 0;
+};
+
+class PostgresStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = ServerUrl();
+    ASSERT_FALSE(base_.empty());
+    schema_ = UniqueSchema("t");
+    url_ = WithSchema(base_, schema_);
+  }
+  void TearDown() override {
+    if (!base_.empty()) DropSchema(base_, schema_);
+  }
+
+  std::unique_ptr<PostgresStore> Open(Clock& clock, StoreOptions options = {}) {
+    auto store = PostgresStore::Open(url_, clock, options);
+    if (!store) {
+      ADD_FAILURE() << store.error().ToString();
+      return nullptr;
+    }
+    return std::move(*store);
+  }
+
+  std::string base_;
+  std::string schema_;
+  std::string url_;
+  FakeClock clock_;
+};
+
+TEST_F(PostgresStoreTest, ReopeningKeepsSchemaAndData) {
+  {
+    auto store = Open(clock_);
+    ASSERT_NE(store, nullptr);
+    auto c = store->Claim(Req("k"));
+    ASSERT_TRUE(c) << c.error().ToString();
+    ASSERT_TRUE(store->Complete(c->record.id, c->record.fence, Ok("kept"), kTtl));
+  }
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  auto got = store->Get(RecordId{"default", "k"});
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kCompleted);
+  EXPECT_EQ((*got)->outcome->body, "kept");
+  EXPECT_EQ(Admin(base_).Exec(fmt::format(
+                "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
+            "1");
+}
+
+TEST_F(PostgresStoreTest, InstancesStartingTogetherMigrateOnce) {
+  constexpr int kInstances = 4;
+  std::latch start(kInstances);
+  std::vector<std::unique_ptr<PostgresStore>> stores(kInstances);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kInstances; ++i) {
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      stores[i] = Open(clock_);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : stores) ASSERT_NE(s, nullptr);
+  auto c = stores[0]->Claim(Req("k"));
+  ASSERT_TRUE(c && c->claimed);
+  auto seen = stores[3]->Claim(Req("k"));
+  ASSERT_TRUE(seen);
+  EXPECT_FALSE(seen->claimed);
+}
+
+TEST_F(PostgresStoreTest, NewerSchemaVersionIsRefusedAndLeftUntouched) {
+  ASSERT_NE(Open(clock_), nullptr);
+  Admin(base_).Exec(fmt::format(
+      "UPDATE \"{}\".idemgate_meta SET value = 99 WHERE name = 'schema_version'", schema_));
+  auto store = PostgresStore::Open(url_, clock_, {});
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(store.error().message.find("newer"), std::string::npos) << store.error().message;
+  EXPECT_NE(store.error().message.find("99"), std::string::npos) << store.error().message;
+  EXPECT_EQ(Admin(base_).Exec(fmt::format(
+                "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
+            "99");
+}
+
+TEST_F(PostgresStoreTest, UnknownStateInARowIsDataLossNamingTheKey) {
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  Admin(base_).Exec(fmt::format(
+      "INSERT INTO \"{}\".idemgate_records (tenant, key, state, fingerprint, tool, turn, fence, "
+      "created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms) VALUES ('default', "
+      "'weird-key', 'exploded', 'fp', 'charge', 't', 1, 0, 0, 0, {})",
+      schema_, ToUnixMillis(clock_.Now() + 1h)));
+  auto got = store->Get(RecordId{"default", "weird-key"});
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, ErrorCode::kDataLoss);
+  EXPECT_NE(got.error().message.find("weird-key"), std::string::npos) << got.error().message;
+  EXPECT_NE(got.error().message.find("exploded"), std::string::npos) << got.error().message;
+  auto claim = store->Claim(Req("weird-key"));
+  ASSERT_FALSE(claim);
+  EXPECT_EQ(claim.error().code, ErrorCode::kDataLoss);
+  // An operator's way out: evict it, and the key works again.
+  auto evicted = store->Evict(RecordId{"default", "weird-key"});
+  ASSERT_TRUE(evicted && *evicted);
+  auto fresh = store->Claim(Req("weird-key"));
+  ASSERT_TRUE(fresh && fresh->claimed);
+}
+
+TEST_F(PostgresStoreTest, TextTheDatabaseRefusesIsInvalidArgumentAndHarmless) {
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  ClaimRequest bad = Req("k");
+  bad.tool = "not utf-8 \xff";
+  auto c = store->Claim(bad);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument) << c.error().ToString();
+  auto good = store->Claim(Req("k"));
+  ASSERT_TRUE(good) << good.error().ToString();
+  EXPECT_TRUE(good->claimed);
+}
+
+TEST_F(PostgresStoreTest, TwoStoresSixteenThreadsEachHaveExactlyOneClaimWinner) {
+  auto a = Open(SystemClock::Default());
+  auto b = Open(SystemClock::Default());
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr int kPerStore = 16;
+  for (int round = 0; round < 5; ++round) {
+    const std::string key = "race-" + std::to_string(round);
+    std::latch start(2 * kPerStore);
+    std::atomic<int> winners{0}, errors{0};
+    std::mutex mu;
+    std::set<uint64_t> fences;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2 * kPerStore; ++i) {
+      Store* store = i % 2 ? a.get() : b.get();
+      threads.emplace_back([&, store] {
+        start.arrive_and_wait();
+        auto c = store->Claim(Req(key));
+        if (!c) {
+          ++errors;
+          ADD_FAILURE() << c.error().ToString();
+          return;
+        }
+        if (c->claimed) ++winners;
+        std::lock_guard g(mu);
+        fences.insert(c->record.fence);
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(errors.load(), 0);
+    EXPECT_EQ(winners.load(), 1) << key;
+    EXPECT_EQ(fences.size(), 1u) << "every loser sees the winner's record";
+  }
+}
+
+// Under SERIALIZABLE the server may abort a racing claim with a
+// serialization failure; the store runs it again instead of failing.
+TEST_F(PostgresStoreTest, ClaimRacesUnderSerializableIsolationStillHaveOneWinnerAndNoErrors) {
+  url_ += "&options=-c%20default_transaction_isolation%3Dserializable";
+  auto a = Open(clock_);
+  auto b = Open(clock_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (int round = 0; round < 5; ++round) {
+    const std::string key = "serializable-" + std::to_string(round);
+    constexpr int kThreads = 16;
+    std::latch start(kThreads);
+    std::atomic<int> winners{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      Store* store = i % 2 ? a.get() : b.get();
+      threads.emplace_back([&, store] {
+        start.arrive_and_wait();
+        auto c = store->Claim(Req(key));
+        ASSERT_TRUE(c) << c.error().ToString();
+        if (c->claimed) {
+          ++winners;
+          ASSERT_TRUE(store->Complete(c->record.id, c->record.fence, Ok("x"), 1h));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(winners.load(), 1) << key;
+  }
+}
+
+TEST_F(PostgresStoreTest, TwoStoresReplacingAnExpiredRecordHaveExactlyOneWinner) {
+  auto a = Open(clock_);
+  auto b = Open(clock_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (int round = 0; round < 5; ++round) {
+    const std::string key = "expired-" + std::to_string(round);
+    auto old = a->Claim(Req(key));
+    ASSERT_TRUE(old && old->claimed);
+    ASSERT_TRUE(a->Complete(old->record.id, old->record.fence, Ok("old"), 1h));
+    clock_.Advance(2h);
+
+    constexpr int kThreads = 32;
+    std::latch start(kThreads);
+    std::atomic<int> winners{0};
+    std::atomic<uint64_t> winning_fence{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      Store* store = i % 2 ? a.get() : b.get();
+      threads.emplace_back([&, store] {
+        start.arrive_and_wait();
+        auto c = store->Claim(Req(key));
+        ASSERT_TRUE(c) << c.error().ToString();
+        if (c->claimed) {
+          ++winners;
+          winning_fence = c->record.fence;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(winners.load(), 1) << key;
+    EXPECT_GT(winning_fence.load(), old->record.fence);
+    auto got = b->Get(old->record.id);
+    ASSERT_TRUE(got && got->has_value());
+    EXPECT_EQ((*got)->state, RecordState::kInProgress);
+    EXPECT_FALSE((*got)->outcome.has_value()) << "the replaced record keeps no old outcome";
+  }
+}
+
+TEST_F(PostgresStoreTest, FencesNeverRepeatAcrossStoresEvictionAndPurge) {
+  auto a = Open(clock_);
+  auto b = Open(clock_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::set<uint64_t> fences;
+  uint64_t last = 0;
+  for (int i = 0; i < 20; ++i) {
+    Store& s = i % 2 ? *a : *b;
+    auto c = s.Claim(Req("k"));
+    ASSERT_TRUE(c && c->claimed);
+    EXPECT_GT(c->record.fence, last);
+    last = c->record.fence;
+    EXPECT_TRUE(fences.insert(c->record.fence).second);
+    if (i % 3 == 0) {
+      ASSERT_TRUE(s.Evict(c->record.id));
+    } else if (i % 3 == 1) {
+      ASSERT_TRUE(s.Release(c->record.id, c->record.fence));
+    } else {
+      ASSERT_TRUE(s.Complete(c->record.id, c->record.fence, Ok("x"), 1s));
+      clock_.Advance(2s);
+      auto purged = s.PurgeExpired(10);
+      ASSERT_TRUE(purged);
+      EXPECT_EQ(*purged, 1u);
+    }
+  }
+}
+
+TEST_F(PostgresStoreTest, AnotherInstancesCompletionWakesAWaiterViaNotify) {
+  ObservedClock clock;
+  StoreOptions slow_poll;
+  slow_poll.poll_interval = 10s;  // a wake-up well before this came from NOTIFY
+  auto owner = Open(clock, slow_poll);
+  auto other = Open(clock, slow_poll);
+  ASSERT_NE(owner, nullptr);
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(other->listening());
+
+  auto c = owner->Claim(Req("k"));
+  ASSERT_TRUE(c && c->claimed);
+  std::chrono::steady_clock::time_point woke;
+  std::thread waiter([&] {
+    auto w = other->WaitForChange(c->record.id, c->record, clock.Now() + 30s);
+    woke = std::chrono::steady_clock::now();
+    EXPECT_TRUE(w) << w.error().ToString();
+  });
+  clock.AwaitWaiters(1);
+  const auto before = std::chrono::steady_clock::now();
+  auto done = owner->Complete(c->record.id, c->record.fence, Ok("done"), kTtl);
+  const auto committed = std::chrono::steady_clock::now();
+  waiter.join();
+  ASSERT_TRUE(done) << done.error().ToString();
+  const auto latency = std::chrono::duration_cast<std::chrono::microseconds>(woke - before);
+  std::cout << "cross-instance wake-up: waiter returned " << latency.count()
+            << " us after Complete was called; Complete itself took "
+            << std::chrono::duration_cast<std::chrono::microseconds>(committed - before).count()
+            << " us\n";
+  RecordProperty("wake_up_latency_us", std::to_string(latency.count()));
+  EXPECT_LT(latency, 2s) << "woken by polling, not by NOTIFY";
+  auto got = other->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kCompleted);
+}
+
+TEST_F(PostgresStoreTest, AttemptsWithAwkwardTextRoundTrip) {
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  const std::vector<std::string> awkward = {
+      "",    "NULL",     "plain",     "with \"quotes\"", "back\\slash", "{braces}",
+      "a,b", " spaced ", "ünïcødé ✓", "line\nbreak",     "'single'"};
+  std::vector<Attempt> batch;
+  for (size_t i = 0; i < 300; ++i) {
+    Attempt a;
+    a.at = clock_.Now() + Duration(static_cast<int64_t>(i));
+    a.tenant = i % 2 ? "t1" : "t2";
+    a.key = "k" + std::to_string(i % 7);
+    a.tool = awkward[i % awkward.size()];
+    a.turn = awkward[(i + 3) % awkward.size()];
+    a.outcome = i % 5 == 0 ? AttemptOutcome::kReplayed : AttemptOutcome::kExecuted;
+    a.latency = Duration(static_cast<int64_t>(i));
+    a.instance = "inst";
+    a.detail = awkward[(i + 5) % awkward.size()];
+    batch.push_back(a);
+  }
+  ASSERT_TRUE(store->AppendAttempts(batch));
+  AttemptFilter all;
+  all.limit = 1000;
+  auto got = store->QueryAttempts(all);
+  ASSERT_TRUE(got) << got.error().ToString();
+  ASSERT_EQ(got->size(), batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Attempt& want = batch[batch.size() - 1 - i];  // newest first
+    const Attempt& have = (*got)[i];
+    EXPECT_EQ(have.at, want.at);
+    EXPECT_EQ(have.tenant, want.tenant);
+    EXPECT_EQ(have.key, want.key);
+    EXPECT_EQ(have.tool, want.tool);
+    EXPECT_EQ(have.turn, want.turn);
+    EXPECT_EQ(have.outcome, want.outcome);
+    EXPECT_EQ(have.latency, want.latency);
+    EXPECT_EQ(have.detail, want.detail);
+  }
+
+  AttemptFilter combined;
+  combined.tenant = "t1";
+  combined.key = "k3";
+  combined.outcome = AttemptOutcome::kExecuted;
+  combined.since = clock_.Now() + 100ms;
+  auto some = store->QueryAttempts(combined);
+  ASSERT_TRUE(some);
+  size_t expected = 0;
+  for (const Attempt& a : batch) {
+    expected += a.tenant == "t1" && a.key == "k3" && a.outcome == AttemptOutcome::kExecuted &&
+                a.at >= *combined.since;
+  }
+  EXPECT_EQ(some->size(), expected);
+  auto stats = store->SummarizeAttempts(combined);
+  ASSERT_TRUE(stats);
+  uint64_t counted = 0;
+  for (const auto& [tool, s] : *stats) counted += s.attempts;
+  EXPECT_EQ(counted, expected);
+}
+
+TEST(PostgresStoreOpenTest, UnreachableServerIsUnavailableNamingHostAndPort) {
+  // A port nobody listens on: bind it, note it, let it go.
+  std::string port;
+  {
+    FILE* p = ::popen(
+        "python3 -c 'import socket; s = socket.socket(); "
+        "s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])'",
+        "r");
+    ASSERT_NE(p, nullptr);
+    char buf[32] = {};
+    ASSERT_NE(std::fgets(buf, sizeof buf, p), nullptr);
+    ::pclose(p);
+    port = std::string(buf, std::strcspn(buf, "\n"));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto store = OpenPostgresStore("postgres://postgres@127.0.0.1:" + port + "/idemgate",
+                                 SystemClock::Default(), {});
+  ASSERT_FALSE(store);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(store.error().code, ErrorCode::kUnavailable);
+  EXPECT_TRUE(store.error().retryable());
+  EXPECT_NE(store.error().message.find("127.0.0.1:" + port), std::string::npos)
+      << store.error().message;
+  EXPECT_NE(store.error().message.find("retryable"), std::string::npos) << store.error().message;
+}
+
+// A PostgreSQL cluster of the test's own (tests/servers/postgres.sh), so it
+// can be crashed and restarted without disturbing the other tests.
+class OwnServer {
+ public:
+  OwnServer() {
+    char tmpl[] = "/tmp/idem_pg_own_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) std::abort();
+    dir_ = tmpl;
+  }
+  ~OwnServer() { Script("stop"); }
+  OwnServer(const OwnServer&) = delete;
+  OwnServer& operator=(const OwnServer&) = delete;
+
+  // Runs postgres.sh `command` on this server's directory; true on success.
+  bool Script(const std::string& command) {
+    const std::string line = fmt::format("bash '{}' {} '{}'", IDEM_POSTGRES_SH, command, dir_);
+    return std::system(line.c_str()) == 0;
+  }
+  std::string url() const { return ReadUrlFile(dir_ + "/url"); }
+
+ private:
+  std::string dir_;
+};
+
+TEST(PostgresServerDownTest, FailsFastWhileDownAndRecoversAfterRestart) {
+  OwnServer server;
+  ASSERT_TRUE(server.Script("start")) << "could not start a PostgreSQL server";
+  const std::string url = server.url();
+  ASSERT_FALSE(url.empty());
+  const std::string host_port = url.substr(url.find('@') + 1, url.rfind('/') - url.find('@') - 1);
+  auto opened = PostgresStore::Open(url, SystemClock::Default(), {});
+  ASSERT_TRUE(opened) << opened.error().ToString();
+  PostgresStore& store = **opened;
+
+  auto kept = store.Claim(Req("kept"));
+  ASSERT_TRUE(kept && kept->claimed);
+  ASSERT_TRUE(store.Complete(kept->record.id, kept->record.fence, Ok("acknowledged"), kTtl));
+  auto busy = store.Claim(Req("busy"));
+  ASSERT_TRUE(busy && busy->claimed);
+
+  ASSERT_TRUE(server.Script("crash"));
+  for (int i = 0; i < 3; ++i) {  // a dead pooled connection, then the backoff path
+    const auto start = std::chrono::steady_clock::now();
+    auto got = store.Get(kept->record.id);
+    const auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_FALSE(got);
+    EXPECT_EQ(got.error().code, ErrorCode::kUnavailable) << got.error().ToString();
+    EXPECT_NE(got.error().message.find(host_port), std::string::npos) << got.error().message;
+    EXPECT_NE(got.error().message.find("retryable"), std::string::npos) << got.error().message;
+    EXPECT_LT(took, 2s);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = store.Claim(Req("while-down"));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  auto completion = store.Complete(busy->record.id, busy->record.fence, Ok("late"), kTtl);
+  ASSERT_FALSE(completion);
+  EXPECT_EQ(completion.error().code, ErrorCode::kUnavailable);
+  auto waited =
+      store.WaitForChange(busy->record.id, busy->record, SystemClock::Default().Now() + 30s);
+  ASSERT_FALSE(waited) << "a wait cannot watch a record it cannot read";
+  EXPECT_EQ(waited.error().code, ErrorCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+
+  ASSERT_TRUE(server.Script("start"));
+  Result<std::optional<Record>> got = std::nullopt;
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  do {  // the pool backs off for up to a second between connection attempts
+    got = store.Get(kept->record.id);
+    if (!got) std::this_thread::sleep_for(50ms);
+  } while (!got && std::chrono::steady_clock::now() < give_up);
+  ASSERT_TRUE(got) << got.error().ToString();
+  ASSERT_TRUE(got->has_value()) << "an acknowledged completion survives a crash";
+  EXPECT_EQ((*got)->state, RecordState::kCompleted);
+  EXPECT_EQ((*got)->outcome->body, "acknowledged");
+  auto after = store.Claim(Req("after"));
+  ASSERT_TRUE(after) << after.error().ToString();
+  EXPECT_TRUE(after->claimed);
+  ASSERT_TRUE(store.Complete(busy->record.id, busy->record.fence, Ok("late"), kTtl));
+  while (!store.listening() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(store.listening()) << "the LISTEN connection came back";
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,151 @@
+#include "record_rows.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+#include "change_listener.h"
+
+#define IDEM_CHANGE_CHANNEL "idemgate_changes"
+static_assert(std::string_view(IDEM_CHANGE_CHANNEL) == idem::postgres::kChangeChannel);
+
+#define IDEM_RECORD_COLUMNS                                                     \
+  "state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, " \
+  "completed_at_ms, expires_at_ms, outcome_class, outcome_body"
+
+// Wraps a data-modifying statement that RETURNs the record's columns so the
+// change is announced in the same statement (hence the same transaction).
+#define IDEM_ANNOUNCE(cte, payload_param)                                                \
+  " SELECT " IDEM_RECORD_COLUMNS ", pg_notify('" IDEM_CHANGE_CHANNEL "', " payload_param \
+  ") FROM " cte
+
+namespace idem::postgres {
+
+const Statement kClaimInsert{
+    "idem_claim_insert",
+    "WITH claimed AS (INSERT INTO idemgate_records (tenant, key, state, fingerprint, tool, turn, "
+    "fence, created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms) "
+    "VALUES ($1, $2, 'in_progress', $3, $4, $5, nextval('idemgate_fences'), $6, $7, 0, $8) "
+    "ON CONFLICT (tenant, key) DO NOTHING RETURNING " IDEM_RECORD_COLUMNS
+    ")" IDEM_ANNOUNCE("claimed", "$9")};
+
+const Statement kClaimReplace{
+    "idem_claim_replace",
+    "WITH claimed AS (UPDATE idemgate_records SET state = 'in_progress', fingerprint = $3, "
+    "tool = $4, turn = $5, fence = nextval('idemgate_fences'), created_at_ms = $6, "
+    "lease_expires_at_ms = $7, completed_at_ms = 0, expires_at_ms = $8, outcome_class = NULL, "
+    "outcome_body = NULL WHERE tenant = $1 AND key = $2 AND expires_at_ms <= $6 "
+    "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("claimed", "$9")};
+
+const Statement kSelectRecord{"idem_select_record",
+                              "SELECT " IDEM_RECORD_COLUMNS
+                              " FROM idemgate_records WHERE tenant = $1 AND key = $2"};
+
+// A heartbeat changes neither state nor fence, so it wakes nobody.
+const Statement kHeartbeat{
+    "idem_heartbeat",
+    "UPDATE idemgate_records SET lease_expires_at_ms = $4, "
+    "expires_at_ms = GREATEST(expires_at_ms, $4) "
+    "WHERE tenant = $1 AND key = $2 AND fence = $3 AND state = 'in_progress' "
+    "AND expires_at_ms > $5 RETURNING lease_expires_at_ms"};
+
+const Statement kComplete{
+    "idem_complete",
+    "WITH done AS (UPDATE idemgate_records SET state = 'completed', outcome_class = $4, "
+    "outcome_body = $5, completed_at_ms = $6, expires_at_ms = $7 "
+    "WHERE tenant = $1 AND key = $2 AND fence = $3 AND state IN ('in_progress', 'unknown') "
+    "AND expires_at_ms > $6 RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("done", "$8")};
+
+const Statement kRelease{
+    "idem_release",
+    "WITH released AS (DELETE FROM idemgate_records WHERE tenant = $1 AND key = $2 "
+    "AND fence = $3 AND state IN ('in_progress', 'unknown') AND expires_at_ms > $4 "
+    "RETURNING fence) SELECT pg_notify('" IDEM_CHANGE_CHANNEL "', $5) FROM released"};
+
+const Statement kMarkUnknown{
+    "idem_mark_unknown",
+    "WITH marked AS (UPDATE idemgate_records SET state = 'unknown', completed_at_ms = $4, "
+    "expires_at_ms = $5 WHERE tenant = $1 AND key = $2 AND fence = $3 "
+    "AND state = 'in_progress' AND expires_at_ms > $4 "
+    "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("marked", "$6")};
+
+const Statement kTakeOver{
+    "idem_take_over",
+    "WITH taken AS (UPDATE idemgate_records SET state = 'in_progress', "
+    "fence = nextval('idemgate_fences'), lease_expires_at_ms = $5, "
+    "expires_at_ms = GREATEST(expires_at_ms, $5), completed_at_ms = 0, outcome_class = NULL, "
+    "outcome_body = NULL WHERE tenant = $1 AND key = $2 AND fence = $3 AND expires_at_ms > $4 "
+    "AND (state = 'unknown' OR (state = 'in_progress' AND lease_expires_at_ms <= $4)) "
+    "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("taken", "$6")};
+
+const Statement kEvict{
+    "idem_evict",
+    "WITH evicted AS (DELETE FROM idemgate_records WHERE tenant = $1 AND key = $2 "
+    "RETURNING fence) SELECT pg_notify('" IDEM_CHANGE_CHANNEL "', $3) FROM evicted"};
+
+// ctid = ANY(ARRAY(...)) runs as a TID scan over the batch the index found.
+// The outer expiry test keeps a row that was reclaimed meanwhile. Purged
+// records are past retention, so no waiter needs to hear of them.
+const Statement kPurgeExpired{
+    "idem_purge_expired",
+    "DELETE FROM idemgate_records WHERE ctid = ANY(ARRAY(SELECT ctid FROM idemgate_records "
+    "WHERE expires_at_ms <= $1 ORDER BY expires_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED)) "
+    "AND expires_at_ms <= $1"};
+
+const Statement kCountRecords{"idem_count_records", "SELECT count(*) FROM idemgate_records"};
+
+namespace {
+
+Error Undecodable(std::string_view where, const RecordId& id, std::string_view column,
+                  std::string_view value) {
+  return Error{ErrorCode::kDataLoss,
+               fmt::format("postgres store {}: record \"{}\" of tenant \"{}\" has an unknown {} "
+                           "\"{}\"; it was written by an incompatible program or is corrupt: "
+                           "evict the record or restore a backup",
+                           where, id.key, id.tenant, column, value)};
+}
+
+}  // namespace
+
+Result<Record> DecodeRecord(const Rows& rows, int row, const RecordId& id, std::string_view where) {
+  Record r;
+  r.id = id;
+  auto state = ParseRecordState(rows.Bytes(row, 0));
+  if (!state) return std::unexpected(Undecodable(where, id, "state", rows.Bytes(row, 0)));
+  r.state = *state;
+  r.fingerprint = rows.Bytes(row, 1);
+  r.tool = rows.Bytes(row, 2);
+  r.turn = rows.Bytes(row, 3);
+  const auto fence = rows.Int(row, 4);
+  const auto created = rows.Int(row, 5);
+  const auto lease = rows.Int(row, 6);
+  const auto completed = rows.Int(row, 7);
+  const auto expires = rows.Int(row, 8);
+  if (!fence || !created || !lease || !completed || !expires || *fence < 0) {
+    return std::unexpected(Undecodable(where, id, "number", "not a bigint"));
+  }
+  r.fence = static_cast<uint64_t>(*fence);
+  r.created_at = FromUnixMillis(*created);
+  r.lease_expires_at = FromUnixMillis(*lease);
+  r.completed_at = FromUnixMillis(*completed);
+  r.expires_at = FromUnixMillis(*expires);
+  if (!rows.IsNull(row, 9)) {
+    auto cls = ParseOutcomeClass(rows.Bytes(row, 9));
+    if (!cls) return std::unexpected(Undecodable(where, id, "outcome class", rows.Bytes(row, 9)));
+    r.outcome = Outcome{*cls, std::string(rows.Bytes(row, 10))};
+  }
+  return r;
+}
+
+Result<std::optional<Record>> ReadRecord(Connection& conn, const RecordId& id) {
+  Params p;
+  p.Text(id.tenant).Text(id.key);
+  auto rows = conn.Execute(kSelectRecord, p, "reading record " + id.key);
+  if (!rows) return std::unexpected(std::move(rows.error()));
+  if (rows->size() == 0) return std::nullopt;
+  auto record = DecodeRecord(*rows, 0, id, conn.where());
+  if (!record) return std::unexpected(std::move(record.error()));
+  return std::move(*record);
+}
+
+}  // namespace idem::postgres

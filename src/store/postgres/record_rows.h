@@ -1,0 +1,63 @@
+// How records are laid out in idemgate_records (schema in pg_schema.cc) and
+// the prepared statements that read and write them. Each statement is one
+// atomic SQL statement; the ones that change a record's state or fence also
+// pg_notify() the change in that same statement, so the notification is sent
+// exactly when the change commits.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "idem/error.h"
+#include "idem/record.h"
+#include "pg_connection.h"
+
+namespace idem::postgres {
+
+// Parameters, in order, of kClaimInsert and kClaimReplace: tenant, key,
+// fingerprint, tool, turn, now, lease end, expiry (all times in Unix ms),
+// change payload. Both return the record's columns (DecodeRecord) if they
+// claimed it, no row otherwise. kClaimReplace only replaces a row past its
+// expiry (expires_at <= now): of two instances replacing one expired row at
+// once exactly one gets the row back.
+extern const Statement kClaimInsert;
+extern const Statement kClaimReplace;
+
+// tenant, key → the record's columns, live or expired, or no row.
+extern const Statement kSelectRecord;
+
+// tenant, key, fence, lease end, now → lease_expires_at_ms if the live
+// in-progress record had `fence`.
+extern const Statement kHeartbeat;
+// tenant, key, fence, outcome class, outcome body, now, expiry, payload →
+// the record's columns if the live record was in progress or unknown with
+// `fence`.
+extern const Statement kComplete;
+// tenant, key, fence, now, payload → one row if the live in-progress or
+// unknown record with `fence` was deleted.
+extern const Statement kRelease;
+// tenant, key, fence, now, expiry, payload → the record's columns if the
+// live in-progress record had `fence`.
+extern const Statement kMarkUnknown;
+// tenant, key, fence, now, lease end, payload → the record's columns, with a
+// new fence, if the live record with `fence` was unknown or in progress with
+// an expired lease.
+extern const Statement kTakeOver;
+// tenant, key, payload → one row if a record was deleted.
+extern const Statement kEvict;
+// now, limit → deletes up to `limit` records with expires_at <= now,
+// earliest first, skipping rows another transaction holds; affected() says
+// how many.
+extern const Statement kPurgeExpired;
+// → count(*) of idemgate_records.
+extern const Statement kCountRecords;
+
+// The record in row `row` of `rows` (columns as the statements above return
+// them). kDataLoss, naming the key and `where`, for a row that does not
+// decode (an unknown state or outcome class, a malformed number).
+Result<Record> DecodeRecord(const Rows& rows, int row, const RecordId& id, std::string_view where);
+
+// The row of `id`, live or expired, or nullopt.
+Result<std::optional<Record>> ReadRecord(Connection& conn, const RecordId& id);
+
+}  // namespace idem::postgres

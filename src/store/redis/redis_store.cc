@@ -1,0 +1,393 @@
+#include "redis_store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "change_listener.h"
+#include "redis_client.h"
+#include "redis_codec.h"
+#include "redis_scripts.h"
+
+namespace idem {
+namespace {
+
+using redis::Reply;
+
+// Redis deletes a record (native TTL) this long after its logical expiry by
+// the writer's clock, so that an instance whose clock lags a little still
+// sees the record expire by its own reckoning first. Only garbage
+// collection: expiry decisions use the stored expires_at.
+constexpr Duration kGcMargin{60'000};
+// SCAN batch and stream page sizes.
+constexpr int kScanCount = 1000;
+constexpr int kStreamPage = 512;
+constexpr size_t kAttemptsPerScript = 256;
+
+bool Differs(const Record& seen, const Record& now) {
+  return now.fence != seen.fence || now.state != seen.state;
+}
+
+bool Matches(const AttemptFilter& f, const Attempt& a) {
+  return (!f.tenant || *f.tenant == a.tenant) && (!f.key || *f.key == a.key) &&
+         (!f.tool || *f.tool == a.tool) && (!f.outcome || *f.outcome == a.outcome) &&
+         (!f.since || a.at >= *f.since);
+}
+
+std::string_view Str(const redisReply& r) { return redis::Text(r); }
+
+Error Unexpected(std::string_view script, std::string_view what) {
+  return Error{ErrorCode::kInternal, "redis store: the " + std::string(script) +
+                                         " script answered " + std::string(what) +
+                                         "; is another version of idemgate using this prefix?"};
+}
+
+class RedisStore final : public Store {
+ public:
+  RedisStore(std::unique_ptr<redis::RedisClient> client, Clock& clock, const StoreOptions& options)
+      : client_(std::move(client)),
+        clock_(clock),
+        options_(options),
+        prefix_(client_->config().prefix),
+        listener_([c = client_.get()] { return c->ConnectAny(); }) {}
+
+  // Store:
+  Result<ClaimResult> Claim(const ClaimRequest& req) override {
+    const auto keys = redis::KeysOf(prefix_, req.id);
+    auto reply = RunScript(redis::ClaimScript(), keys, clock_.Now(),
+                           {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn});
+    if (!reply) return std::unexpected(reply.error());
+    const redisReply& r = **reply;
+    const std::string_view status = Status(r);
+    if ((status != "claimed" && status != "exists") || r.elements < 2) {
+      return std::unexpected(Unexpected("claim", status));
+    }
+    auto record = redis::DecodeRecord(req.id, *r.element[1]);
+    if (!record) return std::unexpected(record.error());
+    if (!*record) return std::unexpected(Unexpected("claim", "no record"));
+    if (status == "claimed") listener_.Notify(keys.channel);
+    return ClaimResult{status == "claimed", std::move(**record)};
+  }
+
+  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto reply =
+        RunScript(redis::HeartbeatScript(), keys, clock_.Now(), {std::to_string(fence), Ms(lease)});
+    if (!reply) return std::unexpected(reply.error());
+    const redisReply& r = **reply;
+    if (Status(r) != "ok") return std::unexpected(Refusal(id, fence, r, "heartbeat"));
+    int64_t ms = 0;
+    if (r.elements < 2 || !ToInt(Str(*r.element[1]), &ms)) {
+      return std::unexpected(Unexpected("heartbeat", "no lease"));
+    }
+    return FromUnixMillis(ms);
+  }
+
+  Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                          Duration retention) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto reply = RunScript(redis::CompleteScript(), keys, clock_.Now(),
+                           {std::to_string(fence), Ms(retention),
+                            std::string(OutcomeClassName(outcome.cls)), outcome.body});
+    if (!reply) return std::unexpected(reply.error());
+    auto record = RecordFrom(id, fence, **reply, "complete");
+    if (!record) return record;
+    record->outcome = outcome;  // the script does not send the body back
+    listener_.Notify(keys.channel);
+    return record;
+  }
+
+  Result<void> Release(const RecordId& id, uint64_t fence) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto reply = RunScript(redis::ReleaseScript(), keys, clock_.Now(), {std::to_string(fence)});
+    if (!reply) return std::unexpected(reply.error());
+    if (Status(**reply) != "ok") return std::unexpected(Refusal(id, fence, **reply, "release"));
+    listener_.Notify(keys.channel);
+    return {};
+  }
+
+  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto reply = RunScript(redis::MarkUnknownScript(), keys, clock_.Now(),
+                           {std::to_string(fence), Ms(retention)});
+    if (!reply) return std::unexpected(reply.error());
+    auto record = RecordFrom(id, fence, **reply, "mark_unknown");
+    if (record) listener_.Notify(keys.channel);
+    return record;
+  }
+
+  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto reply =
+        RunScript(redis::TakeOverScript(), keys, clock_.Now(), {std::to_string(fence), Ms(lease)});
+    if (!reply) return std::unexpected(reply.error());
+    auto record = RecordFrom(id, fence, **reply, "take_over");
+    if (record) listener_.Notify(keys.channel);
+    return record;
+  }
+
+  Result<std::optional<Record>> Get(const RecordId& id) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    redis::Command cmd = {"HMGET", keys.record};
+    for (std::string& f : redis::RecordFieldNames(true)) cmd.push_back(std::move(f));
+    auto reply = client_->Execute(keys.record, std::move(cmd), /*resend_safe=*/true);
+    if (!reply) return std::unexpected(reply.error());
+    auto record = redis::DecodeRecord(id, **reply);
+    if (!record) return std::unexpected(record.error());
+    if (*record && (*record)->expires_at <= clock_.Now()) return std::optional<Record>();
+    return record;
+  }
+
+  Result<bool> Evict(const RecordId& id) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto reply = RunScript(redis::EvictScript(), keys, clock_.Now(), {});
+    if (!reply) return std::unexpected(reply.error());
+    if ((*reply)->type != REDIS_REPLY_INTEGER) return std::unexpected(Unexpected("evict", "?"));
+    const bool existed = (*reply)->integer == 1;
+    if (existed) listener_.Notify(keys.channel);
+    return existed;
+  }
+
+  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override {
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto watch = listener_.Subscribe(keys.channel);
+    // Subscribed before the first read: a change after it is announced.
+    watch->AwaitSubscribed(std::min<std::chrono::milliseconds>(client_->config().command_timeout,
+                                                               std::chrono::milliseconds(1000)));
+    for (;;) {
+      auto current = Get(id);
+      if (!current) return std::unexpected(current.error());
+      if (!*current || Differs(seen, **current)) return {};
+      const TimePoint now = clock_.Now();
+      if (now >= deadline) return {};
+      watch->WaitUntil(clock_, std::min(deadline, now + options_.poll_interval));
+    }
+  }
+
+  Result<size_t> PurgeExpired(size_t limit) override {
+    size_t purged = 0;
+    if (limit == 0) return purged;
+    const TimePoint now = clock_.Now();
+    const std::string pattern = redis::RecordKeyPattern(prefix_);
+    for (const redis::NodeAddress& node : client_->Masters()) {
+      std::string cursor = "0";
+      do {
+        auto page = ScanPage(node, cursor, pattern);
+        if (!page) return std::unexpected(page.error());
+        // One round trip reads the expiry of the whole page; only the expired
+        // ones are deleted, each by a script that checks again.
+        std::vector<redis::Command> reads;
+        for (const std::string& key : page->keys) reads.push_back({"HGET", key, "ex"});
+        auto expiries = client_->PipelineOn(node, reads);  // a tombstone has no "ex"
+        if (!expiries) return std::unexpected(expiries.error());
+        for (size_t i = 0; i < page->keys.size(); ++i) {
+          int64_t ex = 0;
+          if (!ToInt(Str(*(*expiries)[i]), &ex) || FromUnixMillis(ex) > now) continue;
+          auto reply = Eval(redis::PurgeIfExpiredScript(), page->keys[i], now, {});
+          if (!reply) return std::unexpected(reply.error());
+          if ((*reply)->type == REDIS_REPLY_INTEGER && (*reply)->integer == 1) {
+            if (++purged >= limit) return purged;
+          }
+        }
+        cursor = page->cursor;
+      } while (cursor != "0");
+    }
+    return purged;
+  }
+
+  Result<uint64_t> CountRecords() override {
+    // O(records): a SCAN of every master; tombstones do not count.
+    uint64_t count = 0;
+    const std::string pattern = redis::RecordKeyPattern(prefix_);
+    for (const redis::NodeAddress& node : client_->Masters()) {
+      std::string cursor = "0";
+      do {
+        auto page = ScanPage(node, cursor, pattern);
+        if (!page) return std::unexpected(page.error());
+        std::vector<redis::Command> reads;
+        for (const std::string& key : page->keys) reads.push_back({"HEXISTS", key, "st"});
+        auto exists = client_->PipelineOn(node, reads);
+        if (!exists) return std::unexpected(exists.error());
+        for (const Reply& r : *exists) {
+          if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) ++count;
+        }
+        cursor = page->cursor;
+      } while (cursor != "0");
+    }
+    return count;
+  }
+
+  Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override {
+    const std::string stream = redis::AttemptStreamKey(prefix_);
+    const std::vector<std::string> keys = {stream};
+    for (size_t start = 0; start < attempts.size(); start += kAttemptsPerScript) {
+      std::vector<std::string> args = {std::to_string(client_->config().attempts_maxlen)};
+      const size_t end = std::min(attempts.size(), start + kAttemptsPerScript);
+      for (size_t i = start; i < end; ++i) {
+        for (std::string& v : redis::EncodeAttempt(attempts[i])) args.push_back(std::move(v));
+      }
+      auto reply = client_->Eval(redis::AppendAttemptsScript(), keys, args, /*write=*/true);
+      if (!reply) return std::unexpected(reply.error());
+    }
+    return {};
+  }
+
+  // Filters scan the stream newest first: O(entries) for a rare match.
+  Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override {
+    std::vector<Attempt> out;
+    const std::string stream = redis::AttemptStreamKey(prefix_);
+    std::string end = "+";
+    while (out.size() < filter.limit) {
+      auto reply = client_->Execute(
+          stream, {"XREVRANGE", stream, end, "-", "COUNT", std::to_string(kStreamPage)}, true);
+      if (!reply) return std::unexpected(reply.error());
+      const redisReply& r = **reply;
+      if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) break;
+      for (size_t i = 0; i < r.elements && out.size() < filter.limit; ++i) {
+        auto a = EntryAttempt(*r.element[i]);
+        if (!a) return std::unexpected(a.error());
+        if (Matches(filter, *a)) out.push_back(std::move(*a));
+      }
+      end = "(" + std::string(Str(*r.element[r.elements - 1]->element[0]));
+      if (r.elements < static_cast<size_t>(kStreamPage)) break;
+    }
+    return out;
+  }
+
+  // A scan of the whole stream: O(entries).
+  Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) override {
+    std::map<std::string, ToolStats> out;
+    const std::string stream = redis::AttemptStreamKey(prefix_);
+    std::string start = "-";
+    for (;;) {
+      auto reply = client_->Execute(
+          stream, {"XRANGE", stream, start, "+", "COUNT", std::to_string(kStreamPage)}, true);
+      if (!reply) return std::unexpected(reply.error());
+      const redisReply& r = **reply;
+      if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) break;
+      for (size_t i = 0; i < r.elements; ++i) {
+        auto a = EntryAttempt(*r.element[i]);
+        if (!a) return std::unexpected(a.error());
+        if (!Matches(filter, *a)) continue;
+        ToolStats& s = out[a->tool];
+        ++s.attempts;
+        ++s.by_outcome[a->outcome];
+      }
+      start = "(" + std::string(Str(*r.element[r.elements - 1]->element[0]));
+      if (r.elements < static_cast<size_t>(kStreamPage)) break;
+    }
+    return out;
+  }
+
+ private:
+  struct ScanResult {
+    std::string cursor;
+    std::vector<std::string> keys;
+  };
+
+  static std::string Ms(Duration d) { return std::to_string(d.count()); }
+
+  static bool ToInt(std::string_view s, int64_t* out) {
+    if (s.empty()) return false;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+    return ec == std::errc() && p == s.data() + s.size();
+  }
+
+  // The first element of a script's reply array: its status.
+  static std::string_view Status(const redisReply& r) {
+    if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) return "(not an array)";
+    return Str(*r.element[0]);
+  }
+
+  // Runs a record script (redis_scripts.h) on `record_key`'s node.
+  Result<Reply> Eval(const redis::Script& script, const std::string& record_key, TimePoint now,
+                     std::vector<std::string> extra) {
+    std::vector<std::string> args = {std::to_string(ToUnixMillis(now)), Ms(kGcMargin),
+                                     Ms(client_->config().fence_floor_keep)};
+    for (std::string& a : extra) args.push_back(std::move(a));
+    const std::vector<std::string> keys = {record_key};
+    return client_->Eval(script, keys, args, /*write=*/true);
+  }
+
+  Result<Reply> RunScript(const redis::Script& script, const redis::RecordKeys& keys, TimePoint now,
+                          std::vector<std::string> extra) {
+    return Eval(script, keys.record, now, std::move(extra));
+  }
+
+  // A script's refusal as the error the Store contract names.
+  static Error Refusal(const RecordId& id, uint64_t fence, const redisReply& r,
+                       std::string_view script) {
+    const std::string_view status = Status(r);
+    const std::string detail = r.elements > 1 ? std::string(Str(*r.element[1])) : "";
+    if (status == "notfound") return Error{ErrorCode::kNotFound, "no record for key " + id.key};
+    if (status == "aborted") {
+      return Error{ErrorCode::kAborted, "record " + id.key + " is owned by fence " + detail +
+                                            ", not " + std::to_string(fence) +
+                                            ": this owner lost it"};
+    }
+    if (status == "state") {
+      return Error{ErrorCode::kFailedPrecondition, "record " + id.key + " is " + detail};
+    }
+    if (status == "live") {
+      return Error{ErrorCode::kFailedPrecondition,
+                   "record " + id.key + " has a live owner; it cannot be taken over"};
+    }
+    return Unexpected(script, status);
+  }
+
+  // {'ok', fields} → the record; a refusal → its error.
+  static Result<Record> RecordFrom(const RecordId& id, uint64_t fence, const redisReply& r,
+                                   std::string_view script) {
+    if (Status(r) != "ok") return std::unexpected(Refusal(id, fence, r, script));
+    if (r.elements < 2) return std::unexpected(Unexpected(script, "no record"));
+    auto record = redis::DecodeRecord(id, *r.element[1]);
+    if (!record) return std::unexpected(record.error());
+    if (!*record) return std::unexpected(Unexpected(script, "an empty record"));
+    return std::move(**record);
+  }
+
+  Result<ScanResult> ScanPage(const redis::NodeAddress& node, const std::string& cursor,
+                              const std::string& pattern) {
+    auto reply = client_->RunOn(
+        node, {"SCAN", cursor, "MATCH", pattern, "COUNT", std::to_string(kScanCount)});
+    if (!reply) return std::unexpected(reply.error());
+    const redisReply& r = **reply;
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 || r.element[1]->type != REDIS_REPLY_ARRAY) {
+      return MakeError(ErrorCode::kInternal,
+                       "redis store " + node.ToString() + ": unexpected SCAN reply");
+    }
+    ScanResult page{std::string(Str(*r.element[0])), {}};
+    for (size_t i = 0; i < r.element[1]->elements; ++i) {
+      page.keys.emplace_back(Str(*r.element[1]->element[i]));
+    }
+    return page;
+  }
+
+  static Result<Attempt> EntryAttempt(const redisReply& entry) {
+    if (entry.type != REDIS_REPLY_ARRAY || entry.elements != 2) {
+      return MakeError(ErrorCode::kDataLoss, "redis store: a bad entry in the audit stream");
+    }
+    return redis::DecodeAttempt(*entry.element[1]);
+  }
+
+  std::unique_ptr<redis::RedisClient> client_;
+  Clock& clock_;
+  const StoreOptions options_;
+  const std::string prefix_;
+  redis::ChangeListener listener_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenRedisStore(std::string_view url, Clock& clock,
+                                              const StoreOptions& options) {
+  auto config = redis::ParseRedisUrl(url);
+  if (!config) return std::unexpected(config.error());
+  auto client = redis::RedisClient::Open(*config);
+  if (!client) return std::unexpected(client.error());
+  return std::unique_ptr<Store>(new RedisStore(std::move(*client), clock, options));
+}
+
+}  // namespace idem

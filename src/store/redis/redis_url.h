@@ -1,0 +1,75 @@
+// Redis store URLs (DESIGN.md §5): what to connect to and how. Parsing does no
+// I/O.
+//
+//   redis://[[user]:password@]host[:port][/db][?option=value&…]
+//   redis+cluster://[[user]:password@]host[:port],host[:port],…[?option=value&…]
+//   rediss://…, rediss+cluster://…  (TLS: refused, see ParseRedisUrl)
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/error.h"
+
+namespace idem::redis {
+
+struct NodeAddress {
+  std::string host;
+  int port = 6379;
+  bool operator==(const NodeAddress&) const = default;
+  auto operator<=>(const NodeAddress&) const = default;
+  // "host:port", or "[v6]:port".
+  std::string ToString() const;
+};
+
+// Everything a URL says. Every field documents its default.
+struct RedisConfig {
+  // Where to connect: the one server, or the cluster's seed nodes (any
+  // reachable one gives the slot map).
+  std::vector<NodeAddress> nodes;
+  bool cluster = false;
+  // AUTH: empty user means the legacy "AUTH password" (Redis < 6 or the
+  // default user). Empty password means no AUTH.
+  std::string user;
+  std::string password;
+  // SELECT; from the URL path. Always 0 in a cluster. Default 0.
+  int db = 0;
+  // Prepended to every key and channel, so that several users (and tests)
+  // share one Redis. Must not contain '{' or '}' (they would override the
+  // per-record hash tag). Default empty. Query: prefix=
+  std::string prefix;
+  // TCP connect timeout. Default 1 s. Query: connect_timeout=1s
+  Duration connect_timeout{1'000};
+  // Per-command read/write timeout. Default 2 s. Query: timeout=2s
+  Duration command_timeout{2'000};
+  // Idle connections kept per node. Default 8. Query: pool=8
+  size_t pool = 8;
+  // Approximate bound of the audit stream (XADD MAXLEN ~). Default
+  // 1,000,000. Query: attempts_maxlen=
+  size_t attempts_maxlen = 1'000'000;
+  // After each record write, WAIT for this many replicas to acknowledge it;
+  // 0 (default) does not wait. Query: wait_replicas=N
+  int wait_replicas = 0;
+  // How long WAIT blocks. Default 1 s. Query: wait_timeout=1s
+  Duration wait_timeout{1'000};
+  // How long a deleted (released, evicted, purged) record leaves a tombstone
+  // holding its fence, so that fences keep growing across deletion even
+  // between instances whose clocks disagree. Default 7 days.
+  // Query: fence_floor_keep=7d
+  Duration fence_floor_keep{7LL * 24 * 3'600'000};
+};
+
+// True for the schemes this backend answers: redis:, rediss:, redis+cluster:,
+// rediss+cluster:.
+bool IsRedisUrl(std::string_view url);
+
+// Parses a redis URL. kInvalidArgument for a malformed URL, an unknown
+// option, a cluster URL with a database other than 0, or a prefix with '{'
+// or '}'. rediss:// (TLS) is kInvalidArgument too: Debian 12's hiredis 0.14
+// has no TLS support; the message says so and names the alternatives.
+Result<RedisConfig> ParseRedisUrl(std::string_view url);
+
+}  // namespace idem::redis
