@@ -4,14 +4,13 @@
 //                         [--synchronous full|normal|off]
 //
 // A claim→complete call is two row writes: an INSERT of the in-progress row,
-// then an UPDATE of that row with the outcome. Bare SQLite (same row shape,
-// WAL, synchronous=FULL, prepared statements) does them (a) with one commit
+// then an UPDATE of that row with the outcome. Bare SQLite (bare_sqlite.h: same
+// row shape, WAL, synchronous=FULL, prepared statements) does them (a) with one commit
 // per write and (b) with 100 writes per commit; SqliteStore does claim →
 // complete with 1, 16 and 64 concurrent callers. Prints calls/s per case and the
 // ratios the group-commit targets are stated in: store16 / one-commit (goal
 // ≥ 3) and store16 / batched (goal ≥ 0.5). DIR (default $TMPDIR or /tmp)
 // should be on the disk being measured: tmpfs makes fsync free.
-#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -25,135 +24,26 @@
 #include <thread>
 #include <vector>
 
+#include "bare_sqlite.h"
 #include "sqlite_store.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kCallsPerBatchedCommit = 50;  // 100 writes
-const std::string kBody(200, 'r');          // a small tool result
-
-void Check(int rc, sqlite3* db, const char* what) {
-  if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return;
-  std::fprintf(stderr, "sqlite_baseline_bench: %s: %s\n", what, sqlite3_errmsg(db));
-  std::exit(1);
-}
-
-void Exec(sqlite3* db, const char* sql) {
-  Check(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), db, sql);
-}
-
-// Bare SQLite: the records table as SqliteStore lays it out.
-class BareSqlite {
- public:
-  BareSqlite(const std::string& path, const std::string& synchronous) {
-    Check(sqlite3_open(path.c_str(), &db_), db_, "open");
-    Exec(db_, "PRAGMA journal_mode = WAL");
-    Exec(db_, synchronous == "normal" ? "PRAGMA synchronous = NORMAL"
-              : synchronous == "off"  ? "PRAGMA synchronous = OFF"
-                                      : "PRAGMA synchronous = FULL");
-    Exec(db_,
-         "CREATE TABLE records (tenant TEXT NOT NULL, key TEXT NOT NULL, state TEXT NOT NULL, "
-         "fingerprint TEXT NOT NULL, tool TEXT NOT NULL, turn TEXT NOT NULL, fence INTEGER NOT "
-         "NULL, created_at_ms INTEGER NOT NULL, lease_expires_at_ms INTEGER NOT NULL, "
-         "completed_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, outcome_class TEXT, "
-         "outcome_body BLOB, PRIMARY KEY (tenant, key)) STRICT;"
-         "CREATE INDEX records_by_expiry ON records (expires_at_ms);");
-    Prepare(
-        "INSERT INTO records VALUES ('default', ?1, 'in_progress', 'fp', 'charge', 'turn', ?2, "
-        "?3, ?3 + 30000, 0, ?3 + 86400000, NULL, NULL)",
-        &insert_);
-    Prepare(
-        "UPDATE records SET state = 'completed', outcome_class = 'success', outcome_body = ?2, "
-        "completed_at_ms = ?3, expires_at_ms = ?3 + 86400000 WHERE tenant = 'default' AND key = ?1",
-        &update_);
-    Prepare("BEGIN IMMEDIATE", &begin_);
-    Prepare("COMMIT", &commit_);
-  }
-  ~BareSqlite() {
-    for (sqlite3_stmt* s : {insert_, update_, begin_, commit_}) sqlite3_finalize(s);
-    sqlite3_close(db_);
-  }
-
-  void Begin() { Step(begin_); }
-  void Commit() { Step(commit_); }
-
-  void Insert(const std::string& key, int64_t now_ms) {
-    sqlite3_bind_text(insert_, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
-    sqlite3_bind_int64(insert_, 2, now_ms * 1000);
-    sqlite3_bind_int64(insert_, 3, now_ms);
-    Step(insert_);
-  }
-
-  void Update(const std::string& key, int64_t now_ms) {
-    sqlite3_bind_text(update_, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
-    sqlite3_bind_blob(update_, 2, kBody.data(), static_cast<int>(kBody.size()), SQLITE_STATIC);
-    sqlite3_bind_int64(update_, 3, now_ms);
-    Step(update_);
-  }
-
- private:
-  void Prepare(const char* sql, sqlite3_stmt** stmt) {
-    Check(sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, stmt, nullptr), db_, sql);
-  }
-  void Step(sqlite3_stmt* stmt) {
-    Check(sqlite3_step(stmt), db_, sqlite3_sql(stmt));
-    sqlite3_reset(stmt);
-  }
-
-  sqlite3* db_ = nullptr;
-  sqlite3_stmt* insert_ = nullptr;
-  sqlite3_stmt* update_ = nullptr;
-  sqlite3_stmt* begin_ = nullptr;
-  sqlite3_stmt* commit_ = nullptr;
-};
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+const std::string kBody(200, 'r');  // a small tool result
 
 double Rate(uint64_t calls, Clock::time_point start) {
   return calls / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double BareOneCommitPerWrite(const std::string& path, const std::string& synchronous,
-                             double seconds) {
-  BareSqlite db(path, synchronous);
-  const auto start = Clock::now();
-  const auto end = start + std::chrono::duration<double>(seconds);
-  uint64_t calls = 0;
-  while (Clock::now() < end) {
-    const std::string key = "key-" + std::to_string(calls);
-    db.Begin();
-    db.Insert(key, NowMs());
-    db.Commit();
-    db.Begin();
-    db.Update(key, NowMs());
-    db.Commit();
-    ++calls;
-  }
-  return Rate(calls, start);
-}
-
-double BareBatched(const std::string& path, const std::string& synchronous, double seconds) {
-  BareSqlite db(path, synchronous);
-  const auto start = Clock::now();
-  const auto end = start + std::chrono::duration<double>(seconds);
-  uint64_t calls = 0;
-  while (Clock::now() < end) {
-    db.Begin();
-    for (int i = 0; i < kCallsPerBatchedCommit; ++i) {
-      const std::string key = "key-" + std::to_string(calls);
-      db.Insert(key, NowMs());
-      db.Update(key, NowMs());
-      ++calls;
-    }
-    db.Commit();
-  }
-  return Rate(calls, start);
+// The bare-SQLite baselines write rows shaped like the store's claims.
+idem_bench::BareCalls BareRows() {
+  return idem_bench::BareCalls{
+      .key = [](uint64_t n) { return "key-" + std::to_string(n); },
+      .fingerprint = [](uint64_t) { return std::string("fp"); },
+      .body = kBody,
+  };
 }
 
 struct StoreRun {
@@ -255,10 +145,10 @@ int main(int argc, char** argv) {
       store64_batch;
   for (int round = 0; round < rounds; ++round) {
     const std::string tag = std::to_string(round);
-    one.push_back(
-        BareOneCommitPerWrite((dir / ("one" + tag + ".db")).string(), synchronous, seconds));
-    batched.push_back(
-        BareBatched((dir / ("batched" + tag + ".db")).string(), synchronous, seconds));
+    one.push_back(idem_bench::BareOneCommitPerWrite((dir / ("one" + tag + ".db")).string(),
+                                                    synchronous, seconds, BareRows()));
+    batched.push_back(idem_bench::BareBatched((dir / ("batched" + tag + ".db")).string(),
+                                              synchronous, seconds, BareRows()));
     const StoreRun s1 =
         StoreClaimComplete((dir / ("store1" + tag + ".db")).string(), synchronous, 1, seconds);
     const StoreRun s16 =
@@ -281,7 +171,7 @@ int main(int argc, char** argv) {
   std::printf("%-40s %12s %14s\n", "case", "calls/s", "writes/commit");
   std::printf("%-40s %12.0f %14d\n", "bare sqlite, one commit per write", Median(one), 1);
   std::printf("%-40s %12.0f %14d\n", "bare sqlite, 100 writes per commit", Median(batched),
-              2 * kCallsPerBatchedCommit);
+              2 * idem_bench::kCallsPerBatchedCommit);
   std::printf("%-40s %12.0f %14.1f\n", "SqliteStore, 1 caller", Median(store1),
               Median(store1_batch));
   std::printf("%-40s %12.0f %14.1f\n", "SqliteStore, 16 callers", Median(store16),

@@ -25,7 +25,6 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import * as z from 'zod';
 
@@ -47,9 +46,12 @@ function appendDurably(file, line) {
   }
 }
 
-/** Appends one entry for `tool`; `args` are the arguments exactly as received. */
-function record(tool, args, result) {
-  const entry = { at: new Date().toISOString(), pid: process.pid, tool, args, result };
+/**
+ * Appends one entry for `tool`: `args` are the arguments exactly as received, `meta` the
+ * request's _meta (where a proxy puts the idempotency key it forwards).
+ */
+function record(tool, args, result, meta) {
+  const entry = { at: new Date().toISOString(), pid: process.pid, tool, args, meta, result };
   appendDurably(LEDGER, JSON.stringify(entry) + '\n');
   return entry;
 }
@@ -105,7 +107,8 @@ function buildServer() {
     {
       capabilities: { logging: {} },
       instructions:
-        'Example tools with real side effects (tickets, charges, deploys), recorded in a ledger file.',
+        'Example tools with real side effects (tickets, charges, deploys), recorded in a ' +
+        'ledger file.',
     },
   );
 
@@ -120,10 +123,10 @@ function buildServer() {
       }),
       // No annotations: MCP's defaults make the tool destructive and not idempotent.
     },
-    async (args) => {
+    async (args, extra) => {
       const number = readLedger().filter((e) => e.tool === 'create_ticket').length + 1;
       const ticket = { number, title: args.title, body: args.body ?? '' };
-      record('create_ticket', args, ticket);
+      record('create_ticket', args, ticket, extra._meta);
       await maybeDelay('create_ticket');
       return { content: [text(`Created ticket #${number}: ${args.title}`)] };
     },
@@ -138,7 +141,7 @@ function buildServer() {
       outputSchema: chargeOutput,
       annotations: MUTATING,
     },
-    async (args) => {
+    async (args, extra) => {
       const charge = {
         id: 'ch_' + randomBytes(8).toString('hex'),
         customer: args.customer,
@@ -146,7 +149,7 @@ function buildServer() {
         currency: args.currency,
         created_at: new Date().toISOString(),
       };
-      record('charge', args, charge);
+      record('charge', args, charge, extra._meta);
       await maybeDelay('charge');
       return { content: [text(describeCharge(charge))], structuredContent: charge };
     },
@@ -178,12 +181,17 @@ function buildServer() {
         if (token !== undefined) {
           await extra.sendNotification({
             method: 'notifications/progress',
-            params: { progressToken: token, progress: i + 1, total: steps.length, message: steps[i] },
+            params: {
+              progressToken: token,
+              progress: i + 1,
+              total: steps.length,
+              message: steps[i],
+            },
           });
         }
       }
       const deployment = { id: 'dep_' + randomBytes(6).toString('hex'), ...args };
-      record('deploy', args, deployment);
+      record('deploy', args, deployment, extra._meta);
       await maybeDelay('deploy');
       return {
         content: [text(`Deployed ${args.service}@${args.version} as ${deployment.id}`)],
@@ -200,10 +208,10 @@ function buildServer() {
         'ledger) fails with isError, the others succeed.',
       inputSchema: z.looseObject({ note: z.string().optional() }),
     },
-    async (args) => {
+    async (args, extra) => {
       const n = readLedger().filter((e) => e.tool === 'fail_sometimes').length + 1;
       const failed = n % 2 === 1;
-      record('fail_sometimes', args, { execution: n, failed });
+      record('fail_sometimes', args, { execution: n, failed }, extra._meta);
       await maybeDelay('fail_sometimes');
       return failed
         ? { content: [text(`execution ${n} failed: upstream said no`)], isError: true }
@@ -298,6 +306,10 @@ function sendJsonRpcError(res, status, message) {
 
 /** Streamable HTTP with sessions: one McpServer and one transport per client session. */
 async function serveHttp(port) {
+  // Loaded only here: stdio needs none of the HTTP stack (which wants Node 20).
+  const { StreamableHTTPServerTransport } = await import(
+    '@modelcontextprotocol/sdk/server/streamableHttp.js'
+  );
   const sessions = new Map(); // mcp-session-id → transport
 
   const httpServer = http.createServer(async (req, res) => {

@@ -50,6 +50,7 @@ void AddKeyCommand(CLI::App& app, Cli& cli);
 void AddRecordCommands(CLI::App& app, Cli& cli);  // inspect, evict, resolve, purge
 void AddAuditCommands(CLI::App& app, Cli& cli);   // audit, stats
 void AddDemoCommand(CLI::App& app, Cli& cli);     // the quickstart's demo
+void AddMcpCommand(CLI::App& app, Cli& cli);      // the MCP proxy
 
 // Prints "idemgate <command>: <message>" on stderr and returns kExitFailure.
 int Fail(std::string_view command, std::string_view message);

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   AddRecordCommands(app, cli);
   AddAuditCommands(app, cli);
   AddDemoCommand(app, cli);
+  AddMcpCommand(app, cli);
   // Each command's --help also names the options every command takes.
   for (CLI::App* cmd : app.get_subcommands([](CLI::App*) { return true; })) {
     std::string footer = cmd->get_footer();

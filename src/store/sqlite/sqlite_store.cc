@@ -176,6 +176,13 @@ Result<T> SqliteStore::Write(Fn fn) {
 }
 
 Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
+  // A live record that someone else owns or completed is returned without a
+  // write transaction: replays and duplicates then cost a read on a WAL
+  // reader, not a turn of the single writer. Linearisable: a live record
+  // read here was live at that instant, which is where this claim takes
+  // effect. An absent or expired record still goes through the atomic
+  // claim in the writer, so there is no check-then-insert.
+  if (auto live = Get(req.id); live && *live) return ClaimResult{false, std::move(**live)};
   return Write<ClaimResult>([&](WriteContext& ctx) -> Result<ClaimResult> {
     const TimePoint now = clock_.Now();
     auto row = sqlite::ReadRecord(ctx.conn, req.id);

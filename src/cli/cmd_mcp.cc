@@ -1,0 +1,331 @@
+// `idemgate mcp`: the MCP proxy (DESIGN.md §6.1). Wiring only: config →
+// store → one Ledger for the process → the transports → McpSession.
+//
+//   idemgate mcp [--store URL] [--config FILE] [-v] -- CMD ARGS…
+//
+// The agent host starts this instead of CMD. The client side is our own
+// stdio; the upstream is CMD as a child process whose stderr is ours. stdout
+// carries only MCP messages (logs go to stderr). The proxy exits when the
+// client closes stdin, once the child has exited (it gets EOF on its stdin;
+// one that lingers is killed) and every call it was running is stored.
+//
+// --listen HOST:PORT (Streamable HTTP clients) and --upstream-url URL (a
+// Streamable HTTP upstream) use the transports of mcp/http_channels.h when
+// they are built in (IDEM_MCP_HTTP); otherwise they say so and fail.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "idem/ledger.h"
+#include "mcp/child_channel.h"
+#include "mcp/mcp_session.h"
+#include "mcp/reconcile.h"
+#include "mcp/stdio_channel.h"
+
+#ifdef IDEM_MCP_HTTP
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "mcp/http_channels.h"
+#endif
+
+namespace idem::cli {
+namespace {
+
+struct McpFlags {
+  std::vector<std::string> command;  // the MCP server to run, after --
+  std::string listen;                // --listen HOST:PORT
+  std::string upstream_url;          // --upstream-url URL
+  bool insecure_no_auth = false;
+  bool verbose = false;
+};
+
+// Writes one log line to stderr (never stdout: it carries MCP messages).
+void LogLine(std::string_view line) { fmt::print(stderr, "idemgate mcp: {}\n", line); }
+
+// Makes the upstream of one session: a new child process, or a new session
+// with the upstream URL.
+using UpstreamFactory = std::function<Result<std::shared_ptr<mcp::Channel>>()>;
+
+#ifdef IDEM_MCP_HTTP
+
+mcp::UpstreamDelivery ClassifyHttpDelivery(std::string_view response) {
+  std::optional<mcp::DeliveryFailure> failure = mcp::ClassifyDeliveryFailure(response);
+  if (!failure) return mcp::UpstreamDelivery::kAnswered;
+  return *failure == mcp::DeliveryFailure::kNotSent ? mcp::UpstreamDelivery::kNotSent
+                                                    : mcp::UpstreamDelivery::kMaybeSent;
+}
+
+// The sessions of an HTTP listener: each client session gets its own
+// upstream and McpSession; a janitor thread destroys ended sessions (a
+// session may not be destroyed from its own threads).
+class HttpSessions {
+ public:
+  HttpSessions(Ledger& ledger, const Config& config, mcp::SessionOptions base,
+               UpstreamFactory make_upstream)
+      : ledger_(ledger),
+        config_(config),
+        base_(std::move(base)),
+        make_upstream_(std::move(make_upstream)),
+        janitor_([this] { Janitor(); }) {}
+
+  ~HttpSessions() {
+    {
+      std::lock_guard g(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    janitor_.join();
+  }
+
+  // HttpSessionFactory: runs on the new client session's thread.
+  void Open(std::shared_ptr<mcp::Channel> client, const mcp::HttpSessionInfo& info) {
+    auto upstream = make_upstream_();
+    if (!upstream) {
+      LogLine("cannot open an upstream for a new client session: " + upstream.error().message);
+      client->Close();  // refuses the session; its waiting requests get an error
+      return;
+    }
+    auto entry = std::make_shared<Entry>();
+    entry->client = std::move(client);
+    entry->upstream = std::move(*upstream);
+    mcp::SessionOptions options = base_;
+    options.tenant = info.tenant;
+    options.on_ended = [this] {
+      std::lock_guard g(mu_);
+      cv_.notify_all();
+    };
+    entry->session = std::make_unique<mcp::McpSession>(*entry->client, *entry->upstream, ledger_,
+                                                       config_, options);
+    {
+      std::lock_guard g(mu_);
+      entries_.push_back(entry);
+    }
+    entry->session->Start();
+  }
+
+  // Blocks until every session has ended and been destroyed.
+  void AwaitAllEnded() {
+    std::unique_lock g(mu_);
+    cv_.wait(g, [&] { return entries_.empty(); });
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<mcp::Channel> client;
+    std::shared_ptr<mcp::Channel> upstream;
+    std::unique_ptr<mcp::McpSession> session;
+  };
+
+  void Janitor() {
+    std::unique_lock g(mu_);
+    while (true) {
+      std::vector<std::shared_ptr<Entry>> ended;
+      for (auto it = entries_.begin(); it != entries_.end();) {
+        if ((*it)->session->ended()) {
+          ended.push_back(*it);
+          it = entries_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (!ended.empty()) {
+        g.unlock();
+        ended.clear();  // session first (Entry member order), then its channels
+        g.lock();
+        cv_.notify_all();
+        continue;
+      }
+      if (stopping_ && entries_.empty()) return;
+      cv_.wait(g);
+    }
+  }
+
+  Ledger& ledger_;
+  const Config& config_;
+  const mcp::SessionOptions base_;
+  const UpstreamFactory make_upstream_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::list<std::shared_ptr<Entry>> entries_;
+  bool stopping_ = false;
+  std::thread janitor_;
+};
+
+// Serves Streamable HTTP clients until SIGINT or SIGTERM.
+int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
+                    mcp::SessionOptions options, UpstreamFactory make_upstream) {
+  // Signals are taken by sigwait below, not delivered to a random thread.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  HttpSessions sessions(ledger, config, std::move(options), std::move(make_upstream));
+  mcp::HttpServerOptions server_options;
+  server_options.listen = flags.listen;
+  server_options.max_body_bytes = config.limits.max_body_bytes;
+  server_options.max_json_depth = config.limits.max_depth + 8;
+  server_options.insecure_no_auth = flags.insecure_no_auth;
+  if (!config.tenants.empty()) {
+    server_options.authenticate = [&config](std::string_view token) -> std::optional<std::string> {
+      const Tenant* tenant = config.TenantForToken(token);
+      if (tenant == nullptr) return std::nullopt;
+      return tenant->name;
+    };
+  }
+  auto server = mcp::HttpMcpServer::Start(
+      server_options,
+      [&sessions](std::shared_ptr<mcp::Channel> client, const mcp::HttpSessionInfo& info) {
+        sessions.Open(std::move(client), info);
+      });
+  if (!server) return Fail("mcp", server.error());
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  LogLine(fmt::format("stopping on {}", sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  (*server)->Stop();  // every client session ends; their upstreams are closed
+  sessions.AwaitAllEnded();
+  return kExitOk;
+}
+
+#endif  // IDEM_MCP_HTTP
+
+// One session between our stdio and `upstream`, until the client leaves or
+// the upstream goes away.
+int RunStdio(Ledger& ledger, const Config& config, const mcp::SessionOptions& options,
+             std::shared_ptr<mcp::Channel> upstream) {
+  mcp::StdioChannel client;
+  mcp::SessionEnd end;
+  {
+    mcp::McpSession session(client, *upstream, ledger, config, options);
+    session.Start();
+    end = session.Wait();
+  }
+  if (end.upstream_closed_first) {
+    LogLine(end.upstream_reason + "; the client was told about every request left unanswered");
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
+  if (flags.command.empty() && flags.upstream_url.empty()) {
+    return UsageError("mcp",
+                      "give the MCP server to run after --, e.g. `idemgate mcp -- node "
+                      "server.js`, or an --upstream-url");
+  }
+  if (!flags.command.empty() && !flags.upstream_url.empty()) {
+    return UsageError("mcp", "give either a command after -- or --upstream-url, not both");
+  }
+#ifndef IDEM_MCP_HTTP
+  if (!flags.listen.empty()) {
+    return Fail("mcp",
+                "--listen (Streamable HTTP clients) is not built yet in this idemgate; run it "
+                "over stdio (without --listen)");
+  }
+  if (!flags.upstream_url.empty()) {
+    return Fail("mcp",
+                "--upstream-url (a Streamable HTTP upstream) is not built yet in this "
+                "idemgate; give the server's command after -- instead");
+  }
+#endif
+
+  // A client or child that closes its pipe gives EPIPE, not a dead proxy;
+  // children are reaped by their channel.
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGCHLD, SIG_DFL);
+#ifdef IDEM_MCP_HTTP
+  if (!flags.listen.empty()) {
+    // The listener stops on SIGINT/SIGTERM through sigwait. Block them before
+    // the store and the ledger start their threads (threads inherit the
+    // mask), or the kernel may hand the signal to one of those threads and
+    // its default action would kill the process without a clean stop.
+    // Children reset their mask (ChildChannel).
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  }
+#endif
+
+  Result<Config> config = LoadConfigFor(globals);
+  if (!config) return Fail("mcp", config.error());
+  Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, *config);
+  if (!store) return Fail("mcp", store.error());
+  Ledger ledger(**store, SystemClock::Default(),
+                LedgerOptions{fmt::format("mcp-{}", ::getpid()), mcp::MakeReconcileHook(), true});
+
+  mcp::SessionOptions options;
+  options.verbose = flags.verbose;
+  options.log = LogLine;
+  options.budget = std::make_shared<mcp::CallBudget>(256);
+
+  UpstreamFactory make_upstream;
+  if (!flags.command.empty()) {
+    make_upstream = [command = flags.command]() -> Result<std::shared_ptr<mcp::Channel>> {
+      mcp::ChildOptions child_options;
+      child_options.log = LogLine;
+      auto child = mcp::ChildChannel::Spawn(command, child_options);
+      if (!child) return std::unexpected(child.error());
+      return std::shared_ptr<mcp::Channel>(std::move(*child));
+    };
+  }
+#ifdef IDEM_MCP_HTTP
+  if (!flags.upstream_url.empty()) {
+    options.classify_delivery = ClassifyHttpDelivery;
+    make_upstream = [url = flags.upstream_url]() { return mcp::ConnectHttpUpstream(url); };
+  }
+  if (!flags.listen.empty()) {
+    int code = RunHttpListener(flags, ledger, *config, options, make_upstream);
+    ledger.Flush();
+    return code;
+  }
+#endif
+
+  auto upstream = make_upstream();
+  if (!upstream) return Fail("mcp", upstream.error());
+  int code = RunStdio(ledger, *config, options, std::move(*upstream));
+  ledger.Flush();
+  return code;
+}
+
+}  // namespace
+
+void AddMcpCommand(CLI::App& app, Cli& cli) {
+  auto flags = std::make_shared<McpFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "mcp", "Run an MCP server behind idemgate: retried tool calls are answered from the store");
+  cmd->footer(
+      "In the agent host's config, replace the server command X with `idemgate mcp -- X`:\n"
+      "  idemgate mcp -- node server.js\n"
+      "  idemgate mcp --config idemgate.toml -- npx -y @modelcontextprotocol/server-filesystem .\n"
+      "Tools that are not read-only are gated: a repeated call with the same arguments in the\n"
+      "same turn (_meta \"dev.idemgate/turnId\") returns the first call's stored result. stdout\n"
+      "carries only MCP messages; the server's stderr and idemgate's logs go to stderr.\n"
+      "Exit status: 0 the client closed stdin, 1 the server could not be started or went away.");
+  cmd->add_option("command", flags->command,
+                  "The MCP server to run and its arguments, after -- (stdio transport)");
+  cmd->add_option("--listen", flags->listen,
+                  "Serve Streamable HTTP clients at http://HOST:PORT/mcp instead of stdio")
+      ->option_text("HOST:PORT");
+  cmd->add_option("--upstream-url", flags->upstream_url,
+                  "Proxy to the Streamable HTTP MCP server at URL instead of a command")
+      ->option_text("URL");
+  cmd->add_flag("--insecure-no-auth", flags->insecure_no_auth,
+                "With --listen: allow a non-loopback address without tenant tokens configured");
+  cmd->add_flag("-v,--verbose", flags->verbose, "Log one line per gated tool call on stderr");
+  cmd->callback(
+      [&cli, flags] { cli.action = [&cli, flags] { return RunMcp(cli.globals, *flags); }; });
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs the `idemgate mcp` integration tests: the official TypeScript SDK client against the
+# example server and the reference servers, directly and through the idemgate binary.
+#
+#   IDEMGATE=/path/to/idemgate tests/integration/mcp/run.sh [node --test args…]
+#
+# IDEMGATE defaults to build/idemgate. Installs the npm packages from the committed lock files
+# (npm ci; npm install if the lock is out of date) here and in examples/mcp-server.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+export IDEMGATE=${IDEMGATE:-$root/build/idemgate}
+
+install() {
+  local flags=(--no-audit --no-fund --loglevel=error)
+  (cd "$1" && { npm ci "${flags[@]}" || npm install "${flags[@]}"; })
+}
+install "$here"
+install "$root/examples/mcp-server"
+
+if [ ! -x "$IDEMGATE" ]; then
+  echo "run.sh: no idemgate binary at $IDEMGATE (build it, or set IDEMGATE)" >&2
+  exit 1
+fi
+
+cd "$here"
+# One test file at a time: each starts several processes, and timing-sensitive ones (the
+# crash test's short lease) should not compete for two cores.
+exec node --test --test-concurrency=1 "$@" ./*.test.mjs
