@@ -483,7 +483,9 @@ Result<std::string> ReplayResult(const Decision& decision, const Config& config)
                      "the stored outcome of " + record.id.key +
                          " is ambiguous: " + (!meta ? meta : content).error().message);
   }
-  const std::string first_at = FormatIsoTime(record.completed_at);
+  // When the first attempt claimed the call: "first run at", the same
+  // instant the drift and in-progress answers name.
+  const std::string first_at = FormatIsoTime(record.created_at);
 
   std::string meta_text = "{}";
   if (*meta != nullptr && json_text::IsObject((*meta)->value.In(body))) {
@@ -571,7 +573,7 @@ std::string DriftResult(const Call& call, const Decision& decision, KeyMode mode
 
 std::string TooLargeResult(const Call& call, const Decision& decision) {
   std::string text = "[idemgate] An identical earlier call to " + call.tool + " (key " +
-                     call.id.key + ", first run at " + FormatIsoTime(decision.record.completed_at) +
+                     call.id.key + ", first run at " + FormatIsoTime(decision.record.created_at) +
                      ") already ran, but its result was too large to store, so it cannot be "
                      "shown again. The action was not performed again.";
   return Condition("too_large", text, KeyMeta(call));
