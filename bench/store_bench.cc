@@ -1,0 +1,798 @@
+// Ledger::Run throughput on the networked stores (Redis, Redis Cluster, PostgreSQL) against the
+// servers' own benchmark tools doing one conditional write per request (issue 4).
+//
+//   store_bench [--redis URL] [--cluster URL] [--postgres URL] [--callers N] [--seconds N]
+//               [--rounds N] [--scale N,N,...] [--only main|scale]
+//               [--postgres-options OPTS]   (appended to the PostgreSQL store URL: pool_size=16)
+//
+// URLs are those of tests/servers/redis.sh and postgres.sh (no query part): redis://H:P,
+// redis+cluster://H:P,H:P,..., postgres://postgres@H:P/DB. A backend without a URL is skipped.
+// bench/store_bench.sh starts the three servers into temporary directories and runs this.
+//
+// Main cases, per backend, with --callers (16) threads, each run for --seconds (2) and
+// alternated over --rounds (3), reversed every other round; tables show medians:
+//  - claim->complete: Ledger::Run on a fresh key per call (claim, fn returns a 200-byte body at
+//    once, complete), audit log on as idemgate runs it;
+//  - replay: Ledger::Run on 1024 keys completed before the case (fn never runs);
+//  - Redis baselines: redis-benchmark -c 16 -r 100000000 SET key:__rand_int__ value NX PX
+//    86400000, unpipelined and with -P 16 (Cluster: --cluster and a {tag} in the key);
+//  - PostgreSQL baseline: pgbench -n -c 16 -j 2 -T S with the one-statement script
+//    INSERT INTO bench_kv(k, v) VALUES (:k, 'v') ON CONFLICT DO NOTHING.
+// Ratios are taken within each round (median and range): Redis claim->complete / SET NX
+// (target >= 0.4), Redis replay / SET NX (>= 0.7), PostgreSQL claim->complete / pgbench (>= 0.5).
+//
+// Where the time goes, from the servers' own counters around each case: Redis commands per call
+// (INFO commandstats: EVALSHA, XADD, ...) and server CPU per call (INFO cpu); PostgreSQL
+// transactions per call (pg_stat_database.xact_commit), WAL flushes (pg_stat_wal.wal_sync) and
+// WAL bytes per call.
+//
+// --scale N,M (Redis single and PostgreSQL): claim->complete with 16 callers on stores
+// preloaded with N, M completed records, in the stores' own layout: Redis hashes written with
+// pipelined HSETs, each size in its own database number (so that the sizes do not share a
+// keyspace); PostgreSQL rows from one INSERT ... SELECT generate_series into the store's table,
+// each size in its own schema. Records a case adds are deleted after it.
+#include <hiredis/hiredis.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <latch>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/ledger.h"
+#include "idem/record.h"
+#include "idem/store.h"
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct Options {
+  std::string redis, cluster, postgres;
+  std::string postgres_options;  // appended to the store's URL, e.g. pool_size=16
+  int callers = 16;
+  double seconds = 2;
+  int rounds = 3;
+  std::vector<uint64_t> scale;
+  bool main_cases = true;
+  bool scale_cases = true;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "store_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double SecondsSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+int64_t WallMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Runs a shell command and returns its standard output; dies if it fails.
+std::string Shell(const std::string& cmd) {
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) Die("popen: " + cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  if (::pclose(p) != 0) Die("failed: " + cmd + "\n" + out);
+  return out;
+}
+
+// "scheme://[user@]host:port[,host:port...][/db]" -> the host:port pairs.
+std::vector<std::pair<std::string, int>> HostPorts(const std::string& url) {
+  std::string rest = url.substr(url.find("://") + 3);
+  if (auto at = rest.find('@'); at != std::string::npos) rest = rest.substr(at + 1);
+  rest = rest.substr(0, rest.find_first_of("/?"));
+  std::vector<std::pair<std::string, int>> out;
+  size_t pos = 0;
+  while (pos < rest.size()) {
+    size_t comma = rest.find(',', pos);
+    if (comma == std::string::npos) comma = rest.size();
+    const std::string item = rest.substr(pos, comma - pos);
+    const size_t colon = item.rfind(':');
+    out.emplace_back(item.substr(0, colon), std::atoi(item.c_str() + colon + 1));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls (as ledger_bench: a turn-mode key over a 64-hex pseudo fingerprint, a 200-byte body)
+
+std::string MakeBody() {
+  const std::string head = R"({"content":[{"type":"text","text":"charged EUR 129.95 to cus_8f3a; )";
+  const std::string tail = R"("}],"isError":false})";
+  std::string text = "receipt rcpt_";
+  while (head.size() + text.size() + tail.size() < 200) {
+    text += static_cast<char>('a' + text.size() % 26);
+  }
+  return head + text + tail;
+}
+const std::string kBody = MakeBody();
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
+  return x ^ (x >> 31);
+}
+
+std::string FingerprintOf(uint64_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string fp(64, '0');
+  for (int word = 0; word < 4; ++word) {
+    uint64_t bits = SplitMix64(n * 4 + word);
+    for (int i = 15; i >= 0; --i, bits >>= 4) fp[word * 16 + i] = kHex[bits & 15];
+  }
+  return fp;
+}
+
+// Call ids start from the wall clock, so that a run against servers that kept an earlier run's
+// records never meets one of its keys.
+std::atomic<uint64_t> next_call_id{(uint64_t{1} << 40) + (static_cast<uint64_t>(WallMillis()) << 11)};
+
+idem::Call NextCall() {
+  idem::Call call;
+  call.fingerprint = FingerprintOf(next_call_id.fetch_add(1, std::memory_order_relaxed));
+  call.id.key = "v1t.turn.charge." + call.fingerprint;
+  call.tool = "charge";
+  call.turn = "turn";
+  return call;
+}
+
+idem::Execution Succeed() { return idem::Execution{idem::Execution::Kind::kSuccess, kBody}; }
+
+std::unique_ptr<idem::Store> OpenOrDie(const std::string& url) {
+  auto store = idem::OpenStore(url, idem::SystemClock::Default());
+  if (!store) Die(url + ": " + store.error().ToString());
+  return std::move(*store);
+}
+
+idem::LedgerOptions LedgerOptionsFor() {
+  return idem::LedgerOptions{.instance = "store_bench", .reconcile = nullptr, .audit = true};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server counters
+
+using Counters = std::map<std::string, double>;
+
+redisContext* RedisConnect(const std::string& host, int port) {
+  redisContext* c = redisConnect(host.c_str(), port);
+  if (c == nullptr || c->err) Die("redis " + host + ":" + std::to_string(port) + ": connect");
+  return c;
+}
+
+std::string RedisInfo(redisContext* c, const char* section) {
+  auto* r = static_cast<redisReply*>(redisCommand(c, "INFO %s", section));
+  if (r == nullptr || r->type != REDIS_REPLY_STRING) Die("INFO");  // hiredis 0.14: RESP2
+  std::string s(r->str, r->len);
+  freeReplyObject(r);
+  return s;
+}
+
+// Commands by name (cmdstat_NAME:calls=N), all commands, and server CPU seconds, summed over
+// the servers (one, or the cluster's masters).
+Counters RedisCounters(const std::string& url) {
+  Counters out;
+  for (const auto& [host, port] : HostPorts(url)) {
+    redisContext* c = RedisConnect(host, port);
+    const std::string stats = RedisInfo(c, "commandstats");
+    size_t pos = 0;
+    while ((pos = stats.find("cmdstat_", pos)) != std::string::npos) {
+      const size_t colon = stats.find(':', pos);
+      const std::string name = stats.substr(pos + 8, colon - pos - 8);
+      const double calls = std::atof(stats.c_str() + stats.find("calls=", colon) + 6);
+      out[name] += calls;
+      if (name != "info") out["all"] += calls;
+      pos = colon;
+    }
+    const std::string cpu = RedisInfo(c, "cpu");
+    for (const char* f : {"used_cpu_sys:", "used_cpu_user:"}) {
+      const size_t at = cpu.find(f);
+      if (at != std::string::npos) out["cpu"] += std::atof(cpu.c_str() + at + std::strlen(f));
+    }
+    redisFree(c);
+  }
+  return out;
+}
+
+std::string Psql(const std::string& url, const std::string& sql) {
+  return Shell("psql '" + url + "' -v ON_ERROR_STOP=1 -qtAX -c \"" + sql + "\" 2>&1");
+}
+
+// Transactions committed in the whole server, WAL flushes and WAL bytes.
+Counters PgCounters(const std::string& url) {
+  const std::string row = Psql(url,
+                               "SELECT (SELECT sum(xact_commit) FROM pg_stat_database), wal_sync, "
+                               "wal_bytes FROM pg_stat_wal");
+  Counters out;
+  double a = 0, b = 0, c = 0;
+  if (std::sscanf(row.c_str(), "%lf|%lf|%lf", &a, &b, &c) != 3) Die("pg counters: " + row);
+  out["xact"] = a;
+  out["wal_sync"] = b;
+  out["wal_bytes"] = c;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+
+struct Sample {
+  double calls_per_second = 0;
+  double client_cores = 0;  // this process's CPU over wall time
+  double calls = 0;
+  Counters server;          // server counter deltas over the case
+};
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+template <typename OneCall>
+Sample TimeCallers(int callers, double seconds, OneCall one_call) {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<bool> failed{false};
+  std::latch ready(callers);
+  std::latch go(1);
+  SteadyClock::time_point end;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < callers; ++t) {
+    threads.emplace_back([&, t] {
+      ready.count_down();
+      go.wait();
+      uint64_t mine = 0;
+      while (SteadyClock::now() < end) {
+        if (!one_call(t, mine)) {
+          failed = true;
+          break;
+        }
+        ++mine;
+      }
+      calls.fetch_add(mine);
+    });
+  }
+  ready.wait();
+  const double cpu_start = ProcessCpuSeconds();
+  const auto start = SteadyClock::now();
+  end = start +
+        std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds));
+  go.count_down();
+  for (auto& t : threads) t.join();
+  const double elapsed = SecondsSince(start);
+  if (failed) Die("a call failed");
+  return Sample{.calls_per_second = calls.load() / elapsed,
+                .client_cores = (ProcessCpuSeconds() - cpu_start) / elapsed,
+                .calls = static_cast<double>(calls.load())};
+}
+
+Sample ClaimComplete(idem::Store& store, int callers, double seconds,
+                     std::vector<std::vector<idem::RecordId>>* made = nullptr) {
+  idem::Ledger ledger(store, idem::SystemClock::Default(), LedgerOptionsFor());
+  if (made) made->assign(callers, {});
+  return TimeCallers(callers, seconds, [&](int t, uint64_t) {
+    const idem::Call call = NextCall();
+    auto run = ledger.Run(call, Succeed);
+    if (!run || run->decision.kind != idem::Decision::Kind::kExecute) {
+      std::fprintf(stderr, "store_bench: Run: %s\n",
+                   run ? "a fresh key was not executed" : run.error().ToString().c_str());
+      return false;
+    }
+    if (made) (*made)[t].push_back(call.id);
+    return true;
+  });
+}
+
+Sample Replay(idem::Store& store, int callers, double seconds) {
+  constexpr int kKeys = 1024;
+  idem::Ledger ledger(store, idem::SystemClock::Default(), LedgerOptionsFor());
+  std::vector<idem::Call> calls;
+  for (int i = 0; i < kKeys; ++i) calls.push_back(NextCall());
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < callers; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = t; i < kKeys; i += callers) {
+          auto run = ledger.Run(calls[i], Succeed);
+          if (!run) Die("completing the keys to replay: " + run.error().ToString());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  std::atomic<bool> executed{false};
+  auto must_not_run = [&] {
+    executed = true;
+    return Succeed();
+  };
+  Sample s = TimeCallers(callers, seconds, [&](int t, uint64_t i) {
+    auto run = ledger.Run(calls[(t + i * callers) % kKeys], must_not_run);
+    if (!run || run->decision.kind != idem::Decision::Kind::kReplay || !run->outcome ||
+        run->outcome->body.size() != kBody.size()) {
+      std::fprintf(stderr, "store_bench: replay: %s\n",
+                   run ? "a completed key was not replayed" : run.error().ToString().c_str());
+      return false;
+    }
+    return true;
+  });
+  if (executed) Die("replay ran fn");
+  return s;
+}
+
+// redis-benchmark's SET NX PX; n adapts to the last rate so that a run takes about `seconds`.
+Sample RedisBenchmark(const std::string& url, bool cluster, int callers, int pipeline,
+                      double seconds, double* last_rate) {
+  const auto [host, port] = HostPorts(url).front();
+  const double n = std::max(2000.0, *last_rate * seconds);
+  const std::string cmd =
+      "redis-benchmark -h " + host + " -p " + std::to_string(port) + " -c " +
+      std::to_string(callers) + " -n " + std::to_string(static_cast<uint64_t>(n)) +
+      " -r 100000000 -P " + std::to_string(pipeline) + (cluster ? " --cluster" : "") +
+      " --csv SET " + (cluster ? "key:{tag}:__rand_int__" : "key:__rand_int__") +
+      " value NX PX 86400000 2>/dev/null";
+  const auto start = SteadyClock::now();
+  const std::string out = Shell(cmd);
+  const double elapsed = SecondsSince(start);
+  const size_t line = out.rfind("\"SET ");
+  if (line == std::string::npos) Die("redis-benchmark said: " + out);
+  const size_t field = out.find("\",\"", line);
+  Sample s;
+  s.calls_per_second = std::atof(out.c_str() + field + 3);
+  s.calls = n;
+  (void)elapsed;
+  *last_rate = s.calls_per_second;
+  return s;
+}
+
+// pgbench with the one-statement INSERT ... ON CONFLICT DO NOTHING script.
+Sample Pgbench(const std::string& url, const std::string& script, int callers, double seconds) {
+  const auto [host, port] = HostPorts(url).front();
+  const std::string db = url.substr(url.rfind('/') + 1);
+  const std::string out =
+      Shell("pgbench -n -c " + std::to_string(callers) + " -j 2 -T " +
+            std::to_string(std::max(1, static_cast<int>(seconds + 0.5))) + " -f " + script +
+            " -h " + host + " -p " + std::to_string(port) + " -U postgres " + db + " 2>&1");
+  const size_t at = out.find("tps = ");
+  if (at == std::string::npos) Die("pgbench said: " + out);
+  Sample s;
+  s.calls_per_second = std::atof(out.c_str() + at + 6);
+  s.calls = s.calls_per_second * seconds;
+  return s;
+}
+
+// A case: how to measure it, which server counters to read around it.
+struct Case {
+  std::string name;
+  std::function<Sample()> measure;
+  std::function<Counters()> counters;  // may be empty
+  std::vector<Sample> samples;
+};
+
+Sample MeasureCase(Case& c) {
+  Counters before = c.counters ? c.counters() : Counters{};
+  const auto start = SteadyClock::now();
+  Sample s = c.measure();
+  const double elapsed = SecondsSince(start);
+  if (c.counters) {
+    for (auto& [k, v] : c.counters()) s.server[k] = v - before[k];
+    s.server["elapsed"] = elapsed;
+  }
+  return s;
+}
+
+double MedianRate(const std::vector<Sample>& v) {
+  std::vector<double> r;
+  for (const Sample& s : v) r.push_back(s.calls_per_second);
+  return Median(r);
+}
+
+// Median over the samples of server counter `k` per call.
+double PerCall(const std::vector<Sample>& v, const std::string& k) {
+  std::vector<double> r;
+  for (const Sample& s : v) {
+    auto it = s.server.find(k);
+    if (it != s.server.end() && s.calls > 0) r.push_back(it->second / s.calls);
+  }
+  return Median(r);
+}
+
+double Cores(const std::vector<Sample>& v, const std::string& k) {
+  std::vector<double> r;
+  for (const Sample& s : v) {
+    auto it = s.server.find(k);
+    auto e = s.server.find("elapsed");
+    if (it != s.server.end() && e != s.server.end()) r.push_back(it->second / e->second);
+  }
+  return Median(r);
+}
+
+void PrintRatio(const std::string& what, const std::vector<Sample>& num,
+                const std::vector<Sample>& den, const char* target) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < num.size() && r < den.size(); ++r) {
+    ratios.push_back(num[r].calls_per_second / den[r].calls_per_second);
+  }
+  if (ratios.empty()) return;
+  std::printf("%s: %.2f (target %s; median of %zu rounds, range %.2f-%.2f)\n", what.c_str(),
+              Median(ratios), target, ratios.size(),
+              *std::min_element(ratios.begin(), ratios.end()),
+              *std::max_element(ratios.begin(), ratios.end()));
+}
+
+std::string WriteBenchScript(const std::string& url) {
+  Psql(url, "CREATE TABLE IF NOT EXISTS bench_kv (k bigint PRIMARY KEY, v text NOT NULL)");
+  char path[] = "/tmp/store_bench_pgbench_XXXXXX";
+  const int fd = ::mkstemp(path);
+  if (fd < 0) Die("mkstemp");
+  const std::string text =
+      "\\set k random(1, 1000000000)\n"
+      "INSERT INTO bench_kv(k, v) VALUES (:k, 'v') ON CONFLICT DO NOTHING;\n";
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) Die("write");
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  return path;
+}
+
+void RunMainCases(const Options& o) {
+  std::vector<Case> cases;
+  struct Pair {
+    std::string label;
+    size_t cc = 0, replay = 0, baseline = 0, pipelined = SIZE_MAX;  // PostgreSQL: no pipelined
+    bool pg = false;
+  };
+  std::vector<Pair> pairs;
+  const int n = o.callers;
+  auto rates = std::make_shared<std::map<std::string, double>>();
+  std::string pg_script;
+  auto redis_backend = [&](const std::string& label, const std::string& url, bool cluster) {
+    const std::string store_url = url + "?prefix=sb:";
+    Pair p{.label = label};
+    auto counters = [url] { return RedisCounters(url); };
+    p.cc = cases.size();
+    cases.push_back({label + " claim->complete", [=] {
+                       return ClaimComplete(*OpenOrDie(store_url), n, o.seconds);
+                     }, counters});
+    p.replay = cases.size();
+    cases.push_back({label + " replay", [=] { return Replay(*OpenOrDie(store_url), n, o.seconds); },
+                     counters});
+    p.baseline = cases.size();
+    (*rates)[label + "1"] = 10000;
+    (*rates)[label + "16"] = 50000;
+    cases.push_back({label + " redis-benchmark SET NX PX", [=] {
+                       return RedisBenchmark(url, cluster, n, 1, o.seconds, &(*rates)[label + "1"]);
+                     }, counters});
+    p.pipelined = cases.size();
+    cases.push_back({label + " redis-benchmark SET NX PX -P 16", [=] {
+                       return RedisBenchmark(url, cluster, n, 16, o.seconds,
+                                             &(*rates)[label + "16"]);
+                     }, counters});
+    pairs.push_back(p);
+  };
+  if (!o.redis.empty()) redis_backend("redis", o.redis, false);
+  if (!o.cluster.empty()) redis_backend("cluster", o.cluster, true);
+  if (!o.postgres.empty()) {
+    pg_script = WriteBenchScript(o.postgres);
+    const std::string store_url = o.postgres + "?schema=store_bench" +
+                                  (o.postgres_options.empty() ? "" : "&" + o.postgres_options);
+    const std::string url = o.postgres;
+    Pair p{.label = "postgres", .pg = true};
+    auto counters = [url] { return PgCounters(url); };
+    p.cc = cases.size();
+    cases.push_back({"postgres claim->complete", [=] {
+                       return ClaimComplete(*OpenOrDie(store_url), n, o.seconds);
+                     }, counters});
+    p.replay = cases.size();
+    cases.push_back({"postgres replay", [=] { return Replay(*OpenOrDie(store_url), n, o.seconds); },
+                     counters});
+    p.baseline = cases.size();
+    cases.push_back({"postgres pgbench INSERT ON CONFLICT",
+                     [=] { return Pgbench(url, pg_script, n, o.seconds); }, counters});
+    pairs.push_back(p);
+  }
+  if (cases.empty()) return;
+  for (int round = 0; round < o.rounds; ++round) {
+    std::fprintf(stderr, "store_bench: round %d/%d\n", round + 1, o.rounds);
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const size_t i = round % 2 == 0 ? k : cases.size() - 1 - k;
+      cases[i].samples.push_back(MeasureCase(cases[i]));
+      std::fprintf(stderr, "store_bench:   %-45s %10.0f calls/s\n", cases[i].name.c_str(),
+                   cases[i].samples.back().calls_per_second);
+    }
+  }
+  if (!pg_script.empty()) ::unlink(pg_script.c_str());
+
+  std::printf("calls/s with %d callers, median of %d rounds of %.1f s per case\n", n, o.rounds,
+              o.seconds);
+  std::printf("%-42s %10s %11s | %s\n", "case", "calls/s", "client cores",
+              "server, per call (median)");
+  for (const Pair& p : pairs) {
+    for (size_t i : {p.cc, p.replay, p.baseline, p.pipelined}) {
+      if (i == SIZE_MAX) continue;
+      const Case& c = cases[i];
+      std::printf("%-42s %10.0f %11.2f | ", c.name.c_str(), MedianRate(c.samples),
+                  Median([&] {
+                    std::vector<double> v;
+                    for (const Sample& s : c.samples) v.push_back(s.client_cores);
+                    return v;
+                  }()));
+      if (p.pg) {
+        std::printf("%.2f xacts, %.2f WAL flushes, %.0f WAL bytes\n", PerCall(c.samples, "xact"),
+                    PerCall(c.samples, "wal_sync"), PerCall(c.samples, "wal_bytes"));
+      } else {
+        std::printf("%.2f cmds incl. in scripts (evalsha %.2f, xadd %.2f), %.1f us server CPU, %.2f server cores\n",
+                    PerCall(c.samples, "all"), PerCall(c.samples, "evalsha"),
+                    PerCall(c.samples, "xadd"), 1e6 * PerCall(c.samples, "cpu"),
+                    Cores(c.samples, "cpu"));
+      }
+    }
+  }
+  for (const Pair& p : pairs) {
+    if (p.pg) {
+      PrintRatio("postgres claim->complete / pgbench", cases[p.cc].samples,
+                 cases[p.baseline].samples, ">= 0.5");
+      PrintRatio("postgres replay / pgbench", cases[p.replay].samples, cases[p.baseline].samples,
+                 "none");
+    } else {
+      PrintRatio(p.label + " claim->complete / SET NX", cases[p.cc].samples,
+                 cases[p.baseline].samples, ">= 0.4");
+      PrintRatio(p.label + " replay / SET NX", cases[p.replay].samples, cases[p.baseline].samples,
+                 ">= 0.7");
+      PrintRatio(p.label + " claim->complete / SET NX -P 16", cases[p.cc].samples,
+                 cases[p.pipelined].samples, "none");
+    }
+  }
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale
+
+// Writes n completed records into database `db` of the Redis server, in the layout of
+// redis_codec.cc / redis_scripts.cc (a hash PREFIXidem:{default:KEY}:r), pipelined.
+void PreloadRedis(const std::string& url, int db, const std::string& prefix, uint64_t n) {
+  const auto [host, port] = HostPorts(url).front();
+  redisContext* c = RedisConnect(host, port);
+  freeReplyObject(redisCommand(c, "SELECT %d", db));
+  freeReplyObject(redisCommand(c, "FLUSHDB"));
+  // The preload is not measured: no fsync per event-loop pass while it runs.
+  freeReplyObject(redisCommand(c, "CONFIG SET appendfsync no"));
+  const int64_t now = WallMillis();
+  const std::string st(idem::RecordStateName(idem::RecordState::kCompleted));
+  const std::string oc(idem::OutcomeClassName(idem::OutcomeClass::kSuccess));
+  const std::string cr = std::to_string(now - 1000), le = std::to_string(now + 29000),
+                    co = std::to_string(now), ex = std::to_string(now + 365LL * 86400000);
+  constexpr uint64_t kBatch = 10000;
+  for (uint64_t i = 0; i < n;) {
+    const uint64_t end = std::min(n, i + kBatch);
+    for (uint64_t j = i; j < end; ++j) {
+      const std::string fp = FingerprintOf(j);
+      const std::string key = prefix + "idem:{default:v1t.turn.charge." + fp + "}:r";
+      const char* argv[] = {"HSET", key.c_str(), "st", st.c_str(), "fp", fp.c_str(), "tool",
+                            "charge", "turn", "turn", "fence", "1", "cr", cr.c_str(), "le",
+                            le.c_str(), "co", co.c_str(), "ex", ex.c_str(), "oc", oc.c_str(), "ob",
+                            kBody.c_str()};
+      size_t lens[std::size(argv)];
+      for (size_t a = 0; a < std::size(argv); ++a) lens[a] = std::strlen(argv[a]);
+      redisAppendCommandArgv(c, static_cast<int>(std::size(argv)), argv, lens);
+    }
+    for (uint64_t j = i; j < end; ++j) {
+      void* r = nullptr;
+      if (redisGetReply(c, &r) != REDIS_OK) Die("redis preload");
+      freeReplyObject(r);
+    }
+    i = end;
+  }
+  freeReplyObject(redisCommand(c, "CONFIG SET appendfsync always"));
+  redisFree(c);
+}
+
+void RedisDelete(const std::string& url, int db, const std::string& prefix,
+                 const std::vector<std::vector<idem::RecordId>>& made) {
+  const auto [host, port] = HostPorts(url).front();
+  redisContext* c = RedisConnect(host, port);
+  freeReplyObject(redisCommand(c, "SELECT %d", db));
+  size_t pending = 0;
+  for (const auto& ids : made) {
+    for (const idem::RecordId& id : ids) {
+      const std::string key = prefix + "idem:{" + id.tenant + ":" + id.key + "}:r";
+      redisAppendCommand(c, "DEL %b", key.data(), key.size());
+      ++pending;
+    }
+  }
+  for (; pending > 0; --pending) {
+    void* r = nullptr;
+    if (redisGetReply(c, &r) != REDIS_OK) Die("redis delete");
+    freeReplyObject(r);
+  }
+  redisFree(c);
+}
+
+void PreloadPostgres(const std::string& url, const std::string& schema, uint64_t n) {
+  Psql(url, "DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+  OpenOrDie(url + "?schema=" + schema).reset();  // creates the schema, as the store does
+  const int64_t now = WallMillis();
+  const std::string st(idem::RecordStateName(idem::RecordState::kCompleted));
+  const std::string oc(idem::OutcomeClassName(idem::OutcomeClass::kSuccess));
+  // Keys spread like hashes (md5), fence 1 (measured records get sequence fences, far above).
+  Psql(url, "INSERT INTO " + schema +
+                ".idemgate_records (tenant, key, state, fingerprint, tool, turn, fence, "
+                "created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms, "
+                "outcome_class, outcome_body) SELECT 'default', 'v1t.turn.charge.' || h, '" +
+                st + "', h, 'charge', 'turn', 1, " + std::to_string(now - 1000) + ", " +
+                std::to_string(now + 29000) + ", " + std::to_string(now) + ", " +
+                std::to_string(now + 365LL * 86400000) + ", '" + oc +
+                "', convert_to(repeat('x', 200), 'UTF8') FROM (SELECT md5(i::text) || "
+                "md5((-i)::text) AS h FROM generate_series(1, " +
+                std::to_string(n) + ") i) s");
+  Psql(url, "VACUUM ANALYZE " + schema + ".idemgate_records");
+}
+
+void PostgresTrim(const std::string& url, const std::string& schema) {
+  Psql(url, "DELETE FROM " + schema + ".idemgate_records WHERE fence > 1");
+  Psql(url, "DELETE FROM " + schema + ".idemgate_attempts");
+  Psql(url, "VACUUM " + schema + ".idemgate_records");
+}
+
+void RunScaleCases(const Options& o) {
+  struct Point {
+    std::string backend;
+    uint64_t records;
+    std::function<Sample()> measure;
+    std::vector<Sample> samples;
+    double preload_seconds = 0;
+  };
+  std::vector<Point> points;
+  const int n = o.callers;
+  for (size_t k = 0; k < o.scale.size(); ++k) {
+    const uint64_t records = o.scale[k];
+    if (!o.redis.empty()) {
+      const int db = static_cast<int>(k) + 1;
+      const std::string url = o.redis, prefix = "sbs:";
+      const auto start = SteadyClock::now();
+      PreloadRedis(url, db, prefix, records);
+      Point p{"redis", records, [=] {
+                std::vector<std::vector<idem::RecordId>> made;
+                Sample s;
+                {
+                  auto store = OpenOrDie(url + "/" + std::to_string(db) + "?prefix=" + prefix);
+                  s = ClaimComplete(*store, n, o.seconds, &made);
+                }
+                RedisDelete(url, db, prefix, made);
+                return s;
+              }};
+      p.preload_seconds = SecondsSince(start);
+      std::fprintf(stderr, "store_bench: redis db %d: %llu records in %.1f s\n", db,
+                   static_cast<unsigned long long>(records), p.preload_seconds);
+      points.push_back(std::move(p));
+    }
+    if (!o.postgres.empty()) {
+      const std::string url = o.postgres, schema = "store_bench_scale_" + std::to_string(records);
+      const auto start = SteadyClock::now();
+      PreloadPostgres(url, schema, records);
+      Point p{"postgres", records, [=] {
+                Sample s = ClaimComplete(
+                    *OpenOrDie(url + "?schema=" + schema +
+                               (o.postgres_options.empty() ? "" : "&" + o.postgres_options)),
+                    n, o.seconds);
+                PostgresTrim(url, schema);
+                return s;
+              }};
+      p.preload_seconds = SecondsSince(start);
+      std::fprintf(stderr, "store_bench: postgres %s: %llu records in %.1f s\n", schema.c_str(),
+                   static_cast<unsigned long long>(records), p.preload_seconds);
+      points.push_back(std::move(p));
+    }
+  }
+  for (int round = 0; round < o.rounds; ++round) {
+    std::fprintf(stderr, "store_bench: scale round %d/%d\n", round + 1, o.rounds);
+    for (size_t k = 0; k < points.size(); ++k) {
+      Point& p = points[round % 2 == 0 ? k : points.size() - 1 - k];
+      p.samples.push_back(p.measure());
+      std::fprintf(stderr, "store_bench:   %s %llu: %.0f calls/s\n", p.backend.c_str(),
+                   static_cast<unsigned long long>(p.records), p.samples.back().calls_per_second);
+    }
+  }
+  std::printf("\nscale: claim->complete calls/s with %d callers on stores preloaded with N "
+              "records, median of %d rounds\n",
+              n, o.rounds);
+  std::printf("%-10s %10s %10s %12s\n", "backend", "N", "calls/s", "preload s");
+  for (const Point& p : points) {
+    std::printf("%-10s %10llu %10.0f %12.1f\n", p.backend.c_str(),
+                static_cast<unsigned long long>(p.records), MedianRate(p.samples),
+                p.preload_seconds);
+  }
+  for (const char* backend : {"redis", "postgres"}) {
+    const Point* small = nullptr;
+    const Point* large = nullptr;
+    for (const Point& p : points) {
+      if (p.backend != backend) continue;
+      if (!small || p.records < small->records) small = &p;
+      if (!large || p.records > large->records) large = &p;
+    }
+    if (small && large && small != large) {
+      PrintRatio(std::string(backend) + " at " + std::to_string(large->records) + " / at " +
+                     std::to_string(small->records),
+                 large->samples, small->samples, ">= 0.8");
+    }
+  }
+}
+
+[[noreturn]] void Usage() {
+  std::fprintf(stderr,
+               "usage: store_bench [--redis URL] [--cluster URL] [--postgres URL] [--callers N]\n"
+               "                   [--postgres-options pool_size=N]\n"
+               "                   [--seconds N] [--rounds N] [--scale N,N,...] "
+               "[--only main|scale]\n");
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) Usage();
+    const std::string v = argv[++i];
+    if (flag == "--redis") {
+      o.redis = v;
+    } else if (flag == "--cluster") {
+      o.cluster = v;
+    } else if (flag == "--postgres") {
+      o.postgres = v;
+    } else if (flag == "--postgres-options") {
+      o.postgres_options = v;
+    } else if (flag == "--callers") {
+      o.callers = std::max(1, std::atoi(v.c_str()));
+    } else if (flag == "--seconds") {
+      o.seconds = std::max(0.5, std::atof(v.c_str()));
+    } else if (flag == "--rounds") {
+      o.rounds = std::max(1, std::atoi(v.c_str()));
+    } else if (flag == "--scale") {
+      size_t pos = 0;
+      while (pos < v.size()) {
+        size_t comma = v.find(',', pos);
+        if (comma == std::string::npos) comma = v.size();
+        o.scale.push_back(static_cast<uint64_t>(std::strtod(v.c_str() + pos, nullptr)));
+        pos = comma + 1;
+      }
+      std::sort(o.scale.begin(), o.scale.end());
+    } else if (flag == "--only" && (v == "main" || v == "scale")) {
+      o.main_cases = v == "main";
+      o.scale_cases = v == "scale";
+    } else {
+      Usage();
+    }
+  }
+  if (o.main_cases) RunMainCases(o);
+  if (o.scale_cases && !o.scale.empty()) RunScaleCases(o);
+  return 0;
+}
