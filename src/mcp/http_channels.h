@@ -187,9 +187,10 @@ struct HttpClientOptions {
   size_t max_message_bytes = 64 << 20;
   // JSON nesting accepted when inspecting upstream messages. Default 512.
   size_t max_json_depth = 512;
-  // Concurrent POSTs (each on its own keep-alive connection); further sends
-  // queue in order. Default 8.
-  size_t max_connections = 8;
+  // Requests in flight at once (each POST on its own keep-alive connection);
+  // further requests queue in order. Notifications and responses never wait
+  // behind them. Default 32.
+  size_t max_connections = 32;
   // An idle keep-alive connection is reused only if it has been idle for less
   // than this (servers close idle connections after a few seconds; a request
   // written into a connection the server is closing would be maybe_sent).

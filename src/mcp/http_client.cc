@@ -13,6 +13,8 @@
 #include <openssl/rand.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -181,7 +183,8 @@ struct Op {
   bool sent_session = false;
   bool written = false;
   bool finished = false;
-  bool holds_barrier = false;  // later POSTs wait until this one is written
+  bool holds_barrier = false;      // later POSTs wait until this one is written
+  bool counts_as_request = false;  // holds one of the max_connections request slots
   http::request<http::string_body> req;
   std::optional<http::response_parser<http::buffer_body>> parser;
   int status = 0;
@@ -282,11 +285,24 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   }
 
   void StartQueued() {
-    while (!queue_.empty() && !closing_ && !write_barrier_ && !init_barrier_ &&
-           active_posts_ < std::max<size_t>(1, options_.max_connections)) {
-      std::shared_ptr<Op> op = std::move(queue_.front());
-      queue_.pop_front();
+    while (!queue_.empty() && !closing_ && !write_barrier_ && !init_barrier_) {
+      // Requests wait for a free slot; notifications and responses (answers
+      // to the upstream's own requests, which a waiting tool call may need)
+      // never wait behind them.
+      auto next = std::ranges::find_if(queue_, [&](const std::shared_ptr<Op>& op) {
+        return op->unanswered.empty() ||
+               active_requests_ < std::max<size_t>(1, options_.max_connections);
+      });
+      if (next == queue_.end()) return;
+      std::shared_ptr<Op> op = std::move(*next);
+      queue_.erase(next);
       ++active_posts_;
+      if (!op->unanswered.empty()) {
+        op->counts_as_request = true;
+        ++active_requests_;
+      }
+      // An answer may come on any stream (the GET stream, a resumed one).
+      for (const auto& [key, id_json] : op->unanswered) awaiting_[key] = op;
       write_barrier_ = true;
       op->holds_barrier = true;
       if (op->has_initialize) {
@@ -752,8 +768,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   }
 
   // Delivers one upstream message text (one message or a batch) to the
-  // session, in order. `unanswered` (if given) and the awaiting map lose the
-  // ids it answers.
+  // session, in order. The ops waiting for the ids it answers (whatever
+  // stream it came on) stop waiting for them; so does `unanswered`.
   void DeliverText(const std::string& text,
                    std::map<std::string, std::string>* unanswered = nullptr) {
     Result<MessageBatch> batch = InspectBody(text, options_.max_json_depth);
@@ -846,6 +862,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     ops_.erase(op);
     if (op->kind == Op::Kind::kPost) {
       --active_posts_;
+      if (op->counts_as_request) --active_requests_;
       if (op->has_initialize) init_barrier_ = false;
     }
     ReleaseWriteBarrier(*op);
@@ -939,9 +956,10 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   // I/O thread only.
   std::deque<std::shared_ptr<Op>> queue_;
   std::set<std::shared_ptr<Op>> ops_;                  // started and not finished
-  std::map<std::string, std::weak_ptr<Op>> awaiting_;  // id key → resumed op waiting for it
+  std::map<std::string, std::weak_ptr<Op>> awaiting_;  // request id key → the op waiting for it
   std::vector<std::unique_ptr<Conn>> idle_;
   size_t active_posts_ = 0;
+  size_t active_requests_ = 0;
   bool write_barrier_ = false;
   bool init_barrier_ = false;
   std::string initialize_key_;

@@ -3,6 +3,9 @@
 // server that misbehaves on purpose (the delivery-failure convention).
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+
 #include "mcp/http_channels.h"
 #include "mcp/http_jsonrpc.h"
 #include "mcp/http_test_support.h"
@@ -329,6 +332,39 @@ TEST(HttpClient, StatelessToolsCallMirrorsAnnotatedParameters) {
   ASSERT_EQ(requests.size(), 2u);
   EXPECT_EQ(requests[1]["Mcp-Param-Region"], "us-west1");
   EXPECT_EQ(requests[1]["Mcp-Name"], "execute_sql");
+}
+
+// Regression: with every request slot taken by calls that wait for the
+// client (sampling), the client's answer must not queue behind them.
+TEST(HttpClient, AnswerToTheUpstreamIsNotQueuedBehindWaitingRequests) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool answered = false;
+  ScriptedServer upstream([&](const http::request<http::string_body>& req, int) {
+    if (req.body().find(R"("id":"a")") != std::string::npos) {
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, kSafetyTimeout, [&] { return answered; });
+      return ScriptedServer::Reply{
+          HttpReply(200, "application/json",
+                    answered ? R"({"jsonrpc":"2.0","id":"a","result":{"ok":true}})"
+                             : R"({"jsonrpc":"2.0","id":"a","result":{"ok":false}})")};
+    }
+    if (req.body().find(R"("id":"srv-1")") != std::string::npos) {
+      std::lock_guard lock(mu);
+      answered = true;
+      cv.notify_all();
+      return ScriptedServer::Reply{HttpReply(202, "", "")};
+    }
+    return ScriptedServer::Reply{
+        HttpReply(200, "application/json", R"({"jsonrpc":"2.0","id":"b","result":{}})")};
+  });
+  Inbox inbox;
+  auto channel = Connect(upstream.url(), inbox, HttpClientOptions{.max_connections = 1});
+  channel->Send(R"({"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"ask"}})");
+  channel->Send(R"({"jsonrpc":"2.0","id":"b","method":"ping"})");
+  channel->Send(R"({"jsonrpc":"2.0","id":"srv-1","result":{"role":"assistant"}})");
+  EXPECT_EQ(inbox.WaitFor(R"("id":"a")"), R"({"jsonrpc":"2.0","id":"a","result":{"ok":true}})");
+  EXPECT_NE(inbox.WaitFor(R"("id":"b")"), "");
 }
 
 TEST(HttpClient, RequestsQueuedAtCloseAreNotSent) {

@@ -316,6 +316,26 @@ std::vector<std::pair<std::string, std::string>> MirroredParamHeaders(
   return out;
 }
 
+int StatelessHttpStatus(std::string_view response) {
+  if (response.find("\"error\"") == std::string_view::npos) return 200;
+  Result<json::value> parsed = Parse(response, 64);
+  if (!parsed || !parsed->is_object()) return 200;
+  const json::value* error = Member(parsed->as_object(), "error");
+  if (error == nullptr || !error->is_object()) return 200;
+  const json::value* code = Member(error->as_object(), "code");
+  if (code == nullptr || !code->is_int64()) return 200;
+  switch (code->as_int64()) {
+    case -32601:
+      return 404;
+    case kMcpHeaderMismatch:
+    case -32021:  // MissingRequiredClientCapability
+    case kMcpUnsupportedProtocolVersion:
+      return 400;
+    default:
+      return 200;
+  }
+}
+
 std::string JsonQuote(std::string_view text) { return Serialize(json::string(text)); }
 
 std::string JsonRpcError(std::string_view id_json, int code, std::string_view message,

@@ -101,6 +101,12 @@ std::vector<std::pair<std::string, std::string>> MirroredParamHeaders(
     const std::vector<MirroredParam>& params, std::string_view tools_call_message,
     size_t max_depth);
 
+// MCP 2026-07-28 answers some errors with an HTTP status: 404 for an
+// unknown method (-32601), 400 for a header mismatch, a missing client
+// capability or an unsupported protocol version. The status for an answer
+// sent as a plain JSON body: that one, else 200.
+int StatelessHttpStatus(std::string_view response);
+
 // A JSON-RPC error response, e.g. {"jsonrpc":"2.0","id":null,"error":{...}}.
 // `id_json` is a JSON value ("null", "7", "\"a\""); `data_json` an optional
 // JSON value for error.data (empty: none).

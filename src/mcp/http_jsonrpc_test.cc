@@ -164,6 +164,22 @@ TEST(MirroredParams, ReadsAnnotationsReachableThroughProperties) {
   EXPECT_TRUE(none.empty()) << "null and non-integer numbers get no header";
 }
 
+TEST(StatelessHttpStatus, MapsTheErrorsThe2026DialectGivesAStatus) {
+  EXPECT_EQ(StatelessHttpStatus(R"({"jsonrpc":"2.0","id":1,"result":{"error":-32601}})"), 200);
+  EXPECT_EQ(
+      StatelessHttpStatus(R"({"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}})"),
+      404);
+  EXPECT_EQ(
+      StatelessHttpStatus(R"({"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"x"}})"),
+      400);
+  EXPECT_EQ(
+      StatelessHttpStatus(R"({"jsonrpc":"2.0","id":1,"error":{"code":-32020,"message":"x"}})"),
+      400);
+  EXPECT_EQ(
+      StatelessHttpStatus(R"({"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"x"}})"),
+      200);
+}
+
 TEST(JsonRpcError, Shape) {
   EXPECT_EQ(JsonRpcError("7", -32600, "bad \"x\""),
             R"({"jsonrpc":"2.0","id":7,"error":{"code":-32600,"message":"bad \"x\""}})");

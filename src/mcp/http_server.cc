@@ -5,9 +5,11 @@
 // answers it, and either streams SSE (a POST waiting for answers, or the GET
 // stream) or returns to reading (keep-alive). Sessions and routing live in
 // ServerSession; this file is HTTP: limits, checks, status codes, framing.
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -128,17 +130,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // From any thread: the sink of the exchange numbered `serial`.
   void PostEvent(uint64_t serial, std::string message) {
     net::post(stream_.get_executor(), [self = shared_from_this(), serial, m = std::move(message)] {
-      if (serial != self->serial_ || self->state_ != State::kStreaming) return;
+      if (serial != self->serial_) return;
+      if (self->state_ == State::kHeldStream) self->OpenStream();
+      if (self->state_ != State::kStreaming) return;
       self->Write(Chunk(FormatSseEvent(m)));
     });
   }
   void PostEnd(uint64_t serial) {
     net::post(stream_.get_executor(), [self = shared_from_this(), serial] {
-      if (serial != self->serial_ || self->state_ != State::kStreaming) return;
-      self->state_ = State::kFinishing;
-      self->keepalive_timer_.cancel();
-      self->Write(std::string(kLastChunk));
-      self->FinishAfterWrite();
+      if (serial != self->serial_) return;
+      if (self->state_ == State::kHeldStream) self->OpenStream();
+      if (self->state_ != State::kStreaming) return;
+      self->EndStream();
+    });
+  }
+  void PostFinal(uint64_t serial, std::string message) {
+    net::post(stream_.get_executor(), [self = shared_from_this(), serial, m = std::move(message)] {
+      if (serial != self->serial_) return;
+      if (self->state_ == State::kHeldStream) {
+        // Nothing was streamed: answer as JSON, with the status MCP
+        // 2026-07-28 gives some errors (404 for an unknown method).
+        self->state_ = State::kFinishing;
+        self->keepalive_timer_.cancel();
+        http::response<http::string_body> res{static_cast<http::status>(StatelessHttpStatus(m)),
+                                              11};
+        res.set(http::field::content_type, "application/json");
+        res.body() = m;
+        return self->SendResponse(std::move(res));
+      }
+      if (self->state_ != State::kStreaming) return;
+      self->Write(Chunk(FormatSseEvent(m)));
+      self->EndStream();
     });
   }
   void PostJson(uint64_t serial, std::string body) {
@@ -172,6 +194,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     kReading,      // waiting for / reading a request
     kResponding,   // writing a complete response
     kWaitingJson,  // a POST waits for its answers to send them as JSON
+    kHeldStream,   // an SSE response is chosen but its header not yet sent
     kStreaming,    // an SSE response is open
     kFinishing,    // the last bytes of a response are being written
     kClosed,
@@ -186,6 +209,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     void End() override {
       if (auto c = conn_.lock()) c->PostEnd(serial_);
+    }
+    void Final(std::string message) override {
+      if (auto c = conn_.lock()) c->PostFinal(serial_, std::move(message));
     }
     void Json(std::string body) override {
       if (auto c = conn_.lock()) c->PostJson(serial_, std::move(body));
@@ -480,9 +506,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_ = std::make_shared<Exchange>();
     exchange_->kind = accepts_sse ? Exchange::Kind::kPostSse : Exchange::Kind::kPostJson;
     exchange_->sink = std::make_shared<Sink>(weak_from_this(), serial_);
-    if (accepts_sse) OpenStream();  // the header goes out before any event
+    // The header goes out before any event (a held stream: at the first one).
+    bool hold = accepts_sse && accepts_json && session->info().stateless && !batch->is_batch;
+    if (hold) {
+      HoldStream();
+    } else if (accepts_sse) {
+      OpenStream();
+    }
     ServerSession::Outcome outcome = session->BeginPost(exchange_, *batch);
     if (outcome != ServerSession::Outcome::kOk) {
+      if (hold) OpenStream();
       if (accepts_sse) {
         // The stream is open: answer inside it.
         for (const MessageInfo& m : batch->messages) {
@@ -615,12 +648,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ArmKeepalive();
   }
 
+  // A stateless-dialect POST holds its stream until it has something to
+  // say: if that is the final answer, it goes out as plain JSON with its
+  // proper status; otherwise (or after one keep-alive interval) the SSE
+  // stream opens.
+  void HoldStream() {
+    state_ = State::kHeldStream;
+    ArmKeepalive();
+  }
+
+  void EndStream() {
+    state_ = State::kFinishing;
+    keepalive_timer_.cancel();
+    Write(std::string(kLastChunk));
+    FinishAfterWrite();
+  }
+
   void ArmKeepalive() {
     if (options_.sse_keepalive.count() <= 0) return;
     keepalive_timer_.expires_after(options_.sse_keepalive);
     keepalive_timer_.async_wait(
         [self = shared_from_this(), serial = serial_](beast::error_code ec) {
-          if (ec || serial != self->serial_ || self->state_ != State::kStreaming) return;
+          if (ec || serial != self->serial_) return;
+          if (self->state_ == State::kHeldStream) return self->OpenStream();
+          if (self->state_ != State::kStreaming) return;
           if (!self->writing_) self->Write(Chunk(FormatSseComment("keep-alive")));
           self->ArmKeepalive();
         });
@@ -703,7 +754,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     if (state_ == State::kClosed) return;
     if (ec) return ClientGone();
-    if (state_ == State::kStreaming || state_ == State::kWaitingJson) Watch();
+    if (state_ == State::kStreaming || state_ == State::kHeldStream ||
+        state_ == State::kWaitingJson) {
+      Watch();
+    }
   }
 
   void ClientGone() {

@@ -242,12 +242,18 @@ void ServerSession::Answer(const std::shared_ptr<Exchange>& ex, const std::strin
                            std::string message) {
   ex->outstanding.erase(key);
   if (ex->finished) return;
+  bool last = ex->outstanding.empty();
   if (ex->kind == Exchange::Kind::kPostJson) {
     ex->json_answers.push_back(std::move(message));
+  } else if (last) {
+    ex->finished = true;
+    std::erase(posts_, ex);
+    ex->sink->Final(std::move(message));
+    return;
   } else {
     ex->sink->Event(std::move(message));
   }
-  if (!ex->outstanding.empty()) return;
+  if (!last) return;
   ex->finished = true;
   std::erase(posts_, ex);
   if (ex->kind == Exchange::Kind::kPostJson) {

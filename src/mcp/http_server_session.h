@@ -46,6 +46,13 @@ class StreamSink {
   virtual void Event(std::string message) = 0;
   // SSE streams: the last event was sent; end the response.
   virtual void End() = 0;
+  // SSE streams: `message` is the last event (the final answer); end the
+  // response after it. A sink that has not sent its header yet may answer
+  // with `message` as a plain JSON body instead.
+  virtual void Final(std::string message) {
+    Event(std::move(message));
+    End();
+  }
   // JSON responses: the whole body (one message or a batch), ending the response.
   virtual void Json(std::string body) = 0;
 };

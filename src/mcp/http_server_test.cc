@@ -311,19 +311,32 @@ TEST_F(HttpServerTest, StatelessDialectNeedsNoSession) {
   h.emplace_back("Mcp-Method", "server/discover");
   RawResponse r = a.Request(http::verb::post, "/mcp", h,
                             R"({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}})");
+  // Nothing was streamed before the answer, so it comes as plain JSON.
   ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "application/json");
   EXPECT_TRUE(r.header("mcp-session-id").empty());
-  ASSERT_EQ(r.events.size(), 1u);
-  EXPECT_NE(r.events[0].data.find(R"("id":1,)"), std::string::npos) << r.events[0].data;
-  EXPECT_NE(r.events[0].data.find("supportedVersions"), std::string::npos);
+  EXPECT_NE(r.body.find(R"("id":1,)"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("supportedVersions"), std::string::npos);
   // Another sessionless client with the same id shares the upstream session.
   RawClient b(port_);
   RawResponse r2 = b.Request(
       http::verb::post, "/mcp", McpHeaders("", "2026-07-28"),
       R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"x":1},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}})");
-  ASSERT_EQ(r2.events.size(), 1u);
-  EXPECT_NE(r2.events[0].data.find(R"("id":1,)"), std::string::npos);
-  EXPECT_NE(r2.events[0].data.find(R"({\"x\":1})"), std::string::npos);
+  EXPECT_NE(r2.body.find(R"("id":1,)"), std::string::npos);
+  EXPECT_NE(r2.body.find(R"({\"x\":1})"), std::string::npos);
+  // A notification before the answer opens the SSE stream.
+  RawResponse progress = b.Request(
+      http::verb::post, "/mcp", McpHeaders("", "2026-07-28"),
+      R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"progress","_meta":{"progressToken":"t2","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}})");
+  EXPECT_EQ(progress.header("content-type"), "text/event-stream");
+  ASSERT_EQ(progress.events.size(), 2u);
+  EXPECT_NE(progress.events[0].data.find("notifications/progress"), std::string::npos);
+  EXPECT_NE(progress.events[1].data.find(R"("id":2,)"), std::string::npos);
+  // An unknown method is 404 with -32601 in this dialect.
+  RawResponse unknown = b.Request(http::verb::post, "/mcp", McpHeaders("", "2026-07-28"),
+                                  R"({"jsonrpc":"2.0","id":3,"method":"no/such"})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NE(unknown.body.find("-32601"), std::string::npos);
   EXPECT_EQ(echo_.infos().size(), 1u);
   EXPECT_TRUE(echo_.infos()[0].stateless);
   // No GET stream and no DELETE in this dialect.

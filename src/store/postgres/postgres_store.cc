@@ -130,7 +130,17 @@ Result<T> PostgresStore::Run(Retry retry, Fn fn) {
   }
 }
 
-void PostgresStore::Changed(const RecordId& id) { hub_->Notify(ChangeHub::KeyOf(id)); }
+void PostgresStore::Changed(const RecordId& id) {
+  hub_->Notify(ChangeHub::KeyOf(id));
+  // Best effort: other instances' waiters also re-read on their poll.
+  Params p;
+  p.Text(ChangePayload(url_->schema, id));
+  (void)Run<void>(Retry::kSafe, [&](Connection& conn) -> Result<void> {
+    auto rows = conn.Execute(postgres::kAnnounceChange, p, "announcing a change of " + Describe(id));
+    if (!rows) return std::unexpected(std::move(rows.error()));
+    return {};
+  });
+}
 
 Error PostgresStore::WhyNotWritten(Connection& conn, const RecordId& id, uint64_t fence,
                                    TimePoint now, const postgres::WriteRule& rule) {
@@ -211,7 +221,9 @@ Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
                                  "{} attempts; retryable",
                                  url_->where, what, kMaxClaimRounds));
   });
-  if (claimed && claimed->claimed) Changed(req.id);
+  // Nobody waits on a record that did not exist (or had expired): only
+  // in-process waiters on the expired one need a nudge.
+  if (claimed && claimed->claimed) hub_->Notify(ChangeHub::KeyOf(req.id));
   return claimed;
 }
 

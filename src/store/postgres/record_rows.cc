@@ -13,11 +13,15 @@ static_assert(std::string_view(IDEM_CHANGE_CHANNEL) == idem::postgres::kChangeCh
   "state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, " \
   "completed_at_ms, expires_at_ms, outcome_class, outcome_body"
 
-// Wraps a data-modifying statement that RETURNs the record's columns so the
-// change is announced in the same statement (hence the same transaction).
-#define IDEM_ANNOUNCE(cte, payload_param)                                                \
-  " SELECT " IDEM_RECORD_COLUMNS ", pg_notify('" IDEM_CHANGE_CHANNEL "', " payload_param \
-  ") FROM " cte
+// Wraps a data-modifying statement that RETURNs the record's columns. The
+// change is announced by kAnnounceChange in a transaction of its own after
+// this one commits: PostgreSQL serialises the commits of notifying
+// transactions (a database-wide lock held through the WAL flush), which
+// would undo group commit for every write. The payload parameter is still
+// returned (as the last column, unread) so every statement keeps its
+// parameter list.
+#define IDEM_ANNOUNCE(cte, payload_param) \
+  " SELECT " IDEM_RECORD_COLUMNS ", " payload_param "::text FROM " cte
 
 namespace idem::postgres {
 
@@ -60,7 +64,7 @@ const Statement kRelease{
     "idem_release",
     "WITH released AS (DELETE FROM idemgate_records WHERE tenant = $1 AND key = $2 "
     "AND fence = $3 AND state IN ('in_progress', 'unknown') AND expires_at_ms > $4 "
-    "RETURNING fence) SELECT pg_notify('" IDEM_CHANGE_CHANNEL "', $5) FROM released"};
+    "RETURNING fence) SELECT $5::text FROM released"};
 
 const Statement kMarkUnknown{
     "idem_mark_unknown",
@@ -81,7 +85,15 @@ const Statement kTakeOver{
 const Statement kEvict{
     "idem_evict",
     "WITH evicted AS (DELETE FROM idemgate_records WHERE tenant = $1 AND key = $2 "
-    "RETURNING fence) SELECT pg_notify('" IDEM_CHANGE_CHANNEL "', $3) FROM evicted"};
+    "RETURNING fence) SELECT $3::text FROM evicted"};
+
+// Wakes the waiters of every instance. Its own transaction, with an
+// asynchronous commit: a lost wake-up only costs a poll, and a synchronous
+// flush here would hold the notify lock through an fsync.
+const Statement kAnnounceChange{
+    "idem_announce_change",
+    "SELECT set_config('synchronous_commit', 'off', true), pg_notify('" IDEM_CHANGE_CHANNEL
+    "', $1)"};
 
 // ctid = ANY(ARRAY(...)) runs as a TID scan over the batch the index found.
 // The outer expiry test keeps a row that was reclaimed meanwhile. Purged

@@ -45,6 +45,8 @@ extern const Statement kMarkUnknown;
 extern const Statement kTakeOver;
 // tenant, key, payload → one row if a record was deleted.
 extern const Statement kEvict;
+// Parameter: the change payload. Announces a committed change to every instance.
+extern const Statement kAnnounceChange;
 // now, limit → deletes up to `limit` records with expires_at <= now,
 // earliest first, skipping rows another transaction holds; affected() says
 // how many.
