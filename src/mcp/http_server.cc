@@ -57,7 +57,8 @@ class Connection;
 
 struct HttpMcpServer::Impl : std::enable_shared_from_this<HttpMcpServer::Impl> {
   Impl(const HttpServerOptions& o, HttpSessionFactory f)
-      : options(o), factory(std::move(f)), acceptor(ioc), sweep_timer(ioc) {}
+      : options(o), factory(std::move(f)), acceptor(net::make_strand(ioc)),
+        sweep_timer(acceptor.get_executor()) {}
 
   void Accept();
   void Sweep();
@@ -86,6 +87,8 @@ struct HttpMcpServer::Impl : std::enable_shared_from_this<HttpMcpServer::Impl> {
   // io_context still find it alive.
   net::io_context ioc;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  // The acceptor and the sweep timer share one strand: their handlers run
+  // on any io thread, and StopAll closes them from yet another.
   tcp::acceptor acceptor;
   net::steady_timer sweep_timer;
   std::vector<std::thread> threads;
@@ -968,7 +971,7 @@ void HttpMcpServer::Impl::StopAll() {
     sessions.clear();
     stateless.clear();
   }
-  net::post(ioc, [self = shared_from_this()] {
+  net::post(acceptor.get_executor(), [self = shared_from_this()] {
     beast::error_code ignored;
     self->acceptor.close(ignored);
     self->sweep_timer.cancel();

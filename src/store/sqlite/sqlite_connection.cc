@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <utility>
 
 namespace idem::sqlite {
@@ -155,9 +156,19 @@ Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
   }
   std::unique_ptr<Connection> conn(new Connection(db, path));
   sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, static_cast<int>(std::min<int64_t>(busy_timeout.count(),
-                                                              std::numeric_limits<int>::max())));
+  conn->busy_timeout_ = busy_timeout;
+  sqlite3_busy_handler(db, &Connection::OnBusy, conn.get());
   return conn;
+}
+
+int Connection::OnBusy(void* self, int tries) {
+  auto* conn = static_cast<Connection*>(self);
+  const auto now = std::chrono::steady_clock::now();
+  if (tries == 0) conn->busy_since_ = now;
+  if (now - conn->busy_since_ >= conn->busy_timeout_) return 0;  // give up: SQLITE_BUSY
+  const auto pause = std::chrono::microseconds(std::min(100 << std::min(tries, 5), 2000));
+  std::this_thread::sleep_for(pause);
+  return 1;
 }
 
 Connection::~Connection() {

@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -108,8 +109,16 @@ class Connection {
   // Prepares and steps `sql` to its first row, naming `doing` on errors.
   Result<Statement> QueryRow(const char* sql, std::string_view doing);
 
+  // SQLite's default busy handler sleeps 1, 2, 5 … 100 ms between tries,
+  // which puts 100 ms into the tail latency of every process waiting for
+  // another's short write transaction. This one retries every 100 µs,
+  // backing off to 2 ms, until busy_timeout_ has passed.
+  static int OnBusy(void* self, int tries);
+
   sqlite3* db_;
   std::string path_;
+  std::chrono::milliseconds busy_timeout_{0};
+  std::chrono::steady_clock::time_point busy_since_{};
   // Heterogeneous lookup: finding a statement does not copy its SQL.
   struct SqlHash {
     using is_transparent = void;
