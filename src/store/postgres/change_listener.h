@@ -8,7 +8,7 @@
 #include <string_view>
 #include <thread>
 
-#include "change_hub.h"
+#include "core/change_hub.h"
 #include "idem/error.h"
 #include "idem/record.h"
 #include "pg_connection.h"

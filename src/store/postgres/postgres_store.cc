@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "attempt_rows.h"
-#include "change_hub.h"
+#include "core/change_hub.h"
 #include "change_listener.h"
 #include "connection_pool.h"
 #include "pg_connection.h"
@@ -28,7 +28,6 @@ struct WriteRule {
 
 namespace {
 
-using postgres::ChangeHub;
 using postgres::ChangePayload;
 using postgres::Connection;
 using postgres::Failure;

@@ -17,8 +17,8 @@
 
 namespace idem {
 
-namespace postgres {
 class ChangeHub;
+namespace postgres {
 class ChangeListener;
 class Connection;
 class ConnectionPool;
@@ -96,7 +96,7 @@ class PostgresStore final : public Store {
   const std::unique_ptr<postgres::PostgresUrl> url_;
   Clock& clock_;
   const StoreOptions options_;
-  std::unique_ptr<postgres::ChangeHub> hub_;
+  std::unique_ptr<ChangeHub> hub_;
   std::unique_ptr<postgres::ConnectionPool> pool_;
   std::unique_ptr<postgres::ChangeListener> listener_;  // last: stopped first
 };

@@ -6,7 +6,7 @@
 #include <thread>
 #include <utility>
 
-#include "change_hub.h"
+#include "core/change_hub.h"
 #include "database_file.h"
 #include "group_commit_writer.h"
 #include "read_pool.h"
@@ -148,7 +148,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
   if (auto ok = sqlite::MigrateSchema(**conn); !ok) return std::unexpected(std::move(ok.error()));
 
   std::unique_ptr<SqliteStore> store(new SqliteStore(path, clock, options));
-  store->hub_ = std::make_unique<sqlite::ChangeHub>();
+  store->hub_ = std::make_unique<ChangeHub>();
   const size_t max_idle_readers = std::max(4u, std::thread::hardware_concurrency());
   store->readers_ =
       std::make_unique<sqlite::ReadPool>(path, options.sqlite_busy_timeout, max_idle_readers);
@@ -157,10 +157,12 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
   if (auto reader = store->readers_->Acquire(); !reader) {
     return std::unexpected(std::move(reader.error()));
   }
-  sqlite::ChangeHub* hub = store->hub_.get();
+  ChangeHub* hub = store->hub_.get();
   store->writer_ = std::make_unique<sqlite::GroupCommitWriter>(
       std::move(*conn), options.max_batch,
-      [hub](const std::vector<RecordId>& changed) { hub->Notify(changed); });
+      [hub](const std::vector<RecordId>& changed) {
+        for (const RecordId& id : changed) hub->Notify(ChangeHub::KeyOf(id));
+      });
   return store;
 }
 

@@ -15,8 +15,8 @@
 
 namespace idem {
 
-namespace sqlite {
 class ChangeHub;
+namespace sqlite {
 class GroupCommitWriter;
 class ReadPool;
 }  // namespace sqlite
@@ -83,7 +83,7 @@ class SqliteStore final : public Store {
   const std::string path_;
   Clock& clock_;
   const StoreOptions options_;
-  std::unique_ptr<sqlite::ChangeHub> hub_;
+  std::unique_ptr<ChangeHub> hub_;
   std::unique_ptr<sqlite::ReadPool> readers_;
   std::unique_ptr<sqlite::GroupCommitWriter> writer_;  // last: stopped first
 };

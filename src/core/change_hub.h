@@ -1,4 +1,6 @@
-// In-process wake-ups for WaitForChange.
+// In-process wake-ups for Store::WaitForChange, shared by the backends: fed
+// by a store's own writes and, where the backend has them, by notifications
+// of other instances' writes (PostgreSQL LISTEN).
 #pragma once
 
 #include <condition_variable>
@@ -6,16 +8,16 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
-#include <vector>
 
 #include "idem/clock.h"
 #include "idem/record.h"
 
-namespace idem::sqlite {
+namespace idem {
 
-// Tells the threads waiting on a record that a write through the same store
-// changed it. Only records somebody waits on cost anything. Thread-safe.
+// Tells the threads waiting on a record that it may have changed. Only
+// records somebody waits on cost anything. Thread-safe.
 class ChangeHub {
  public:
   // Interest in one record, held for the duration of one WaitForChange.
@@ -45,17 +47,21 @@ class ChangeHub {
   ChangeHub();
   ~ChangeHub();
 
+  // The hub's name for a record: the tenant's length, ':', the tenant, the
+  // key. No two (tenant, key) pairs share one. It may travel in notifications.
+  static std::string KeyOf(const RecordId& id);
+
   // Starts watching `id`. Changes signalled from now on wake the Watch.
   std::unique_ptr<Watch> Subscribe(const RecordId& id);
 
-  // Wakes the watchers of every record in `changed`.
-  void Notify(const std::vector<RecordId>& changed);
+  // Wakes the watchers of the record named `key` (KeyOf).
+  void Notify(std::string_view key);
+  // Wakes every watcher: notifications may have been lost.
+  void NotifyAll();
 
  private:
-  static std::string KeyOf(const RecordId& id);
-
   std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Watch::Slot>> slots_;
 };
 
-}  // namespace idem::sqlite
+}  // namespace idem

@@ -1,6 +1,6 @@
-#include "change_hub.h"
+#include "core/change_hub.h"
 
-namespace idem::postgres {
+namespace idem {
 
 struct ChangeHub::Watch::Slot {
   std::condition_variable cv;
@@ -62,4 +62,4 @@ bool ChangeHub::Watch::WaitUntil(Clock& clock, TimePoint until) {
   }
 }
 
-}  // namespace idem::postgres
+}  // namespace idem
