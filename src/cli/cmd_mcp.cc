@@ -10,32 +10,27 @@
 // one that lingers is killed) and every call it was running is stored.
 //
 // --listen HOST:PORT (Streamable HTTP clients) and --upstream-url URL (a
-// Streamable HTTP upstream) use the transports of mcp/http_channels.h when
-// they are built in (IDEM_MCP_HTTP); otherwise they say so and fail.
+// Streamable HTTP upstream) use the transports of mcp/http_channels.h.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <condition_variable>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_common.h"
 #include "idem/ledger.h"
 #include "mcp/child_channel.h"
+#include "mcp/http_channels.h"
 #include "mcp/mcp_session.h"
 #include "mcp/reconcile.h"
 #include "mcp/stdio_channel.h"
-
-#ifdef IDEM_MCP_HTTP
-#include <condition_variable>
-#include <list>
-#include <mutex>
-#include <thread>
-
-#include "mcp/http_channels.h"
-#endif
 
 namespace idem::cli {
 namespace {
@@ -55,7 +50,6 @@ void LogLine(std::string_view line) { fmt::print(stderr, "idemgate mcp: {}\n", l
 // with the upstream URL.
 using UpstreamFactory = std::function<Result<std::shared_ptr<mcp::Channel>>()>;
 
-#ifdef IDEM_MCP_HTTP
 
 mcp::UpstreamDelivery ClassifyHttpDelivery(std::string_view response) {
   std::optional<mcp::DeliveryFailure> failure = mcp::ClassifyDeliveryFailure(response);
@@ -197,7 +191,6 @@ int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
   return kExitOk;
 }
 
-#endif  // IDEM_MCP_HTTP
 
 // One session between our stdio and `upstream`, until the client leaves or
 // the upstream goes away.
@@ -226,24 +219,11 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   if (!flags.command.empty() && !flags.upstream_url.empty()) {
     return UsageError("mcp", "give either a command after -- or --upstream-url, not both");
   }
-#ifndef IDEM_MCP_HTTP
-  if (!flags.listen.empty()) {
-    return Fail("mcp",
-                "--listen (Streamable HTTP clients) is not built yet in this idemgate; run it "
-                "over stdio (without --listen)");
-  }
-  if (!flags.upstream_url.empty()) {
-    return Fail("mcp",
-                "--upstream-url (a Streamable HTTP upstream) is not built yet in this "
-                "idemgate; give the server's command after -- instead");
-  }
-#endif
 
   // A client or child that closes its pipe gives EPIPE, not a dead proxy;
   // children are reaped by their channel.
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGCHLD, SIG_DFL);
-#ifdef IDEM_MCP_HTTP
   if (!flags.listen.empty()) {
     // The listener stops on SIGINT/SIGTERM through sigwait. Block them before
     // the store and the ledger start their threads (threads inherit the
@@ -256,7 +236,6 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   }
-#endif
 
   Result<Config> config = LoadConfigFor(globals);
   if (!config) return Fail("mcp", config.error());
@@ -280,7 +259,6 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
       return std::shared_ptr<mcp::Channel>(std::move(*child));
     };
   }
-#ifdef IDEM_MCP_HTTP
   if (!flags.upstream_url.empty()) {
     options.classify_delivery = ClassifyHttpDelivery;
     make_upstream = [url = flags.upstream_url]() { return mcp::ConnectHttpUpstream(url); };
@@ -290,7 +268,6 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     ledger.Flush();
     return code;
   }
-#endif
 
   auto upstream = make_upstream();
   if (!upstream) return Fail("mcp", upstream.error());
