@@ -53,13 +53,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
-#include <latch>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bare_sqlite.h"
+#include "run_callers.h"
 #include "idem/clock.h"
 #include "idem/ledger.h"
 #include "idem/record.h"
@@ -234,42 +234,18 @@ double ProcessCpuSeconds() {
 // stopped. one_call returns false on a failure (having said why), which ends the benchmark.
 template <typename OneCall>
 Sample TimeCallers(int callers, double seconds, OneCall one_call) {
-  std::atomic<uint64_t> calls{0};
-  std::atomic<bool> failed{false};
-  std::latch ready(callers);
-  std::latch go(1);
-  SteadyClock::time_point end;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < callers; ++t) {
-    threads.emplace_back([&, t] {
-      ready.count_down();
-      go.wait();
-      uint64_t mine = 0;
-      while (SteadyClock::now() < end) {
-        if (!one_call(t, mine)) {
-          failed = true;
-          break;
-        }
-        ++mine;
-      }
-      calls.fetch_add(mine);
-    });
-  }
-  ready.wait();
-  const double cpu_start = ProcessCpuSeconds();
-  const uint64_t written_start = ProcessBytesWritten();
-  const auto start = SteadyClock::now();
-  end = start +
-        std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds));
-  go.count_down();
-  for (auto& t : threads) t.join();
-  const double elapsed = SecondsSince(start);
+  double cpu_start = 0;
+  uint64_t written_start = 0;
+  const CallerRun run = RunCallers(callers, seconds, one_call, [&] {
+    cpu_start = ProcessCpuSeconds();
+    written_start = ProcessBytesWritten();
+  });
   const double cpu = ProcessCpuSeconds() - cpu_start;
   const double written = static_cast<double>(ProcessBytesWritten() - written_start);
-  if (failed) Die("a call failed");
-  const uint64_t n = std::max<uint64_t>(calls.load(), 1);
-  return Sample{.calls_per_second = calls.load() / elapsed,
-                .cores_busy = cpu / elapsed,
+  if (run.failed) Die("a call failed");
+  const uint64_t n = std::max<uint64_t>(run.calls, 1);
+  return Sample{.calls_per_second = run.calls / run.seconds,
+                .cores_busy = cpu / run.seconds,
                 .bytes_written_per_call = written / n};
 }
 

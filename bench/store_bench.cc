@@ -43,7 +43,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <latch>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +54,7 @@
 #include "idem/ledger.h"
 #include "idem/record.h"
 #include "idem/store.h"
+#include "run_callers.h"
 
 namespace {
 
@@ -259,39 +259,13 @@ double ProcessCpuSeconds() {
 
 template <typename OneCall>
 Sample TimeCallers(int callers, double seconds, OneCall one_call) {
-  std::atomic<uint64_t> calls{0};
-  std::atomic<bool> failed{false};
-  std::latch ready(callers);
-  std::latch go(1);
-  SteadyClock::time_point end;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < callers; ++t) {
-    threads.emplace_back([&, t] {
-      ready.count_down();
-      go.wait();
-      uint64_t mine = 0;
-      while (SteadyClock::now() < end) {
-        if (!one_call(t, mine)) {
-          failed = true;
-          break;
-        }
-        ++mine;
-      }
-      calls.fetch_add(mine);
-    });
-  }
-  ready.wait();
-  const double cpu_start = ProcessCpuSeconds();
-  const auto start = SteadyClock::now();
-  end = start +
-        std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds));
-  go.count_down();
-  for (auto& t : threads) t.join();
-  const double elapsed = SecondsSince(start);
-  if (failed) Die("a call failed");
-  return Sample{.calls_per_second = calls.load() / elapsed,
-                .client_cores = (ProcessCpuSeconds() - cpu_start) / elapsed,
-                .calls = static_cast<double>(calls.load())};
+  double cpu_start = 0;
+  const CallerRun run =
+      RunCallers(callers, seconds, one_call, [&] { cpu_start = ProcessCpuSeconds(); });
+  if (run.failed) Die("a call failed");
+  return Sample{.calls_per_second = run.calls / run.seconds,
+                .client_cores = (ProcessCpuSeconds() - cpu_start) / run.seconds,
+                .calls = static_cast<double>(run.calls)};
 }
 
 Sample ClaimComplete(idem::Store& store, int callers, double seconds,
