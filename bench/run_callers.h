@@ -10,9 +10,9 @@
 #include <vector>
 
 struct CallerRun {
-  uint64_t calls = 0;    // calls completed by all threads
-  double seconds = 0;    // from the start until the last thread stopped
-  bool failed = false;   // a call returned false (and said why)
+  uint64_t calls = 0;   // calls completed by all threads
+  double seconds = 0;   // from the start until the last thread stopped
+  bool failed = false;  // a call returned false (and said why)
 };
 
 // Runs `callers` threads that each repeat one_call(thread, i) (i counts the
