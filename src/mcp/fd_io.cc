@@ -37,6 +37,38 @@ bool WriteAll(int fd, int wake_fd, std::string_view bytes) {
   return true;
 }
 
+// Writes the front of `bytes` while `fd` accepts it without blocking, and
+// removes what was written. False if a write failed (the peer closed its
+// end). poll() reporting a pipe writable means at least kChunk bytes fit, so
+// each write of at most kChunk returns at once.
+bool WriteWithoutBlocking(int fd, std::string_view& bytes) {
+  while (!bytes.empty()) {
+    pollfd pfd = {fd, POLLOUT, 0};
+    int r = ::poll(&pfd, 1, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if ((pfd.revents & (POLLERR | POLLNVAL)) != 0) return false;
+    if ((pfd.revents & (POLLOUT | POLLHUP)) == 0) return true;  // full: the rest waits
+    ssize_t n = ::write(fd, bytes.data(), std::min(bytes.size(), kChunk));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return false;  // EPIPE: the peer closed its end
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Writing from a caller's thread is safe only where a peer that closed its end
+// gives EPIPE rather than a SIGPIPE that kills the process: the writer thread
+// blocks the signal for itself, but callers' threads are not ours to change.
+bool SigpipeIgnored() {
+  struct sigaction action {};
+  return ::sigaction(SIGPIPE, nullptr, &action) == 0 && action.sa_handler == SIG_IGN;
+}
+
 }  // namespace
 
 WakePipe::WakePipe() {
@@ -89,7 +121,8 @@ ReadEnd ReadFrames(int fd, int wake_fd, LineFramer& framer,
   }
 }
 
-FdWriter::FdWriter(int fd) : fd_(fd), broken_(fd < 0), thread_([this] { Loop(); }) {}
+FdWriter::FdWriter(int fd)
+    : fd_(fd), inline_writes_(SigpipeIgnored()), broken_(fd < 0), thread_([this] { Loop(); }) {}
 
 FdWriter::~FdWriter() {
   {
@@ -102,13 +135,34 @@ FdWriter::~FdWriter() {
 }
 
 bool FdWriter::Send(std::string bytes) {
-  {
-    std::lock_guard g(mu_);
-    if (closing_ || broken_ || stop_) return false;
+  std::unique_lock g(mu_);
+  if (closing_ || broken_ || stop_) return false;
+  if (!inline_writes_ || !queue_.empty() || writing_) {
     queue_.push_back(std::move(bytes));
+    g.unlock();
+    cv_.notify_all();
+    return true;
   }
+  // Nothing queued and nobody writing: write from this thread what the pipe
+  // takes without blocking, and leave only the rest to the writer thread.
+  // Saves a thread hand-off (a wake-up and a context switch) per message,
+  // which is most of what a pass-through message costs.
+  writing_ = true;
+  g.unlock();
+  std::string_view rest = bytes;
+  bool ok = WriteWithoutBlocking(fd_, rest);
+  g.lock();
+  writing_ = false;
+  if (!ok) {
+    broken_ = true;
+  } else if (!rest.empty()) {
+    queue_.push_front(std::string(rest));
+  } else if (queue_.empty() && !closing_) {
+    return true;  // all written and nothing for the thread to do: leave it asleep
+  }
+  g.unlock();
   cv_.notify_all();
-  return true;
+  return ok;
 }
 
 void FdWriter::Close() {
@@ -133,10 +187,11 @@ void FdWriter::Loop() {
 
   std::unique_lock g(mu_);
   while (true) {
-    cv_.wait(g, [&] { return stop_ || closing_ || !queue_.empty(); });
-    if (stop_ || queue_.empty()) break;  // stopped, or closing with nothing left
+    cv_.wait(g, [&] { return stop_ || broken_ || (!writing_ && (closing_ || !queue_.empty())); });
+    if (stop_ || broken_ || queue_.empty()) break;  // stopped, broken, or closing with nothing left
     std::deque<std::string> batch;
     batch.swap(queue_);
+    writing_ = true;
     g.unlock();
     bool ok = true;
     for (const std::string& bytes : batch) {
@@ -146,6 +201,7 @@ void FdWriter::Loop() {
       }
     }
     g.lock();
+    writing_ = false;
     if (!ok) {
       broken_ = true;
       queue_.clear();

@@ -41,8 +41,10 @@ enum class ReadEnd { kEof, kError, kWoken };
 ReadEnd ReadFrames(int fd, int wake_fd, LineFramer& framer,
                    const std::function<void(LineFramer::Frame)>& on_frame, std::string* error);
 
-// Writes queued byte strings to a file descriptor on its own thread.
-// Thread-safe.
+// Writes byte strings to a file descriptor in order without ever blocking the
+// caller: Send writes at once what the fd takes without blocking (when
+// nothing is queued and the process ignores SIGPIPE), and a thread of its own
+// writes the rest. Thread-safe.
 class FdWriter {
  public:
   // Takes ownership of `fd`.
@@ -66,12 +68,14 @@ class FdWriter {
   void Loop();
 
   int fd_;
+  const bool inline_writes_;  // SIGPIPE ignored: Send may write from the caller's thread
   WakePipe wake_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;
   bool closing_ = false;  // Close() called: no more Sends
   bool broken_ = false;   // a write failed
+  bool writing_ = false;  // Send or the thread is writing: others queue behind it
   bool done_ = false;     // the thread closed the fd
   bool stop_ = false;     // destructor
   std::thread thread_;
