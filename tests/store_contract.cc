@@ -13,8 +13,9 @@ const Duration kLease = 30s;
 const Duration kTtl = 24h;
 
 ClaimRequest Req(const std::string& key, const std::string& fp = "fp1",
-                 const std::string& tenant = "default") {
+                 const std::string& tenant = "default", const std::string& owner = "owner-1") {
   ClaimRequest r;
+  r.owner = owner;
   r.id = RecordId{tenant, key};
   r.fingerprint = fp;
   r.tool = "charge";
@@ -36,6 +37,7 @@ TEST_P(StoreContractTest, ClaimCreatesInProgressWithLease) {
   EXPECT_EQ(c->record.fingerprint, "fp1");
   EXPECT_EQ(c->record.tool, "charge");
   EXPECT_EQ(c->record.turn, "turn-1");
+  EXPECT_EQ(c->record.owner, "owner-1");
   EXPECT_GT(c->record.fence, 0u);
   EXPECT_EQ(c->record.created_at, clock_.Now());
   EXPECT_EQ(c->record.lease_expires_at, clock_.Now() + kLease);
@@ -76,8 +78,8 @@ TEST_P(StoreContractTest, CompleteStoresOutcomeAndGetReturnsIt) {
 }
 
 TEST_P(StoreContractTest, OutcomeClassesRoundTrip) {
-  for (OutcomeClass cls : {OutcomeClass::kSuccess, OutcomeClass::kToolError,
-                           OutcomeClass::kTooLarge}) {
+  for (OutcomeClass cls :
+       {OutcomeClass::kSuccess, OutcomeClass::kToolError, OutcomeClass::kTooLarge}) {
     std::string key = "k" + std::string(OutcomeClassName(cls));
     auto c = store_->Claim(Req(key));
     ASSERT_TRUE(c);
@@ -409,4 +411,105 @@ TEST_P(StoreContractTest, AttemptsAreQueriedNewestFirstWithFilters) {
   EXPECT_EQ(stats->at("deploy").attempts, 3u);
   EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kReplayed), 1u);
   EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kExecuted), 2u);
+}
+
+// Abandon: a claim whose reply was lost is taken back by the token of the
+// attempt that made it, and by nothing else.
+
+TEST_P(StoreContractTest, AbandonDeletesOwnInProgressClaim) {
+  auto c = store_->Claim(Req("k", "fp1", "default", "owner-a"));
+  ASSERT_TRUE(c);
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->owner, "owner-a");
+  auto a = store_->Abandon(c->record.id, "owner-a");
+  ASSERT_TRUE(a) << a.error().ToString();
+  auto gone = store_->Get(c->record.id);
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value());
+  EXPECT_EQ(store_->Abandon(c->record.id, "owner-a").error().code, ErrorCode::kNotFound);
+  // The next claim wins with a greater fence; the abandoned owner's fence is dead.
+  auto again = store_->Claim(Req("k", "fp1", "default", "owner-b"));
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->claimed);
+  EXPECT_GT(again->record.fence, c->record.fence);
+  EXPECT_EQ(store_->Complete(c->record.id, c->record.fence, Ok("x"), kTtl).error().code,
+            ErrorCode::kAborted);
+}
+
+TEST_P(StoreContractTest, AbandonRefusesADifferentOwner) {
+  auto c = store_->Claim(Req("k", "fp1", "default", "owner-a"));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(store_->Abandon(c->record.id, "owner-b").error().code, ErrorCode::kAborted);
+  EXPECT_EQ(store_->Abandon(c->record.id, "").error().code, ErrorCode::kInvalidArgument);
+  // A claim made without a token can never be abandoned.
+  auto anonymous = store_->Claim(Req("anon", "fp1", "default", ""));
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->record.owner, "");
+  EXPECT_EQ(store_->Abandon(anonymous->record.id, "owner-a").error().code, ErrorCode::kAborted);
+  for (const char* key : {"k", "anon"}) {
+    auto got = store_->Get(RecordId{"default", key});
+    ASSERT_TRUE(got && got->has_value()) << key;
+    EXPECT_EQ((*got)->state, RecordState::kInProgress);
+  }
+}
+
+TEST_P(StoreContractTest, AbandonRefusesACompletedOrUnknownRecord) {
+  auto c = store_->Claim(Req("done", "fp1", "default", "owner-a"));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Ok("kept"), kTtl));
+  EXPECT_EQ(store_->Abandon(c->record.id, "owner-a").error().code, ErrorCode::kFailedPrecondition);
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kCompleted);
+  EXPECT_EQ((*got)->outcome->body, "kept");
+
+  auto u = store_->Claim(Req("unknown", "fp1", "default", "owner-a"));
+  ASSERT_TRUE(u);
+  ASSERT_TRUE(store_->MarkUnknown(u->record.id, u->record.fence, kTtl));
+  EXPECT_EQ(store_->Abandon(u->record.id, "owner-a").error().code, ErrorCode::kFailedPrecondition);
+  auto still = store_->Get(u->record.id);
+  ASSERT_TRUE(still && still->has_value());
+  EXPECT_EQ((*still)->state, RecordState::kUnknown);
+}
+
+TEST_P(StoreContractTest, AbandonRefusesAfterTakeOver) {
+  auto c = store_->Claim(Req("k", "fp1", "default", "owner-a"));
+  ASSERT_TRUE(c);
+  clock_.Advance(kLease);
+  auto t = store_->TakeOver(c->record.id, c->record.fence, kLease);
+  ASSERT_TRUE(t) << t.error().ToString();
+  EXPECT_EQ(t->owner, "") << "the new owner is not the attempt that claimed";
+  EXPECT_EQ(store_->Abandon(c->record.id, "owner-a").error().code, ErrorCode::kAborted);
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->state, RecordState::kInProgress);
+  EXPECT_EQ((*got)->fence, t->fence);
+}
+
+TEST_P(StoreContractTest, AbandonOfAnExpiredLeaseStillDeletes) {
+  // The lease ran out while the store was unreachable: still ours, still
+  // never executed, so still ours to take back.
+  auto c = store_->Claim(Req("k", "fp1", "default", "owner-a"));
+  ASSERT_TRUE(c);
+  clock_.Advance(kLease + 1s);
+  ASSERT_TRUE(store_->Abandon(c->record.id, "owner-a"));
+  auto fresh = store_->Claim(Req("k", "fp1", "default", "owner-b"));
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(fresh->claimed);
+}
+
+TEST_P(StoreContractTest, WaitForChangeWakesOnAbandon) {
+  auto c = store_->Claim(Req("k", "fp1", "default", "owner-a"));
+  ASSERT_TRUE(c);
+  std::thread waiter([&] {
+    auto w = store_->WaitForChange(c->record.id, c->record, clock_.Now() + 10s);
+    EXPECT_TRUE(w) << w.error().ToString();
+  });
+  clock_.AwaitWaiters(1);
+  ASSERT_TRUE(store_->Abandon(c->record.id, "owner-a"));
+  waiter.join();  // no Advance: woken by the abandon itself
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(got->has_value());
 }

@@ -27,6 +27,9 @@ class StoreWrapper : public Store {
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     return target_.Release(id, fence);
   }
+  Result<void> Abandon(const RecordId& id, std::string_view owner) override {
+    return target_.Abandon(id, owner);
+  }
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override {
     return target_.MarkUnknown(id, fence, retention);
   }
@@ -76,7 +79,8 @@ class CountingStore : public StoreWrapper {
   int heartbeats_ = 0;
 };
 
-// Fails the n-th record operation (1-based; audit-log calls are not counted)
+// Fails the n-th record operation (1-based; audit-log calls and abandons,
+// which the ledger's keeper thread sends at its own pace, are not counted)
 // with kUnavailable, as a store that went down would.
 class FailingStore : public StoreWrapper {
  public:
@@ -134,6 +138,107 @@ class FailingStore : public StoreWrapper {
   const int fail_at_;
   std::atomic<int> calls_{0};
   std::atomic<int> claims_granted_{0};
+};
+
+// A store that dies after applying a claim, before its reply is sent: after
+// DieAfterNextClaim(), the next claim is applied, then the store goes down
+// and the claim is answered kUnavailable. While down (until set_down(false)),
+// every record operation fails with kUnavailable without being applied.
+// Counts abandons (refused because down, and those that deleted a record)
+// so that a test can wait for the ledger's keeper thread without sleeping.
+class LostReplyStore : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+
+  void DieAfterNextClaim() { die_after_claim_ = true; }
+  void set_down(bool on) { down_ = on; }
+  // Claims the store applied (whether or not their reply was lost).
+  int claims_applied() const { return claims_applied_.load(); }
+
+  Result<ClaimResult> Claim(const ClaimRequest& req) override {
+    if (down_) return Down<ClaimResult>();
+    auto r = StoreWrapper::Claim(req);
+    if (r && r->claimed) claims_applied_.fetch_add(1);
+    if (die_after_claim_.exchange(false)) {
+      down_ = true;
+      return MakeError(ErrorCode::kUnavailable,
+                       "injected: the store died before the claim's reply was sent");
+    }
+    return r;
+  }
+  Result<void> Abandon(const RecordId& id, std::string_view owner) override {
+    if (down_) {
+      Count(false, false);
+      return Down<void>();
+    }
+    auto r = StoreWrapper::Abandon(id, owner);
+    Count(true, r.has_value());
+    return r;
+  }
+  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
+    if (down_) return Down<TimePoint>();
+    return StoreWrapper::Heartbeat(id, fence, lease);
+  }
+  Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                          Duration retention) override {
+    if (down_) return Down<Record>();
+    return StoreWrapper::Complete(id, fence, outcome, retention);
+  }
+  Result<void> Release(const RecordId& id, uint64_t fence) override {
+    if (down_) return Down<void>();
+    return StoreWrapper::Release(id, fence);
+  }
+  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override {
+    if (down_) return Down<Record>();
+    return StoreWrapper::MarkUnknown(id, fence, retention);
+  }
+  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override {
+    if (down_) return Down<Record>();
+    return StoreWrapper::TakeOver(id, fence, lease);
+  }
+  Result<std::optional<Record>> Get(const RecordId& id) override {
+    if (down_) return Down<std::optional<Record>>();
+    return StoreWrapper::Get(id);
+  }
+  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override {
+    if (down_) return Down<void>();
+    return StoreWrapper::WaitForChange(id, seen, deadline);
+  }
+
+  // Blocks until `n` Abandon calls failed because the store was down.
+  void AwaitRefusedAbandons(int n) {
+    std::unique_lock g(mu_);
+    cv_.wait(g, [&] { return refused_ >= n; });
+  }
+  // Blocks until `n` Abandon calls deleted a record.
+  void AwaitAbandoned(int n) {
+    std::unique_lock g(mu_);
+    cv_.wait(g, [&] { return abandoned_ >= n; });
+  }
+  int abandoned() {
+    std::lock_guard g(mu_);
+    return abandoned_;
+  }
+
+ private:
+  template <typename T>
+  static Result<T> Down() {
+    return MakeError(ErrorCode::kUnavailable, "injected: the store is down");
+  }
+  void Count(bool reached, bool deleted) {
+    std::lock_guard g(mu_);
+    if (!reached) ++refused_;
+    if (deleted) ++abandoned_;
+    cv_.notify_all();
+  }
+
+  std::atomic<bool> die_after_claim_{false};
+  std::atomic<bool> down_{false};
+  std::atomic<int> claims_applied_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int refused_ = 0;
+  int abandoned_ = 0;
 };
 
 }  // namespace idem::testing

@@ -142,6 +142,26 @@ struct McpConfig {
 struct HttpConfig {
   // The request header that carries the turn id. Default "Idemgate-Turn-Id".
   std::string turn_header = "Idemgate-Turn-Id";
+  // Longest Idempotency-Key accepted, 1..255 bytes; longer → 400. Default 255.
+  size_t max_key_bytes = 255;
+  // PEM file of CAs trusted for an https upstream, in addition to the system
+  // store. Empty: the system store only. Default empty.
+  std::string upstream_ca_file;
+  // Verify the upstream's certificate and host name. Default true.
+  bool upstream_verify_tls = true;
+  // DNS + TCP connect + TLS handshake of a new upstream connection. Default 5 s.
+  Duration upstream_connect_timeout{5'000};
+  // Sending a request and receiving its whole answer; after that the outcome
+  // is unknown (504). Default 60 s.
+  Duration upstream_timeout{60'000};
+  // An idle upstream connection is not reused after this long (the server
+  // may be closing it). Default 2 s.
+  Duration upstream_idle_timeout{2'000};
+  // Idle upstream connections kept for reuse. Default 64.
+  size_t max_idle_connections = 64;
+  // Largest upstream answer body read; a larger one is not relayed (502) and
+  // a gated request's record keeps a too-large marker. Default 16 MiB.
+  size_t max_response_bytes = 16 << 20;
 };
 
 // [limits]: request limits (DESIGN.md §8).

@@ -80,10 +80,19 @@ struct RunResult {
   std::string body;         // kExecute with kNotSent / kMaybeSent / kInterim: what fn returned
 };
 
+// Sees every attempt the ledger records (the ones the audit log gets, also
+// with audit = false): when it arrived and how long it took, by the ledger's
+// clock. For metrics and alerts (GatewayMetrics::ObserverFor). Runs on the
+// caller's thread on the request path: must be fast, must not block and must
+// not call the ledger.
+using AttemptHook = std::function<void(const Call& call, AttemptOutcome outcome,
+                                       TimePoint started_at, Duration latency)>;
+
 struct LedgerOptions {
   std::string instance = "idemgate";  // names this process in the audit log
   ReconcileHook reconcile;            // used when a call's policy says reconcile
   bool audit = true;                  // append every attempt to the store's log
+  AttemptHook on_attempt;             // observer of every attempt; default none
 };
 
 class AttemptLog;
@@ -146,6 +155,10 @@ class Ledger {
                   std::string detail = {});
   // Writes buffered attempts now.
   void Flush();
+
+  // Executions running now: calls holding a KeepAlive guard (the upstream
+  // is working on them). For the in-flight gauge.
+  size_t running_executions();
 
   Store& store() { return store_; }
   Clock& clock() { return clock_; }

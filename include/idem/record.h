@@ -50,6 +50,10 @@ struct Record {
   std::string tool;
   std::string turn;
   uint64_t fence = 0;
+  // The owner token of the attempt whose claim created the record
+  // (ClaimRequest::owner); empty once taken over, and in records written
+  // before owner tokens existed. Only Store::Abandon reads it.
+  std::string owner;
   TimePoint created_at{};        // first claim of this record
   TimePoint lease_expires_at{};  // meaningful while kInProgress
   TimePoint completed_at{};      // when the outcome (or unknown) was written

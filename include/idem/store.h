@@ -31,6 +31,11 @@ struct ClaimRequest {
   std::string turn;
   Duration lease{30'000};       // owner presumed dead after this without a heartbeat
   Duration retention{86'400'000};  // how long the record lives if nobody completes it
+  // Names the attempt that claims: random, 128 bits, new for every attempt
+  // (the Ledger draws it). Stored in the record so that an attempt whose claim
+  // reply was lost can take back a claim it never learnt it had (Abandon).
+  // Empty: the claim cannot be abandoned.
+  std::string owner;
 };
 
 struct ClaimResult {
@@ -76,12 +81,24 @@ class Store {
   // happened, or an operator cleared it; the next attempt executes.
   virtual Result<void> Release(const RecordId& id, uint64_t fence) = 0;
 
+  // Deletes the record iff it is live, kInProgress and was created by the
+  // claim that carried `owner` (ClaimRequest::owner): a claim whose reply
+  // was lost, so its caller never learnt the fence, never executed, and
+  // must not leave the key blocked until the lease runs out. Atomic, and
+  // announced to waiters like Release. Never touches a record someone else
+  // claimed, took over, completed or marked unknown. Errors: kNotFound if
+  // there is no live record; kAborted if another owner's (or a taken-over)
+  // record; kFailedPrecondition if ours but no longer in progress;
+  // kInvalidArgument for an empty owner.
+  virtual Result<void> Abandon(const RecordId& id, std::string_view owner) = 0;
+
   // kInProgress with `fence` → kUnknown, kept until now + retention.
   virtual Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) = 0;
 
   // Takes over a record whose owner is presumed dead (kInProgress with an
   // expired lease, or kUnknown) and whose fence is still `fence`: a new
-  // fence (fence + 1 or more), kInProgress, lease now + lease. kAborted if
+  // fence (fence + 1 or more), kInProgress, lease now + lease, and no owner
+  // token (so the dead owner's Abandon cannot delete it). kAborted if
   // someone else took it first; kFailedPrecondition if the lease is alive.
   virtual Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) = 0;
 

@@ -51,6 +51,8 @@ void AddRecordCommands(CLI::App& app, Cli& cli);  // inspect, evict, resolve, pu
 void AddAuditCommands(CLI::App& app, Cli& cli);   // audit, stats
 void AddDemoCommand(CLI::App& app, Cli& cli);     // the quickstart's demo
 void AddMcpCommand(CLI::App& app, Cli& cli);      // the MCP proxy
+void AddServeCommand(CLI::App& app, Cli& cli);    // the ledger API (idemgate serve)
+void AddHttpCommand(CLI::App& app, Cli& cli);     // the Idempotency-Key reverse proxy
 
 // Prints "idemgate <command>: <message>" on stderr and returns kExitFailure.
 int Fail(std::string_view command, std::string_view message);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "front_core.h"
 #include "idem/ledger.h"
 #include "mcp/child_channel.h"
 #include "mcp/http_channels.h"
@@ -49,7 +50,6 @@ void LogLine(std::string_view line) { fmt::print(stderr, "idemgate mcp: {}\n", l
 // Makes the upstream of one session: a new child process, or a new session
 // with the upstream URL.
 using UpstreamFactory = std::function<Result<std::shared_ptr<mcp::Channel>>()>;
-
 
 mcp::UpstreamDelivery ClassifyHttpDelivery(std::string_view response) {
   std::optional<mcp::DeliveryFailure> failure = mcp::ClassifyDeliveryFailure(response);
@@ -154,9 +154,11 @@ class HttpSessions {
   std::thread janitor_;
 };
 
-// Serves Streamable HTTP clients until SIGINT or SIGTERM.
+// Serves Streamable HTTP clients until SIGINT or SIGTERM, with /readyz
+// (`probe`) and /metrics (`metrics`) beside /mcp.
 int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
-                    mcp::SessionOptions options, UpstreamFactory make_upstream) {
+                    mcp::SessionOptions options, UpstreamFactory make_upstream,
+                    GatewayMetrics& metrics, StoreProbe& probe) {
   // Signals are taken by sigwait below, not delivered to a random thread.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -176,7 +178,13 @@ int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
       if (tenant == nullptr) return std::nullopt;
       return tenant->name;
     };
+    server_options.is_admin = [&config](std::string_view token) {
+      const Tenant* tenant = config.TenantForToken(token);
+      return tenant != nullptr && tenant->admin;
+    };
   }
+  server_options.ready = [&probe] { return probe.Check(); };
+  server_options.metrics = [&metrics] { return metrics.Render(); };
   auto server = mcp::HttpMcpServer::Start(
       server_options,
       [&sessions](std::shared_ptr<mcp::Channel> client, const mcp::HttpSessionInfo& info) {
@@ -190,7 +198,6 @@ int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
   sessions.AwaitAllEnded();
   return kExitOk;
 }
-
 
 // One session between our stdio and `upstream`, until the client leaves or
 // the upstream goes away.
@@ -239,10 +246,11 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
 
   Result<Config> config = LoadConfigFor(globals);
   if (!config) return Fail("mcp", config.error());
-  Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, *config);
-  if (!store) return Fail("mcp", store.error());
-  Ledger ledger(**store, SystemClock::Default(),
-                LedgerOptions{fmt::format("mcp-{}", ::getpid()), mcp::MakeReconcileHook(), true});
+  // Metrics and the replay alert (DESIGN.md §7). The alert (log line,
+  // webhook) works in every mode; the metrics are exposed only by --listen.
+  auto core = OpenFrontCore(globals, *config, "mcp", mcp::MakeReconcileHook(), LogLine);
+  if (!core) return Fail("mcp", core.error());
+  Ledger& ledger = *(*core)->ledger;
 
   mcp::SessionOptions options;
   options.verbose = flags.verbose;
@@ -264,7 +272,8 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     make_upstream = [url = flags.upstream_url]() { return mcp::ConnectHttpUpstream(url); };
   }
   if (!flags.listen.empty()) {
-    int code = RunHttpListener(flags, ledger, *config, options, make_upstream);
+    int code = RunHttpListener(flags, ledger, *config, options, make_upstream, *(*core)->metrics,
+                               *(*core)->probe);
     ledger.Flush();
     return code;
   }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "core/fault_point.h"
 
 int main(int argc, char** argv) {
   using namespace idem::cli;
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   AddAuditCommands(app, cli);
   AddDemoCommand(app, cli);
   AddMcpCommand(app, cli);
+  AddServeCommand(app, cli);
+  AddHttpCommand(app, cli);
   // Each command's --help also names the options every command takes.
   for (CLI::App* cmd : app.get_subcommands([](CLI::App*) { return true; })) {
     std::string footer = cmd->get_footer();
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
     // --help and --version exit 0; every real parse error is a usage error.
     int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (auto faults = idem::CheckFaultPointSetting(); !faults) {
+    return Fail("idemgate", faults.error());
   }
   return cli.action ? cli.action() : kExitUsage;
 }

@@ -80,7 +80,10 @@ const Section& McpSection() {
   return s;
 }
 const Section& HttpSection() {
-  static const Section s{"[http]", {"turn_header"}};
+  static const Section s{"[http]",
+                         {"turn_header", "max_key_bytes", "upstream_ca_file", "upstream_verify_tls",
+                          "upstream_connect_timeout", "upstream_timeout", "upstream_idle_timeout",
+                          "max_idle_connections", "max_response_bytes"}};
   return s;
 }
 const Section& LimitsSection() {
@@ -407,6 +410,22 @@ void ReadHttp(const toml::table& t, Diagnostics& diag, HttpConfig& http) {
     }
     http.turn_header = *v;
   }
+  if (auto v = r.Integer("max_key_bytes", 1, 255)) http.max_key_bytes = static_cast<size_t>(*v);
+  if (auto v = r.String("upstream_ca_file")) http.upstream_ca_file = *v;
+  if (auto v = r.Bool("upstream_verify_tls")) http.upstream_verify_tls = *v;
+  if (auto v = r.DurationValue("upstream_connect_timeout", /*allow_zero=*/false)) {
+    http.upstream_connect_timeout = *v;
+  }
+  if (auto v = r.DurationValue("upstream_timeout", /*allow_zero=*/false)) {
+    http.upstream_timeout = *v;
+  }
+  if (auto v = r.DurationValue("upstream_idle_timeout", /*allow_zero=*/true)) {
+    http.upstream_idle_timeout = *v;
+  }
+  if (auto v = r.Integer("max_idle_connections", 0, 1 << 20)) {
+    http.max_idle_connections = static_cast<size_t>(*v);
+  }
+  if (auto v = r.Size("max_response_bytes")) http.max_response_bytes = *v;
   r.CheckUnknown();
 }
 

@@ -4,6 +4,18 @@
 #include <vector>
 
 namespace idem {
+namespace {
+
+// Retry of an abandon that the store could not answer: 100 ms doubling to
+// 1 s, so an orphaned claim is gone within a second of the store's return.
+constexpr Duration kFirstAbandonRetry{100};
+constexpr Duration kMaxAbandonRetry{1000};
+// A store down for a long time under load leaves one pending abandon per
+// refused call; past this many the oldest are dropped (their records then
+// end as their lease runs out, as before owner tokens).
+constexpr size_t kMaxPendingAbandons = 100'000;
+
+}  // namespace
 
 LeaseKeeper::LeaseKeeper(Store& store, Clock& clock)
     : store_(store), clock_(clock), thread_([this] { Loop(); }) {}
@@ -39,6 +51,11 @@ bool LeaseKeeper::lost(uint64_t ticket) {
   return it != lost_.end() && it->second;
 }
 
+size_t LeaseKeeper::running() {
+  std::lock_guard g(mu_);
+  return leases_.size();
+}
+
 uint64_t LeaseKeeper::heartbeats() {
   std::lock_guard g(mu_);
   return heartbeats_;
@@ -49,15 +66,75 @@ void LeaseKeeper::AwaitHeartbeats(uint64_t n) {
   cv_.wait(g, [&] { return heartbeats_ >= n; });
 }
 
+void LeaseKeeper::Abandon(const RecordId& id, std::string owner, TimePoint give_up_at) {
+  if (owner.empty()) return;
+  std::lock_guard g(mu_);
+  if (abandons_.size() >= kMaxPendingAbandons) abandons_.erase(abandons_.begin());
+  abandons_.emplace(next_ticket_++, PendingAbandon{id, std::move(owner), give_up_at, clock_.Now(),
+                                                   kFirstAbandonRetry});
+  cv_.notify_all();
+}
+
+bool LeaseKeeper::Settled(const Result<void>& r) {
+  // Deleted; or absent, someone else's, no longer in progress: nothing of
+  // ours is left to take back.
+  return r || r.error().code == ErrorCode::kNotFound || r.error().code == ErrorCode::kAborted ||
+         r.error().code == ErrorCode::kFailedPrecondition ||
+         r.error().code == ErrorCode::kInvalidArgument;
+}
+
+Result<void> LeaseKeeper::AbandonNow(const RecordId& id) {
+  std::vector<std::pair<uint64_t, PendingAbandon>> mine;
+  {
+    std::lock_guard g(mu_);
+    for (const auto& [ticket, a] : abandons_) {
+      if (a.id == id) mine.emplace_back(ticket, a);
+    }
+  }
+  for (const auto& [ticket, a] : mine) {
+    auto r = store_.Abandon(a.id, a.owner);
+    if (!Settled(r)) return r;  // still pending: the keeper keeps trying
+    std::lock_guard g(mu_);
+    abandons_.erase(ticket);
+  }
+  return {};
+}
+
+size_t LeaseKeeper::pending_abandons() {
+  std::lock_guard g(mu_);
+  return abandons_.size();
+}
+
+void LeaseKeeper::RunAbandons(std::vector<std::pair<uint64_t, PendingAbandon>> work,
+                              TimePoint now) {
+  bool store_down = false;
+  for (auto& [ticket, a] : work) {
+    // Once one attempt found the store unreachable, the others of this round
+    // would too: they wait for the next round instead of queueing timeouts.
+    const bool settled = !store_down && Settled(store_.Abandon(a.id, a.owner));
+    if (!settled) store_down = true;
+    std::lock_guard g(mu_);
+    auto it = abandons_.find(ticket);
+    if (it == abandons_.end()) continue;  // AbandonNow settled it meanwhile
+    if (settled || now >= it->second.give_up_at) {
+      abandons_.erase(it);
+    } else {
+      it->second.next_due = now + it->second.backoff;
+      it->second.backoff = std::min(it->second.backoff * 2, kMaxAbandonRetry);
+    }
+  }
+}
+
 void LeaseKeeper::Loop() {
   std::unique_lock g(mu_);
   while (!stop_) {
-    if (leases_.empty()) {
+    if (leases_.empty() && abandons_.empty()) {
       cv_.wait(g);
       continue;
     }
     TimePoint due = TimePoint::max();
     for (const auto& [ticket, l] : leases_) due = std::min(due, l.next_due);
+    for (const auto& [ticket, a] : abandons_) due = std::min(due, a.next_due);
     TimePoint now = clock_.Now();
     if (now < due) {
       clock_.WaitUntil(cv_, g, due);
@@ -67,13 +144,17 @@ void LeaseKeeper::Loop() {
     for (const auto& [ticket, l] : leases_) {
       if (l.next_due <= now) work.emplace_back(ticket, l);
     }
+    std::vector<std::pair<uint64_t, PendingAbandon>> abandons;
+    for (const auto& [ticket, a] : abandons_) {
+      if (a.next_due <= now) abandons.emplace_back(ticket, a);
+    }
     g.unlock();
     for (auto& [ticket, l] : work) {
       auto r = store_.Heartbeat(l.id, l.fence, l.lease);
       // kUnavailable: keep trying; if the store stays down the lease runs
       // out and the fence will refuse this owner's Complete.
-      bool gone = !r && (r.error().code == ErrorCode::kAborted ||
-                         r.error().code == ErrorCode::kNotFound);
+      bool gone =
+          !r && (r.error().code == ErrorCode::kAborted || r.error().code == ErrorCode::kNotFound);
       std::lock_guard lg(mu_);
       ++heartbeats_;
       auto it = leases_.find(ticket);
@@ -88,6 +169,8 @@ void LeaseKeeper::Loop() {
         it->second.next_due = now + std::max(Duration(1), l.lease / 3);
       }
     }
+    // After the heartbeats: a live call's lease comes first.
+    RunAbandons(std::move(abandons), now);
     g.lock();
     cv_.notify_all();
   }

@@ -1,5 +1,7 @@
 // Renews the leases of running calls: one thread for the whole process, a
-// heartbeat for each lease every lease/3 by the injected clock.
+// heartbeat for each lease every lease/3 by the injected clock. The same
+// thread abandons claims whose reply was lost (Store::Abandon), retrying
+// while the store is unreachable.
 // Thread-safe.
 #pragma once
 
@@ -7,7 +9,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "idem/clock.h"
 #include "idem/record.h"
@@ -26,8 +31,27 @@ class LeaseKeeper {
   // True once a heartbeat found the record gone or its fence moved on.
   bool lost(uint64_t ticket);
   // Heartbeats sent so far (for tests: wait for a count, never sleep).
+  // Leases being renewed now: executions in flight (for metrics).
+  size_t running();
   uint64_t heartbeats();
   void AwaitHeartbeats(uint64_t n);
+
+  // Abandons the claim of `id` made with `owner` in the background: its
+  // caller got an error, so it may or may not have been applied. Tries at
+  // once, then again (100 ms doubling to 1 s) while the
+  // store fails, until it is deleted, the store answers that it is not (or
+  // no longer) ours or absent, or `give_up_at` (the claim's retention end:
+  // by then the record is gone anyway). While the store is down, one
+  // pending abandon per round probes it, so heartbeats never queue behind
+  // a backlog.
+  void Abandon(const RecordId& id, std::string owner, TimePoint give_up_at);
+  // Runs the pending abandons of `id` now, in the caller's thread, so that
+  // a new attempt on `id` never meets this process's own orphaned claim.
+  // Returns the first store error that leaves one pending (it stays
+  // scheduled), or OK when none is left.
+  Result<void> AbandonNow(const RecordId& id);
+  // Abandons still pending (for tests and metrics).
+  size_t pending_abandons();
 
  private:
   struct Lease {
@@ -36,7 +60,18 @@ class LeaseKeeper {
     Duration lease;
     TimePoint next_due;
   };
+  struct PendingAbandon {
+    RecordId id;
+    std::string owner;
+    TimePoint give_up_at;
+    TimePoint next_due;
+    Duration backoff;
+  };
   void Loop();
+  // Runs the due abandons of one round (mu_ not held).
+  void RunAbandons(std::vector<std::pair<uint64_t, PendingAbandon>> work, TimePoint now);
+  // Whether an Abandon result settles the pending abandon.
+  static bool Settled(const Result<void>& r);
 
   Store& store_;
   Clock& clock_;
@@ -44,6 +79,7 @@ class LeaseKeeper {
   std::condition_variable cv_;
   std::map<uint64_t, Lease> leases_;
   std::map<uint64_t, bool> lost_;
+  std::map<uint64_t, PendingAbandon> abandons_;  // by ticket: oldest first
   uint64_t next_ticket_ = 1;
   uint64_t heartbeats_ = 0;
   bool stop_ = false;

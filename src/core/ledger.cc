@@ -1,8 +1,12 @@
 #include "idem/ledger.h"
 
+#include <openssl/rand.h>
+
 #include <algorithm>
+#include <random>
 
 #include "core/attempt_log.h"
+#include "core/fault_point.h"
 #include "core/lease_keeper.h"
 
 namespace idem {
@@ -24,6 +28,44 @@ Duration RetentionOf(const Call& call) {
   return call.turn_fallback ? std::min(call.policy.window, call.policy.ttl) : call.policy.ttl;
 }
 
+// A new claim owner token: 128 random bits in hex (ClaimRequest::owner).
+std::string NewOwnerToken() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    thread_local std::mt19937_64 gen{std::random_device{}()};
+    for (size_t i = 0; i < sizeof bytes; i += 8) {
+      const uint64_t v = gen();
+      for (size_t j = 0; j < 8; ++j) bytes[i + j] = static_cast<unsigned char>(v >> (8 * j));
+    }
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * sizeof bytes);
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 0xF];
+  }
+  return out;
+}
+
+ClaimRequest ClaimOf(const Call& call) {
+  ClaimRequest req;
+  req.id = call.id;
+  req.fingerprint = call.fingerprint;
+  req.tool = call.tool;
+  req.turn = call.turn;
+  req.lease = call.policy.lease;
+  req.retention = RetentionOf(call);
+  req.owner = NewOwnerToken();
+  return req;
+}
+
+// When a claim that may have been applied (its reply was lost) is gone for
+// good: at the end of its retention, as the store judges it.
+TimePoint ClaimEnd(const ClaimRequest& req, TimePoint now) {
+  return now + std::max(req.retention, req.lease);
+}
+
 }  // namespace
 
 Ledger::Ledger(Store& store, Clock& clock, LedgerOptions options)
@@ -37,6 +79,8 @@ Ledger::~Ledger() = default;
 
 void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint started_at,
                         std::string detail) {
+  const Duration latency = std::max(Duration(0), clock_.Now() - started_at);
+  if (options_.on_attempt) options_.on_attempt(call, outcome, started_at, latency);
   if (!attempts_) return;
   Attempt a;
   a.at = started_at;
@@ -45,7 +89,7 @@ void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint star
   a.tool = call.tool;
   a.turn = call.turn;
   a.outcome = outcome;
-  a.latency = std::max(Duration(0), clock_.Now() - started_at);
+  a.latency = latency;
   a.instance = options_.instance;
   a.detail = detail.empty() ? call.detail : std::move(detail);
   attempts_->Append(std::move(a));
@@ -65,12 +109,22 @@ Decision Ledger::Finish(const Call& call, Decision d, AttemptOutcome logged) {
 
 Result<Decision> Ledger::Begin(const Call& call) {
   const TimePoint started = clock_.Now();
-  ClaimRequest req{call.id, call.fingerprint, call.tool, call.turn, call.policy.lease,
-                   RetentionOf(call)};
-  auto claim = store_.Claim(req);
+  const ClaimRequest req = ClaimOf(call);
+  // An earlier attempt of this process whose claim reply was lost may have
+  // left its claim behind: take it back first, or this attempt would wait
+  // for it and then call a call that never ran "outcome unknown".
+  auto cleared = leases_->AbandonNow(call.id);
+  auto claim = cleared ? store_.Claim(req) : std::unexpected(cleared.error());
   if (!claim) {
-    if (claim.error().code == ErrorCode::kUnavailable &&
-        call.policy.on_store_down == OnStoreDown::kPass) {
+    const bool pass = claim.error().code == ErrorCode::kUnavailable &&
+                      call.policy.on_store_down == OnStoreDown::kPass;
+    // A claim that failed may still have been applied (the store ran it and
+    // the reply was lost): nothing executed, so take it back in the
+    // background. Harmless if it was not applied: the token is this
+    // attempt's alone. Not for a pass-through, which does execute: a retry
+    // that finds the claim then rightly answers "outcome unknown".
+    if (cleared && !pass) leases_->Abandon(call.id, req.owner, ClaimEnd(req, started));
+    if (pass) {
       Decision d;
       d.kind = Decision::Kind::kPassThrough;
       d.started_at = started;
@@ -86,9 +140,12 @@ Result<Decision> Ledger::Begin(const Call& call) {
     d.fence = claim->record.fence;
     d.record = std::move(claim->record);
     d.started_at = started;
+    FaultPoint("after_claim");
     return d;
   }
-  return Decide(call, std::move(claim->record), started);
+  auto decided = Decide(call, std::move(claim->record), started);
+  if (decided && decided->kind == Decision::Kind::kExecute) FaultPoint("after_claim");
+  return decided;
 }
 
 // The record exists and is not ours. Loops until it can answer: replay a
@@ -154,9 +211,10 @@ Result<Decision> Ledger::Decide(const Call& call, Record record, TimePoint start
       continue;
     }
     // Released or evicted while we waited: try to become the owner.
-    auto claim = store_.Claim(ClaimRequest{call.id, call.fingerprint, call.tool, call.turn,
-                                           p.lease, RetentionOf(call)});
+    const ClaimRequest req = ClaimOf(call);
+    auto claim = store_.Claim(req);
     if (!claim) {
+      leases_->Abandon(call.id, req.owner, ClaimEnd(req, clock_.Now()));  // as in Begin
       LogAttempt(call, AttemptOutcome::kError, started_at, claim.error().ToString());
       return std::unexpected(claim.error());
     }
@@ -227,6 +285,7 @@ Result<Record> Ledger::Complete(const Call& call, const Decision& d, Outcome out
     outcome = Outcome{OutcomeClass::kTooLarge, {}};
   }
   auto r = store_.Complete(call.id, d.fence, outcome, RetentionOf(call));
+  if (r) FaultPoint("after_persist");
   LogAttempt(call, r ? AttemptOutcome::kExecuted : AttemptOutcome::kError, d.started_at,
              r ? std::string() : "outcome not stored: " + r.error().ToString());
   return r;
@@ -253,6 +312,8 @@ Result<Record> Ledger::MarkUnknown(const Call& call, const Decision& d) {
 Result<TimePoint> Ledger::Heartbeat(const Call& call, uint64_t fence) {
   return store_.Heartbeat(call.id, fence, call.policy.lease);
 }
+
+size_t Ledger::running_executions() { return leases_->running(); }
 
 Ledger::LeaseGuard Ledger::KeepAlive(const Call& call, uint64_t fence) {
   return LeaseGuard(leases_.get(), leases_->Start(call.id, fence, call.policy.lease));

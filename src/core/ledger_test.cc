@@ -358,6 +358,116 @@ TEST_F(LedgerTest, StoreDownWithOnStoreDownPassRunsUnguarded) {
   EXPECT_EQ(runs, 1);
 }
 
+// Regression (issue 4, the orphaned claim): the store applied a claim and
+// died before answering. The caller was told "not executed, safe to retry";
+// the claim is taken back (Store::Abandon with the attempt's owner token), so
+// the retry executes instead of waiting out the lease and answering
+// "outcome unknown" for a call that never ran.
+TEST_F(LedgerTest, OrphanedClaimIsAbandonedSoTheRetryExecutesNotUnknown) {
+  testing::LostReplyStore lossy(*store_);
+  Ledger ledger(lossy, clock_);
+  Call call = MakeCall();
+  int runs = 0;
+  auto charge = [&] {
+    ++runs;
+    return Ok("charged");
+  };
+
+  lossy.DieAfterNextClaim();
+  auto first = ledger.Run(call, charge);
+  ASSERT_FALSE(first);
+  EXPECT_EQ(first.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(lossy.claims_applied(), 1) << "the claim was applied; only its reply was lost";
+  auto orphan = store_->Get(call.id);
+  ASSERT_TRUE(orphan && orphan->has_value());
+  EXPECT_EQ((*orphan)->state, RecordState::kInProgress);
+  EXPECT_FALSE((*orphan)->owner.empty());
+
+  // The keeper tries at once; the store is still down.
+  lossy.AwaitRefusedAbandons(1);
+  // A retry while the store is down fails closed: nothing executes.
+  auto down = ledger.Run(call, charge);
+  ASSERT_FALSE(down);
+  EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(runs, 0);
+
+  // The store is back: the keeper's next round (100 ms later) abandons.
+  lossy.set_down(false);
+  clock_.Advance(1s);
+  lossy.AwaitAbandoned(1);
+  auto gone = store_->Get(call.id);
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value()) << "the orphaned claim was deleted";
+
+  // 1 s after the loss, far inside the orphan's 30 s lease: the retry runs.
+  auto retry = ledger.Run(call, charge);
+  ASSERT_TRUE(retry) << retry.error().ToString();
+  EXPECT_EQ(retry->decision.kind, Kind::kExecute);
+  EXPECT_EQ(runs, 1);
+  auto replay = ledger.Run(call, charge);
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->decision.kind, Kind::kReplay);
+  EXPECT_EQ(runs, 1);
+}
+
+// The same, when the retry arrives before the keeper's next round: Begin
+// takes back this process's orphaned claim itself before claiming.
+TEST_F(LedgerTest, RetryAbandonsItsOwnOrphanedClaimBeforeClaiming) {
+  testing::LostReplyStore lossy(*store_);
+  Ledger ledger(lossy, clock_);
+  Call call = MakeCall();
+  lossy.DieAfterNextClaim();
+  ASSERT_FALSE(ledger.Begin(call));
+  lossy.AwaitRefusedAbandons(1);
+  lossy.set_down(false);  // no Advance: the keeper is parked until its next round
+  auto retry = ledger.Begin(call);
+  ASSERT_TRUE(retry) << retry.error().ToString();
+  EXPECT_EQ(retry->kind, Kind::kExecute);
+  EXPECT_EQ(lossy.abandoned(), 1);
+  EXPECT_EQ(lossy.claims_applied(), 2);
+}
+
+// A duplicate in another instance waiting on the orphaned claim is woken by
+// the abandon and executes, instead of waiting for the lease to run out.
+TEST_F(LedgerTest, AbandonWakesAWaiterInAnotherInstance) {
+  testing::LostReplyStore lossy(*store_);
+  Ledger lost(lossy, clock_);
+  Ledger other(*store_, clock_);
+  Call call = MakeCall();
+  lossy.DieAfterNextClaim();
+  ASSERT_FALSE(lost.Begin(call));
+  lossy.AwaitRefusedAbandons(1);
+  Result<Decision> dup = MakeError(ErrorCode::kInternal, "not run");
+  std::thread t([&] { dup = other.Begin(call); });
+  clock_.AwaitWaiters(2);  // the duplicate, and the keeper parked until its next round
+  lossy.set_down(false);
+  clock_.Advance(100ms);
+  t.join();
+  ASSERT_TRUE(dup) << dup.error().ToString();
+  EXPECT_EQ(dup->kind, Kind::kExecute);
+  EXPECT_EQ(lossy.abandoned(), 1);
+}
+
+// A claim that failed without being applied leaves nothing to take back,
+// and a claim whose reply arrived is never abandoned, whatever happens next.
+TEST_F(LedgerTest, AbandonNeverTouchesAClaimWhoseReplyArrived) {
+  testing::LostReplyStore lossy(*store_);
+  Ledger ledger(lossy, clock_);
+  Call call = MakeCall();
+  auto owner = ledger.Begin(call);
+  ASSERT_TRUE(owner);
+  ASSERT_EQ(owner->kind, Kind::kExecute);
+  lossy.set_down(true);
+  EXPECT_FALSE(ledger.Complete(call, *owner, Outcome{OutcomeClass::kSuccess, "x"}));
+  lossy.set_down(false);
+  clock_.Advance(1s);
+  auto rec = store_->Get(call.id);
+  ASSERT_TRUE(rec && rec->has_value());
+  EXPECT_EQ((*rec)->state, RecordState::kInProgress) << "follows the lease-expiry path";
+  EXPECT_EQ(lossy.abandoned(), 0);
+}
+
 // Whatever store call fails, the ledger never executes without a granted
 // claim, and never reports an execution whose outcome was not stored.
 TEST_F(LedgerTest, FailingTheNthStoreCallNeverExecutesUnclaimed) {

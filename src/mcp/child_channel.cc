@@ -47,6 +47,11 @@ Result<std::unique_ptr<ChildChannel>> ChildChannel::Spawn(const std::vector<std:
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  // Nothing else of ours reaches the child: not other sessions' pipes, and
+  // above all not the HTTP listener's sockets. A child holding a client's
+  // connection or the listening port would keep both open after idemgate
+  // died, so clients would wait for an answer instead of seeing the crash.
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   // The child starts with default signal handling and nothing blocked, not
   // with what this process set up for itself (SIGPIPE ignored, say).
   posix_spawnattr_t attr;

@@ -81,7 +81,8 @@ struct HttpServerOptions {
   // HOST:PORT to bind. Port 0 picks a free port (see bound_address()).
   // Default: loopback on an OS-chosen port.
   std::string listen = "127.0.0.1:0";
-  // The MCP endpoint path. Default "/mcp". /healthz is served beside it.
+  // The MCP endpoint path. Default "/mcp". /healthz, /readyz and /metrics
+  // are served beside it.
   std::string path = "/mcp";
 
   // Largest accepted request body (config limits.max_body_bytes); larger → 413.
@@ -129,6 +130,18 @@ struct HttpServerOptions {
   std::function<std::optional<std::string>(std::string_view token)> authenticate;
   // Allow binding a non-loopback address without tokens (--insecure-no-auth).
   bool insecure_no_auth = false;
+
+  // Admin endpoints beside /healthz (DESIGN.md §6.4), GET or HEAD; both run
+  // on a separate thread, never on the I/O threads, and may block briefly.
+  // /readyz: 200 when `ready` returns OK, else 503 with its error; no token
+  // needed. Unset: 200 like /healthz.
+  std::function<Result<void>()> ready;
+  // /metrics: `metrics()`, the Prometheus text exposition (format 0.0.4).
+  // Unset: 404. With `authenticate` set it needs a bearer token for which
+  // `is_admin` is true (an admin tenant's); unset is_admin then refuses all.
+  std::function<std::string()> metrics;
+  std::function<bool(std::string_view token)> is_admin;
+
   // Print "idemgate: listening on http://HOST:PORT/mcp" to stderr once bound.
   bool announce = true;
 };

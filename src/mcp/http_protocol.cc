@@ -196,6 +196,8 @@ Result<HostPort> ParseHostPort(std::string_view text) {
     rest = text.substr(colon + 1);
   }
   if (out.host.empty()) return bad("missing HOST");
+  // FormatHostPort could not write such a host back ("[[]:8" is host "[").
+  if (out.host.find_first_of("[]") != std::string::npos) return bad("'[' or ']' inside HOST");
   unsigned port = 0;
   auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), port);
   if (rest.empty() || ec != std::errc() || end != rest.data() + rest.size() || port > 65535) {

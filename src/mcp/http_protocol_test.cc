@@ -135,6 +135,17 @@ TEST(HostPort, Parse) {
   EXPECT_EQ(FormatHostPort("127.0.0.1", 80), "127.0.0.1:80");
 }
 
+// Found by fuzz/mcp_http_protocol_fuzz: "[[]:8" parsed as host "[", which
+// FormatHostPort wrote as "[:8", an address ParseHostPort refuses.
+TEST(HostPort, RefusesBracketsInsideTheHost) {
+  for (std::string_view bad : {"[[]:8", "[[::1]:80", "[a[b]:80", "x]:80", "a[b:80"}) {
+    auto r = ParseHostPort(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message.find("HOST:PORT"), std::string::npos);
+  }
+}
+
 TEST(Base64, RoundTrip) {
   for (std::string_view s : {"", "a", "ab", "abc", "abcd", "Hello, \xE4\xB8\x96\xE7\x95\x8C"}) {
     Result<std::string> back = Base64Decode(Base64Encode(s));

@@ -92,6 +92,8 @@ struct HttpMcpServer::Impl : std::enable_shared_from_this<HttpMcpServer::Impl> {
   tcp::acceptor acceptor;
   net::steady_timer sweep_timer;
   std::vector<std::thread> threads;
+  // Runs /readyz and /metrics off the I/O threads (they may block briefly).
+  net::thread_pool admin_pool{1};
 };
 
 namespace {
@@ -312,6 +314,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       res.body() = "ok\n";
       return SendResponse(std::move(res));
     }
+    if (path == "/readyz" || path == "/metrics") return HandleAdmin(path == "/metrics");
     if (path != options_.path) {
       return SendError(http::status::not_found, kJsonRpcInvalidRequest,
                        "idemgate: no such endpoint; the MCP endpoint is " + options_.path);
@@ -377,6 +380,56 @@ class Connection : public std::enable_shared_from_this<Connection> {
                          "idemgate: the MCP endpoint answers POST, GET and DELETE",
                          "GET, POST, DELETE");
     }
+  }
+
+  // /readyz and /metrics (HttpServerOptions::ready, metrics): checked here,
+  // answered from the admin thread.
+  void HandleAdmin(bool metrics) {
+    if (request_.method() != http::verb::get && request_.method() != http::verb::head) {
+      return SendError(http::status::method_not_allowed, kJsonRpcInvalidRequest,
+                       "idemgate: the admin endpoints answer GET", "GET, HEAD");
+    }
+    if (metrics && !options_.metrics) {
+      return SendError(http::status::not_found, kJsonRpcInvalidRequest,
+                       "idemgate: this listener does not serve metrics");
+    }
+    if (metrics && options_.authenticate) {
+      std::string_view auth(request_[http::field::authorization].data(),
+                            request_[http::field::authorization].size());
+      std::string_view token;
+      if (auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ")) token = auth.substr(7);
+      if (token.empty() || !options_.authenticate(token)) {
+        return SendError(http::status::unauthorized, kJsonRpcInvalidRequest,
+                         "idemgate: /metrics needs an admin tenant's bearer token");
+      }
+      if (!options_.is_admin || !options_.is_admin(token)) {
+        return SendError(http::status::forbidden, kJsonRpcInvalidRequest,
+                         "idemgate: /metrics needs an admin tenant's token ([[tenant]] admin = "
+                         "true)");
+      }
+    }
+    const bool head = request_.method() == http::verb::head;
+    net::post(server_->admin_pool, [self = shared_from_this(), metrics, head, serial = serial_] {
+      http::response<http::string_body> res{http::status::ok, 11};
+      if (metrics) {
+        res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+        res.body() = self->options_.metrics();
+      } else {
+        res.set(http::field::content_type, "text/plain");
+        Result<void> ready = self->options_.ready ? self->options_.ready() : Result<void>();
+        if (ready) {
+          res.body() = "ready\n";
+        } else {
+          res.result(http::status::service_unavailable);
+          res.body() = "not ready: the store is unreachable (" + ready.error().ToString() + ")\n";
+        }
+      }
+      if (head) res.body().clear();  // the status is the answer; no body may follow
+      net::post(self->stream_.get_executor(), [self, serial, res = std::move(res)]() mutable {
+        if (serial != self->serial_ || self->state_ != State::kResponding) return;
+        self->SendResponse(std::move(res));
+      });
+    });
   }
 
   // Looks up the session named by Mcp-Session-Id; answers the error itself
@@ -983,6 +1036,7 @@ void HttpMcpServer::Impl::StopAll() {
       if (auto c = weak.lock()) conns.push_back(c);
     }
   }
+  admin_pool.join();  // answers of admin requests in progress are posted first
   for (auto& c : conns) c->PostClose();
   conns.clear();
   work.reset();

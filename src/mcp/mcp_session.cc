@@ -7,11 +7,12 @@
 #include <optional>
 #include <vector>
 
+#include "core/fault_point.h"
+#include "core/worker_pool.h"
 #include "mcp/json_rpc.h"
 #include "mcp/json_text.h"
 #include "mcp/reconcile.h"
 #include "mcp/tool_gate.h"
-#include "mcp/worker_pool.h"
 
 namespace idem::mcp {
 
@@ -646,6 +647,7 @@ void McpSession::Core::Answer(GatedCall& gc, std::string response) {
     std::lock_guard g(mu_);
     if (gc.cancelled) return;  // the client no longer expects an answer
   }
+  FaultPoint("before_reply");
   client_.Send(std::move(response));
 }
 
@@ -670,7 +672,9 @@ void McpSession::Core::RunGatedCall(const std::shared_ptr<GatedCall>& gc) {
       Answer(*gc, ErrorResponse(gc->id_text, kRpcStoreUnavailable,
                                 "idemgate could not reach its store (" + e.message +
                                     "), so the tool call was not executed. It is safe to retry "
-                                    "it shortly.",
+                                    "it once the store is reachable again: nothing ran, and "
+                                    "idemgate takes back any claim this attempt left in the "
+                                    "store, so the retry is not taken for a repeat.",
                                 RetryableData("store_unavailable")));
     } else {
       Answer(*gc, ErrorResponse(gc->id_text, kRpcInternalError,
@@ -758,6 +762,7 @@ std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
   Ledger::LeaseGuard lease;
   if (claimed) lease = ledger_.KeepAlive(call, d.fence);
   const bool sent = upstream_.Send(gc.prepared.forward);
+  if (sent) FaultPoint("after_send");
   DoneForwarding(gc);
   if (!sent) {
     lease = Ledger::LeaseGuard();
@@ -794,6 +799,7 @@ std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
     }
   }
   lease = Ledger::LeaseGuard();  // stop renewing before the final write
+  if (response) FaultPoint("after_answer");
 
   if (!response) {
     MarkUnknown(gc, d, "the tool server went away before answering (" + reason + ")", !cancelled);

@@ -33,6 +33,7 @@ class MemoryStore final : public Store {
     r.fingerprint = req.fingerprint;
     r.tool = req.tool;
     r.turn = req.turn;
+    r.owner = req.owner;
     r.fence = NextFence(old_fence, now);
     r.created_at = now;
     r.lease_expires_at = now + req.lease;
@@ -76,6 +77,30 @@ class MemoryStore final : public Store {
     return {};
   }
 
+  Result<void> Abandon(const RecordId& id, std::string_view owner) override {
+    if (owner.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument, "abandon needs the claim's owner token");
+    }
+    std::lock_guard g(mu_);
+    auto it = records_.find(id);
+    if (it == records_.end() || !Live(it->second, clock_.Now())) {
+      return MakeError(ErrorCode::kNotFound, "no record for key " + id.key);
+    }
+    const Record& r = it->second;
+    if (r.owner != owner) {
+      return MakeError(ErrorCode::kAborted,
+                       "record " + id.key + " was claimed by another attempt; it is not ours");
+    }
+    if (r.state != RecordState::kInProgress) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "record " + id.key + " is " + std::string(RecordStateName(r.state)));
+    }
+    last_fence_ = std::max(last_fence_, r.fence);
+    records_.erase(it);
+    Changed();
+    return {};
+  }
+
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override {
     std::lock_guard g(mu_);
     auto r = Owned(id, fence, {RecordState::kInProgress});
@@ -99,6 +124,7 @@ class MemoryStore final : public Store {
                        "record " + id.key + " has a live owner; it cannot be taken over");
     }
     rec.state = RecordState::kInProgress;
+    rec.owner.clear();
     rec.fence = NextFence(rec.fence, now);
     rec.lease_expires_at = now + lease;
     rec.expires_at = std::max(rec.expires_at, rec.lease_expires_at);

@@ -65,6 +65,12 @@ CREATE INDEX idemgate_attempts_by_key ON idemgate_attempts (key, at_ms, id);
 CREATE INDEX idemgate_attempts_by_tool ON idemgate_attempts (tool, at_ms, id);
 CREATE INDEX idemgate_attempts_by_outcome ON idemgate_attempts (outcome, at_ms, id);
 )sql"},
+    {2, R"sql(
+-- The token of the attempt whose claim made the record (ClaimRequest::owner),
+-- for Abandon. Rows written before it have none and cannot be abandoned. A
+-- constant default: no table rewrite.
+ALTER TABLE idemgate_records ADD COLUMN owner text NOT NULL DEFAULT '';
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion);

@@ -7,9 +7,10 @@
 #include <utility>
 
 #include "attempt_rows.h"
-#include "core/change_hub.h"
+#include "change_announcer.h"
 #include "change_listener.h"
 #include "connection_pool.h"
+#include "core/change_hub.h"
 #include "pg_connection.h"
 #include "pg_schema.h"
 #include "postgres_url.h"
@@ -97,6 +98,7 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(std::string_view url,
       std::make_unique<postgres::PostgresUrl>(std::move(*parsed)), clock, options));
   store->hub_ = std::make_unique<ChangeHub>();
   store->pool_ = std::make_unique<postgres::ConnectionPool>(*store->url_);
+  store->announcer_ = std::make_unique<postgres::ChangeAnnouncer>(*store->pool_);
   {
     auto conn = store->pool_->Acquire();
     if (!conn) return std::unexpected(std::move(conn.error()));
@@ -131,14 +133,10 @@ Result<T> PostgresStore::Run(Retry retry, Fn fn) {
 
 void PostgresStore::Changed(const RecordId& id) {
   hub_->Notify(ChangeHub::KeyOf(id));
-  // Best effort: other instances' waiters also re-read on their poll.
-  Params p;
-  p.Text(ChangePayload(url_->schema, id));
-  (void)Run<void>(Retry::kSafe, [&](Connection& conn) -> Result<void> {
-    auto rows = conn.Execute(postgres::kAnnounceChange, p, "announcing a change of " + Describe(id));
-    if (!rows) return std::unexpected(std::move(rows.error()));
-    return {};
-  });
+  // Other instances hear of it through the announcer, batched and off this
+  // request's path: the change has committed; waking them is best effort
+  // (their waiters also re-read on their poll).
+  announcer_->Announce(ChangePayload(url_->schema, id));
 }
 
 Error PostgresStore::WhyNotWritten(Connection& conn, const RecordId& id, uint64_t fence,
@@ -186,7 +184,8 @@ Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
       .Int(ToUnixMillis(now))
       .Int(ToUnixMillis(now + req.lease))
       .Int(ToUnixMillis(now + std::max(req.retention, req.lease)))
-      .Text(ChangePayload(url_->schema, req.id));
+      .Text(ChangePayload(url_->schema, req.id))
+      .Text(req.owner);
   const std::string what = "claiming " + Describe(req.id);
 
   auto claimed = Run<ClaimResult>(Retry::kUnsafe, [&](Connection& conn) -> Result<ClaimResult> {
@@ -287,6 +286,48 @@ Result<void> PostgresStore::Release(const RecordId& id, uint64_t fence) {
   });
   if (released) Changed(id);
   return released;
+}
+
+Result<void> PostgresStore::Abandon(const RecordId& id, std::string_view owner) {
+  if (owner.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "postgres store: abandon needs the claim's owner token");
+  }
+  const TimePoint now = clock_.Now();
+  // Deleting our own claim twice is harmless (the second finds nothing):
+  // safe to re-run after a lost connection.
+  auto abandoned = Run<void>(Retry::kSafe, [&](Connection& conn) -> Result<void> {
+    Params p;
+    p.Text(id.tenant)
+        .Text(id.key)
+        .Text(owner)
+        .Int(ToUnixMillis(now))
+        .Text(ChangePayload(url_->schema, id));
+    auto rows = conn.Execute(postgres::kAbandon, p, "abandoning " + Describe(id));
+    if (!rows) return std::unexpected(std::move(rows.error()));
+    if (rows->size() == 1) return {};
+    auto row = postgres::ReadRecord(conn, id);
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row || (*row)->expires_at <= now) return std::unexpected(NotFound(url_->where, id));
+    const Record& r = **row;
+    if (r.owner != owner) {
+      return MakeError(ErrorCode::kAborted,
+                       fmt::format("postgres store {}: {} was claimed by another attempt (fence "
+                                   "{}); it is not this attempt's to abandon",
+                                   url_->where, Describe(id), r.fence));
+    }
+    if (r.state != RecordState::kInProgress) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       fmt::format("postgres store {}: {} is {}; abandon needs it in_progress",
+                                   url_->where, Describe(id), RecordStateName(r.state)));
+    }
+    return MakeError(ErrorCode::kAborted,
+                     fmt::format("postgres store {}: {} changed while it was being abandoned; "
+                                 "re-read it",
+                                 url_->where, Describe(id)));
+  });
+  if (abandoned) Changed(id);
+  return abandoned;
 }
 
 Result<Record> PostgresStore::MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) {

@@ -19,6 +19,7 @@ namespace idem {
 
 class ChangeHub;
 namespace postgres {
+class ChangeAnnouncer;
 class ChangeListener;
 class Connection;
 class ConnectionPool;
@@ -38,9 +39,10 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url, Clock& cl
 // atomic statement (a claim that loses a race takes up to three), run on a
 // pooled connection with prepared statements. Expiry is judged by `clock`,
 // passed to every statement as a parameter, never by the server's now().
-// Each state change pg_notify()s the channel idemgate_changes in the same
-// statement; one LISTEN connection per store wakes this process's waiters
-// for changes made by any instance. Waiters also re-read the record: every
+// Each state change is announced on the channel idemgate_changes
+// (pg_notify) once it has committed, batched off the request path by a
+// ChangeAnnouncer; one LISTEN connection per store wakes this process's
+// waiters for changes made by any instance. Waiters also re-read the record: every
 // options.poll_interval while the LISTEN connection is down, at most once a
 // second while it is up. Durability is the
 // server's: with PostgreSQL's defaults (fsync, synchronous_commit on) a
@@ -58,6 +60,7 @@ class PostgresStore final : public Store {
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                           Duration retention) override;
   Result<void> Release(const RecordId& id, uint64_t fence) override;
+  Result<void> Abandon(const RecordId& id, std::string_view owner) override;
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
   Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
@@ -98,7 +101,8 @@ class PostgresStore final : public Store {
   const StoreOptions options_;
   std::unique_ptr<ChangeHub> hub_;
   std::unique_ptr<postgres::ConnectionPool> pool_;
-  std::unique_ptr<postgres::ChangeListener> listener_;  // last: stopped first
+  std::unique_ptr<postgres::ChangeAnnouncer> announcer_;  // uses pool_
+  std::unique_ptr<postgres::ChangeListener> listener_;    // last: stopped first
 };
 
 }  // namespace idem

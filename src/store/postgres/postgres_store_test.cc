@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "pg_schema.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
 
@@ -222,7 +223,39 @@ TEST_F(PostgresStoreTest, ReopeningKeepsSchemaAndData) {
   EXPECT_EQ((*got)->outcome->body, "kept");
   EXPECT_EQ(Admin(base_).Exec(fmt::format(
                 "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
-            "1");
+            std::to_string(postgres::kSchemaVersion));
+}
+
+// A schema written before claims carried owner tokens (version 1) is
+// migrated in place: its records stay readable, with no owner, so no
+// Abandon can delete them; new claims store their token.
+TEST_F(PostgresStoreTest, VersionOneSchemaMigratesAndItsRecordsHaveNoOwner) {
+  {
+    auto store = Open(clock_);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Claim(Req("old")));
+  }
+  Admin(base_).Exec(
+      fmt::format("ALTER TABLE \"{0}\".idemgate_records DROP COLUMN owner; "
+                  "UPDATE \"{0}\".idemgate_meta SET value = 1 "
+                  "WHERE name = 'schema_version'",
+                  schema_));
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  auto old = store->Get(RecordId{"default", "old"});
+  ASSERT_TRUE(old && old->has_value()) << (old ? "" : old.error().ToString());
+  EXPECT_EQ((*old)->state, RecordState::kInProgress);
+  EXPECT_EQ((*old)->owner, "");
+  EXPECT_EQ(store->Abandon(RecordId{"default", "old"}, "anyone").error().code, ErrorCode::kAborted);
+  ClaimRequest fresh = Req("new");
+  fresh.owner = "owner-new";
+  auto c = store->Claim(fresh);
+  ASSERT_TRUE(c && c->claimed);
+  EXPECT_EQ(c->record.owner, "owner-new");
+  ASSERT_TRUE(store->Abandon(fresh.id, "owner-new"));
+  EXPECT_EQ(Admin(base_).Exec(fmt::format(
+                "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
+            std::to_string(postgres::kSchemaVersion));
 }
 
 TEST_F(PostgresStoreTest, InstancesStartingTogetherMigrateOnce) {

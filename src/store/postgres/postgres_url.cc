@@ -53,7 +53,7 @@ Result<std::string> PercentDecode(std::string_view in, std::string_view name) {
 struct Split {
   std::string libpq_url;  // the URL without idemgate's own parameters
   std::string schema = "public";
-  size_t pool_size = 8;
+  size_t pool_size = 16;
 };
 
 // Takes idemgate's parameters out of the query string; libpq refuses

@@ -25,8 +25,10 @@ struct PostgresUrl {
   // Default "public". Several stores may share a database, one schema each.
   std::string schema = "public";
   // Most connections the store keeps open for requests (the LISTEN
-  // connection comes on top). Default 8.
-  size_t pool_size = 8;
+  // connection comes on top), opened on demand. Default 16: a call holds one
+  // for each of its claim and completion, and concurrent commits share WAL
+  // flushes only if they can be in flight together (bench/README.md).
+  size_t pool_size = 16;
   // "host:port/dbname schema NAME", for messages. Never holds the password.
   std::string where;
 };

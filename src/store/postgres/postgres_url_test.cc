@@ -18,7 +18,7 @@ TEST(PostgresUrlTest, DefaultsForSchemaPoolAndTimeouts) {
   auto url = ParsePostgresUrl("postgres://app@db.example:6543/ledger");
   ASSERT_TRUE(url) << url.error().ToString();
   EXPECT_EQ(url->schema, "public");
-  EXPECT_EQ(url->pool_size, 8u);
+  EXPECT_EQ(url->pool_size, 16u);
   auto m = AsMap(*url);
   EXPECT_EQ(m["host"], "db.example");
   EXPECT_EQ(m["port"], "6543");

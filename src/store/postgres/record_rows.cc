@@ -11,10 +11,10 @@ static_assert(std::string_view(IDEM_CHANGE_CHANNEL) == idem::postgres::kChangeCh
 
 #define IDEM_RECORD_COLUMNS                                                     \
   "state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, " \
-  "completed_at_ms, expires_at_ms, outcome_class, outcome_body"
+  "completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner"
 
 // Wraps a data-modifying statement that RETURNs the record's columns. The
-// change is announced by kAnnounceChange in a transaction of its own after
+// change is announced by kAnnounceChanges in a transaction of its own after
 // this one commits: PostgreSQL serialises the commits of notifying
 // transactions (a database-wide lock held through the WAL flush), which
 // would undo group commit for every write. The payload parameter is still
@@ -28,8 +28,9 @@ namespace idem::postgres {
 const Statement kClaimInsert{
     "idem_claim_insert",
     "WITH claimed AS (INSERT INTO idemgate_records (tenant, key, state, fingerprint, tool, turn, "
-    "fence, created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms) "
-    "VALUES ($1, $2, 'in_progress', $3, $4, $5, nextval('idemgate_fences'), $6, $7, 0, $8) "
+    "fence, created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms, owner) "
+    "VALUES ($1, $2, 'in_progress', $3, $4, $5, nextval('idemgate_fences'), $6, $7, 0, $8, "
+    "$10) "
     "ON CONFLICT (tenant, key) DO NOTHING RETURNING " IDEM_RECORD_COLUMNS
     ")" IDEM_ANNOUNCE("claimed", "$9")};
 
@@ -38,7 +39,7 @@ const Statement kClaimReplace{
     "WITH claimed AS (UPDATE idemgate_records SET state = 'in_progress', fingerprint = $3, "
     "tool = $4, turn = $5, fence = nextval('idemgate_fences'), created_at_ms = $6, "
     "lease_expires_at_ms = $7, completed_at_ms = 0, expires_at_ms = $8, outcome_class = NULL, "
-    "outcome_body = NULL WHERE tenant = $1 AND key = $2 AND expires_at_ms <= $6 "
+    "outcome_body = NULL, owner = $10 WHERE tenant = $1 AND key = $2 AND expires_at_ms <= $6 "
     "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("claimed", "$9")};
 
 const Statement kSelectRecord{"idem_select_record",
@@ -66,6 +67,12 @@ const Statement kRelease{
     "AND fence = $3 AND state IN ('in_progress', 'unknown') AND expires_at_ms > $4 "
     "RETURNING fence) SELECT $5::text FROM released"};
 
+const Statement kAbandon{
+    "idem_abandon",
+    "WITH abandoned AS (DELETE FROM idemgate_records WHERE tenant = $1 AND key = $2 "
+    "AND owner = $3 AND owner <> '' AND state = 'in_progress' AND expires_at_ms > $4 "
+    "RETURNING fence) SELECT $5::text FROM abandoned"};
+
 const Statement kMarkUnknown{
     "idem_mark_unknown",
     "WITH marked AS (UPDATE idemgate_records SET state = 'unknown', completed_at_ms = $4, "
@@ -78,7 +85,8 @@ const Statement kTakeOver{
     "WITH taken AS (UPDATE idemgate_records SET state = 'in_progress', "
     "fence = nextval('idemgate_fences'), lease_expires_at_ms = $5, "
     "expires_at_ms = GREATEST(expires_at_ms, $5), completed_at_ms = 0, outcome_class = NULL, "
-    "outcome_body = NULL WHERE tenant = $1 AND key = $2 AND fence = $3 AND expires_at_ms > $4 "
+    "outcome_body = NULL, owner = '' WHERE tenant = $1 AND key = $2 AND fence = $3 "
+    "AND expires_at_ms > $4 "
     "AND (state = 'unknown' OR (state = 'in_progress' AND lease_expires_at_ms <= $4)) "
     "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("taken", "$6")};
 
@@ -87,13 +95,14 @@ const Statement kEvict{
     "WITH evicted AS (DELETE FROM idemgate_records WHERE tenant = $1 AND key = $2 "
     "RETURNING fence) SELECT $3::text FROM evicted"};
 
-// Wakes the waiters of every instance. Its own transaction, with an
-// asynchronous commit: a lost wake-up only costs a poll, and a synchronous
-// flush here would hold the notify lock through an fsync.
-const Statement kAnnounceChange{
-    "idem_announce_change",
+// Wakes the waiters of every instance, one notification per payload. Its
+// own transaction, with an asynchronous commit: a lost wake-up only costs a
+// poll, and a synchronous flush here would hold the notify lock through an
+// fsync. Sent by ChangeAnnouncer, batched, off the request path.
+const Statement kAnnounceChanges{
+    "idem_announce_changes",
     "SELECT set_config('synchronous_commit', 'off', true), pg_notify('" IDEM_CHANGE_CHANNEL
-    "', $1)"};
+    "', payload) FROM unnest($1::text[]) AS payload"};
 
 // ctid = ANY(ARRAY(...)) runs as a TID scan over the batch the index found.
 // The outer expiry test keeps a row that was reclaimed meanwhile. Purged
@@ -146,6 +155,7 @@ Result<Record> DecodeRecord(const Rows& rows, int row, const RecordId& id, std::
     if (!cls) return std::unexpected(Undecodable(where, id, "outcome class", rows.Bytes(row, 9)));
     r.outcome = Outcome{*cls, std::string(rows.Bytes(row, 10))};
   }
+  r.owner = rows.Bytes(row, 11);
   return r;
 }
 

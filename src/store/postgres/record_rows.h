@@ -16,7 +16,7 @@ namespace idem::postgres {
 
 // Parameters, in order, of kClaimInsert and kClaimReplace: tenant, key,
 // fingerprint, tool, turn, now, lease end, expiry (all times in Unix ms),
-// change payload. Both return the record's columns (DecodeRecord) if they
+// change payload, owner token. Both return the record's columns (DecodeRecord) if they
 // claimed it, no row otherwise. kClaimReplace only replaces a row past its
 // expiry (expires_at <= now): of two instances replacing one expired row at
 // once exactly one gets the row back.
@@ -36,17 +36,21 @@ extern const Statement kComplete;
 // tenant, key, fence, now, payload → one row if the live in-progress or
 // unknown record with `fence` was deleted.
 extern const Statement kRelease;
+// tenant, key, owner, now, payload → one row if the live in-progress record
+// claimed with the (non-empty) owner token was deleted.
+extern const Statement kAbandon;
 // tenant, key, fence, now, expiry, payload → the record's columns if the
 // live in-progress record had `fence`.
 extern const Statement kMarkUnknown;
 // tenant, key, fence, now, lease end, payload → the record's columns, with a
-// new fence, if the live record with `fence` was unknown or in progress with
+// new fence and no owner token, if the live record with `fence` was unknown or in progress with
 // an expired lease.
 extern const Statement kTakeOver;
 // tenant, key, payload → one row if a record was deleted.
 extern const Statement kEvict;
-// Parameter: the change payload. Announces a committed change to every instance.
-extern const Statement kAnnounceChange;
+// Parameter: a text[] of change payloads. Announces committed changes to
+// every instance.
+extern const Statement kAnnounceChanges;
 // now, limit → deletes up to `limit` records with expires_at <= now,
 // earliest first, skipping rows another transaction holds; affected() says
 // how many.

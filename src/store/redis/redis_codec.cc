@@ -62,13 +62,14 @@ std::string AttemptStreamKey(std::string_view prefix) {
 }
 
 std::vector<std::string> RecordFieldNames(bool with_body) {
-  std::vector<std::string> f = {"st", "fp", "tool", "turn", "fence", "cr", "le", "co", "ex", "oc"};
+  std::vector<std::string> f = {"st", "fp", "tool", "turn", "fence", "cr",
+                                "le", "co", "ex",   "oc",   "ow"};
   if (with_body) f.push_back("ob");
   return f;
 }
 
 Result<std::optional<Record>> DecodeRecord(const RecordId& id, const redisReply& fields) {
-  if (fields.type != REDIS_REPLY_ARRAY || fields.elements < 10) {
+  if (fields.type != REDIS_REPLY_ARRAY || fields.elements < 11) {
     return std::unexpected(Corrupt(id, "an unexpected shape"));
   }
   auto at = [&](size_t i) -> const redisReply& { return *fields.element[i]; };
@@ -90,12 +91,13 @@ Result<std::optional<Record>> DecodeRecord(const RecordId& id, const redisReply&
   r.lease_expires_at = FromUnixMillis(ms[1]);
   r.completed_at = FromUnixMillis(ms[2]);
   r.expires_at = FromUnixMillis(ms[3]);
+  r.owner = std::string(Bytes(at(10)));  // nil (a record older than owner tokens): none
   if (at(9).type != REDIS_REPLY_NIL) {
     auto cls = ParseOutcomeClass(Bytes(at(9)));
     if (!cls) return std::unexpected(Corrupt(id, "an unknown outcome class"));
     Outcome o;
     o.cls = *cls;
-    if (fields.elements > 10) o.body = std::string(Bytes(at(10)));
+    if (fields.elements > 11) o.body = std::string(Bytes(at(11)));
     r.outcome = std::move(o);
   }
   return std::optional<Record>(std::move(r));

@@ -28,7 +28,7 @@ std::string RecordKeyPattern(std::string_view prefix);
 // The audit stream.
 std::string AttemptStreamKey(std::string_view prefix);
 
-// HMGET field order of a record: st fp tool turn fence cr le co ex oc [ob].
+// HMGET field order of a record: st fp tool turn fence cr le co ex oc ow [ob].
 std::vector<std::string> RecordFieldNames(bool with_body);
 
 // Decodes an HMGET-shaped array (see RecordFieldNames). nullopt if the

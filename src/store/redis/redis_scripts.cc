@@ -16,11 +16,12 @@ local now = tonumber(ARGV[1])
 local margin, tombstone_keep = tonumber(ARGV[2]), tonumber(ARGV[3])
 local function n2s(x) return string.format('%.0f', x) end
 local function fields()
-  return redis.call('HMGET', rec, 'st', 'fp', 'tool', 'turn', 'fence', 'cr', 'le', 'co', 'ex', 'oc')
+  return redis.call('HMGET', rec, 'st', 'fp', 'tool', 'turn', 'fence', 'cr', 'le', 'co', 'ex', 'oc',
+                    'ow')
 end
 local function fields_and_body()
   return redis.call('HMGET', rec, 'st', 'fp', 'tool', 'turn', 'fence', 'cr', 'le', 'co', 'ex', 'oc',
-                    'ob')
+                    'ow', 'ob')
 end
 local function changed(what)
   redis.call('PUBLISH', string.sub(rec, 1, -2) .. 'c', what)
@@ -62,7 +63,7 @@ local expires = now + math.max(retention, lease)
 redis.call('DEL', rec)
 redis.call('HSET', rec, 'st', 'in_progress', 'fp', ARGV[6], 'tool', ARGV[7], 'turn', ARGV[8],
            'fence', n2s(fence), 'cr', n2s(now), 'le', n2s(now + lease), 'co', '0',
-           'ex', n2s(expires))
+           'ex', n2s(expires), 'ow', ARGV[9])
 keep(expires)
 changed('in_progress ' .. n2s(fence))
 return {'claimed', fields_and_body()}
@@ -97,6 +98,16 @@ changed('released ' .. r[2])
 return {'ok'}
 )lua";
 
+constexpr char kAbandon[] = R"lua(
+local r = redis.call('HMGET', rec, 'st', 'fence', 'ex', 'ow')
+if not r[1] or not r[3] or tonumber(r[3]) <= now then return {'notfound'} end
+if r[4] ~= ARGV[4] then return {'aborted', r[2]} end
+if r[1] ~= 'in_progress' then return {'state', r[1]} end
+bury(r[2])
+changed('released ' .. r[2])
+return {'ok'}
+)lua";
+
 constexpr char kMarkUnknown[] = R"lua(
 local r, refusal = owned(ARGV[4], {in_progress = true})
 if not r then return refusal end
@@ -114,7 +125,8 @@ if r[1] == 'in_progress' and tonumber(r[4]) > now then return {'live'} end
 local fence = next_fence(r[2])
 local le = now + tonumber(ARGV[5])
 local ex = math.max(tonumber(r[3]), le)
-redis.call('HSET', rec, 'st', 'in_progress', 'fence', n2s(fence), 'le', n2s(le), 'ex', n2s(ex))
+redis.call('HSET', rec, 'st', 'in_progress', 'fence', n2s(fence), 'le', n2s(le), 'ex', n2s(ex),
+           'ow', '')
 keep(ex)
 changed('in_progress ' .. n2s(fence))
 return {'ok', fields()}
@@ -179,6 +191,10 @@ const Script& CompleteScript() {
 }
 const Script& ReleaseScript() {
   static const Script s = RecordScript("release", kRelease);
+  return s;
+}
+const Script& AbandonScript() {
+  static const Script s = RecordScript("abandon", kAbandon);
   return s;
 }
 const Script& MarkUnknownScript() {

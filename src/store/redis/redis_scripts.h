@@ -36,10 +36,11 @@ struct Script {
 };
 
 // The record's fields, in the order every script and Get return them:
-// st fp tool turn fence cr le co ex oc [ob].
-inline constexpr int kRecordFieldCount = 11;  // with the outcome body
+// st fp tool turn fence cr le co ex oc ow [ob]. 'ow' is the claim's owner
+// token (absent in records written before it existed: no owner).
+inline constexpr int kRecordFieldCount = 12;  // with the outcome body
 
-// ARGV[4..] lease_ms retention_ms fingerprint tool turn.
+// ARGV[4..] lease_ms retention_ms fingerprint tool turn owner.
 // → {'claimed', fields+body} or {'exists', fields+body}.
 const Script& ClaimScript();
 // ARGV[4..] fence lease_ms. → {'ok', lease_expires_at_ms}.
@@ -48,9 +49,12 @@ const Script& HeartbeatScript();
 const Script& CompleteScript();
 // ARGV[4..] fence. → {'ok'}.
 const Script& ReleaseScript();
+// ARGV[4..] owner. Deletes (to a tombstone) the live in-progress record
+// whose 'ow' is `owner`. → {'ok'}.
+const Script& AbandonScript();
 // ARGV[4..] fence retention_ms. → {'ok', fields}.
 const Script& MarkUnknownScript();
-// ARGV[4..] fence lease_ms. → {'ok', fields} or {'live'}.
+// ARGV[4..] fence lease_ms. Clears 'ow'. → {'ok', fields} or {'live'}.
 const Script& TakeOverScript();
 // → 1 if a record (not a tombstone) was deleted, else 0.
 const Script& EvictScript();

@@ -56,8 +56,9 @@ class RedisStore final : public Store {
   // Store:
   Result<ClaimResult> Claim(const ClaimRequest& req) override {
     const auto keys = redis::KeysOf(prefix_, req.id);
-    auto reply = RunScript(redis::ClaimScript(), keys, clock_.Now(),
-                           {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn});
+    auto reply = RunScript(
+        redis::ClaimScript(), keys, clock_.Now(),
+        {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn, req.owner});
     if (!reply) return std::unexpected(reply.error());
     const redisReply& r = **reply;
     const std::string_view status = Status(r);
@@ -104,6 +105,25 @@ class RedisStore final : public Store {
     auto reply = RunScript(redis::ReleaseScript(), keys, clock_.Now(), {std::to_string(fence)});
     if (!reply) return std::unexpected(reply.error());
     if (Status(**reply) != "ok") return std::unexpected(Refusal(id, fence, **reply, "release"));
+    listener_.Notify(keys.channel);
+    return {};
+  }
+
+  Result<void> Abandon(const RecordId& id, std::string_view owner) override {
+    if (owner.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "redis store: abandon needs the claim's owner token");
+    }
+    const auto keys = redis::KeysOf(prefix_, id);
+    auto reply = RunScript(redis::AbandonScript(), keys, clock_.Now(), {std::string(owner)});
+    if (!reply) return std::unexpected(reply.error());
+    const redisReply& r = **reply;
+    if (Status(r) == "aborted") {
+      return MakeError(ErrorCode::kAborted, "record " + id.key +
+                                                " was claimed by another attempt; it is not this "
+                                                "attempt's to abandon");
+    }
+    if (Status(r) != "ok") return std::unexpected(Refusal(id, 0, r, "abandon"));
     listener_.Notify(keys.channel);
     return {};
   }

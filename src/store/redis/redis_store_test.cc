@@ -288,6 +288,31 @@ TEST(RedisSingleTest, BinaryOutcomeAndFieldsSurviveAcrossInstances) {
   EXPECT_EQ(seen->record.outcome->body, body) << "Claim must return the outcome to replay";
 }
 
+// A record written before claims carried owner tokens has no 'ow' field: it
+// stays readable, with no owner, and no Abandon can delete it.
+TEST(RedisSingleTest, RecordWithoutOwnerFieldIsReadableAndCannotBeAbandoned) {
+  const std::string url =
+      WithOptions(ServerUrl("IDEM_REDIS_URL_FILE"), "prefix=" + UniquePrefix("owner"));
+  auto config = redis::ParseRedisUrl(url);
+  ASSERT_TRUE(config) << config.error().ToString();
+  FakeClock clock;
+  auto store = OpenOrFail(url, clock);
+  ASSERT_TRUE(store);
+  ClaimRequest req = Req("old");
+  req.owner = "owner-a";
+  auto c = store->Claim(req);
+  ASSERT_TRUE(c && c->claimed);
+  EXPECT_EQ(c->record.owner, "owner-a");
+  auto conn = Connect(config->nodes.front());
+  ASSERT_TRUE(conn);
+  RunCmd(*conn, {"HDEL", redis::KeysOf(config->prefix, req.id).record, "ow"});
+  auto old = store->Get(req.id);
+  ASSERT_TRUE(old && old->has_value()) << (old ? "" : old.error().ToString());
+  EXPECT_EQ((*old)->state, RecordState::kInProgress);
+  EXPECT_EQ((*old)->owner, "");
+  EXPECT_EQ(store->Abandon(req.id, "owner-a").error().code, ErrorCode::kAborted);
+}
+
 TEST(RedisSingleTest, ServerKilledThenRestartedKeepsCompletedRecords) {
   OwnServer server("kill");
   const std::string url =

@@ -45,8 +45,11 @@ struct RedisConfig {
   Duration connect_timeout{1'000};
   // Per-command read/write timeout. Default 2 s. Query: timeout=2s
   Duration command_timeout{2'000};
-  // Idle connections kept per node. Default 8. Query: pool=8
-  size_t pool = 8;
+  // Idle connections kept per node. A call that finds none idle opens one,
+  // and it is closed afterwards if `pool` are idle already: keep this at
+  // least the front's concurrency (worker threads), or busy fronts open and
+  // close a connection per call. Default 64. Query: pool=64
+  size_t pool = 64;
   // Approximate bound of the audit stream (XADD MAXLEN ~). Default
   // 1,000,000. Query: attempts_maxlen=
   size_t attempts_maxlen = 1'000'000;

@@ -10,19 +10,20 @@ namespace {
 
 constexpr char kSelectRecord[] =
     "SELECT state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, "
-    "completed_at_ms, expires_at_ms, outcome_class, outcome_body "
+    "completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner "
     "FROM records WHERE tenant = ?1 AND key = ?2";
 
 constexpr char kUpsertRecord[] =
     "INSERT INTO records (tenant, key, state, fingerprint, tool, turn, fence, created_at_ms, "
-    "lease_expires_at_ms, completed_at_ms, expires_at_ms, outcome_class, outcome_body) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
+    "lease_expires_at_ms, completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) "
     "ON CONFLICT (tenant, key) DO UPDATE SET state = excluded.state, "
     "fingerprint = excluded.fingerprint, tool = excluded.tool, turn = excluded.turn, "
     "fence = excluded.fence, created_at_ms = excluded.created_at_ms, "
     "lease_expires_at_ms = excluded.lease_expires_at_ms, "
     "completed_at_ms = excluded.completed_at_ms, expires_at_ms = excluded.expires_at_ms, "
-    "outcome_class = excluded.outcome_class, outcome_body = excluded.outcome_body";
+    "outcome_class = excluded.outcome_class, outcome_body = excluded.outcome_body, "
+    "owner = excluded.owner";
 
 constexpr char kDeleteRecord[] =
     "DELETE FROM records WHERE tenant = ?1 AND key = ?2 RETURNING fence";
@@ -130,6 +131,7 @@ Result<std::optional<Record>> ReadRecord(Connection& conn, const RecordId& id) {
     if (!cls) return std::unexpected(Undecodable(conn, id, "outcome class", st->ColumnText(9)));
     r.outcome = Outcome{*cls, std::string(st->ColumnBlob(10))};
   }
+  r.owner = st->ColumnText(11);
   return r;
 }
 
@@ -154,6 +156,7 @@ Result<void> WriteRecord(Connection& conn, const Record& r) {
     st->BindNull(12);
     st->BindNull(13);
   }
+  st->BindText(14, r.owner);
   return st->Run();
 }
 

@@ -62,6 +62,12 @@ CREATE INDEX attempts_by_outcome ON attempts (outcome, at_ms);
 PRAGMA application_id = 1768187245;
 PRAGMA user_version = 1;
 )sql"},
+    {2, R"sql(
+-- The token of the attempt whose claim made the record (ClaimRequest::owner),
+-- for Abandon. Records written before it have none: they cannot be abandoned.
+ALTER TABLE records ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+PRAGMA user_version = 2;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion);

@@ -202,6 +202,7 @@ Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
     r.fingerprint = req.fingerprint;
     r.tool = req.tool;
     r.turn = req.turn;
+    r.owner = req.owner;
     r.fence = fence;
     r.created_at = now;
     r.lease_expires_at = now + req.lease;
@@ -259,6 +260,33 @@ Result<void> SqliteStore::Release(const RecordId& id, uint64_t fence) {
   });
 }
 
+// One write transaction, like every write here: read, check, delete. The
+// single writer connection makes it atomic.
+Result<void> SqliteStore::Abandon(const RecordId& id, std::string_view owner) {
+  if (owner.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "sqlite store: abandon needs the claim's owner token");
+  }
+  return Write<void>([&](WriteContext& ctx) -> Result<void> {
+    auto row = sqlite::ReadRecord(ctx.conn, id);
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row || (*row)->expires_at <= clock_.Now()) return std::unexpected(NotFound(id));
+    const Record& r = **row;
+    if (r.owner != owner) {
+      return MakeError(ErrorCode::kAborted,
+                       fmt::format("{} was claimed by another attempt (fence {}); it is not "
+                                   "this attempt's to abandon",
+                                   Describe(id), r.fence));
+    }
+    if (r.state != RecordState::kInProgress) {
+      return std::unexpected(WrongState(r, "abandon", "in_progress"));
+    }
+    if (auto ok = sqlite::DeleteRecord(ctx.conn, id); !ok) return std::unexpected(ok.error());
+    ctx.changed.push_back(id);
+    return {};
+  });
+}
+
 Result<Record> SqliteStore::MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) {
   return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
     const TimePoint now = clock_.Now();
@@ -293,6 +321,7 @@ Result<Record> SqliteStore::TakeOver(const RecordId& id, uint64_t fence, Duratio
                                    Describe(id), (r->lease_expires_at - now).count()));
     }
     r->state = RecordState::kInProgress;
+    r->owner.clear();
     r->fence = fence + 1;
     r->lease_expires_at = now + lease;
     r->expires_at = std::max(r->expires_at, r->lease_expires_at);

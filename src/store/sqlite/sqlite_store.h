@@ -53,6 +53,7 @@ class SqliteStore final : public Store {
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                           Duration retention) override;
   Result<void> Release(const RecordId& id, uint64_t fence) override;
+  Result<void> Abandon(const RecordId& id, std::string_view owner) override;
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
   Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;

@@ -219,6 +219,35 @@ TEST_F(SqliteStoreTest, NewerSchemaVersionIsRefused) {
   EXPECT_NE(store.error().message.find("newer idemgate"), std::string::npos);
 }
 
+// A file written before claims carried owner tokens (schema version 1) is
+// migrated in place: its records stay readable, with no owner, so no
+// Abandon can delete them; new claims store their token.
+TEST_F(SqliteStoreTest, VersionOneFileMigratesAndItsRecordsHaveNoOwner) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Claim(Req("old")));
+  }
+  {
+    RawDb raw(path_);  // back to version 1's layout
+    ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN owner"), SQLITE_OK);
+    ASSERT_EQ(raw.Exec("PRAGMA user_version = 1"), SQLITE_OK);
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto old = store->Get(RecordId{"default", "old"});
+  ASSERT_TRUE(old && old->has_value()) << (old ? "" : old.error().ToString());
+  EXPECT_EQ((*old)->state, RecordState::kInProgress);
+  EXPECT_EQ((*old)->owner, "");
+  EXPECT_EQ(store->Abandon(RecordId{"default", "old"}, "anyone").error().code, ErrorCode::kAborted);
+  ClaimRequest fresh = Req("new");
+  fresh.owner = "owner-new";
+  ASSERT_TRUE(store->Claim(fresh));
+  ASSERT_TRUE(store->Abandon(fresh.id, "owner-new"));
+  RawDb raw(path_);
+  EXPECT_EQ(raw.Exec("SELECT owner FROM records"), SQLITE_OK);
+}
+
 TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndData) {
   Open().reset();
   auto again = Open();

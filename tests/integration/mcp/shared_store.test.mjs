@@ -10,13 +10,21 @@
 //      and executes again, which is what "retry" means;
 //   3. the store is killed under load: calls fail closed with a retryable "store unavailable"
 //      JSON-RPC error and nothing executes without a claim; once the store is back, calls work
-//      again and every outcome completed before the crash still replays.
+//      again and every outcome completed before the crash still replays;
+//   4. (Redis, PostgreSQL) a claim's reply is lost for real: a TCP proxy lets the claim reach
+//      the server and be applied, then cuts the connection instead of passing the reply on.
+//      The call is refused as "not executed", and its retry — on the same instance or on
+//      another — executes, instead of answering outcome_unknown once the orphaned claim's lease
+//      runs out (issue 4).
 //
 // Each instance has its own example server child; all the children append to ONE ledger file,
 // so "how many times did it run?" is a line count across all instances.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
 import {
@@ -41,14 +49,37 @@ import {
 } from './helpers.mjs';
 import { PostgresServer, RedisServer } from './servers.mjs';
 
+// When the server's answer to a trapped request is complete, so the request was applied
+// (see LossyProxy): 'cut' the connection; 'forward' an answer that is not the trapped
+// request's (Redis's NOSCRIPT, after which the client sends EVAL); 'more' to wait for bytes.
+const redisReply = (buf) => {
+  if (!'-NOSCRIPT'.startsWith(buf.subarray(0, 9).toString())) return 'cut'; // the script ran
+  return buf.length >= 9 && buf.includes('\r\n') ? 'forward' : 'more';
+};
+// ReadyForQuery ('Z', length 5, status idle): the statement's transaction has committed.
+const READY_FOR_QUERY = Buffer.from([0x5a, 0, 0, 0, 5, 0x49]);
+const postgresReply = (buf) => (buf.includes(READY_FOR_QUERY) ? 'cut' : 'more');
+
 const STORES = [
-  { name: 'Redis', start: () => RedisServer.start(), url: (s, tag) => s.url(`${tag}:`) },
+  {
+    name: 'Redis',
+    start: () => RedisServer.start(),
+    url: (s, tag) => s.url(`${tag}:`),
+    reply: redisReply,
+  },
   {
     name: 'Redis Cluster',
     start: () => RedisServer.start({ cluster: true }),
     url: (s, tag) => s.url(`${tag}:`),
+    // No lost-reply test: cluster clients follow CLUSTER SLOTS to the nodes themselves, past
+    // any proxy. The Lua claim and abandon scripts are the same as on one server.
   },
-  { name: 'PostgreSQL', start: () => PostgresServer.start(), url: (s, tag) => s.url(tag) },
+  {
+    name: 'PostgreSQL',
+    start: () => PostgresServer.start(),
+    url: (s, tag) => s.url(tag),
+    reply: postgresReply,
+  },
 ];
 
 const STORM =
@@ -60,6 +91,10 @@ const OWNER_DIED =
 const STORE_DOWN =
   'the store killed under load: calls fail closed (retryable store error, no execution); ' +
   'after a restart calls work and completed outcomes still replay';
+
+const LOST_REPLY =
+  'a claim applied by the store whose reply is lost: the call is refused as not executed, ' +
+  'and its retry executes (same instance or another), never outcome_unknown';
 
 const TEST_TIMEOUT = 90000; // per test; each normally takes a few seconds
 const CALL_TIMEOUT = 30000; // per tools/call, longer than any wait configured below
@@ -94,6 +129,104 @@ function charge(inst, turn, args) {
 
 function charges(ledger) {
   return readLedger(ledger).filter((e) => e.tool === 'charge');
+}
+
+/**
+ * A TCP proxy in front of a store server that loses one reply for real. arm(marker, reply)
+ * traps the first request that contains `marker`: it is passed to the server, which applies
+ * it; the server's answer is withheld and, once `reply` says it is complete, the connection is
+ * cut instead of answering. From then on the proxy is down (every connection is cut at once)
+ * until heal(): the store died after applying the request, before its reply was sent.
+ */
+class LossyProxy {
+  constructor(target) {
+    this.target = target;
+    this.sockets = new Set();
+    this.down = false;
+    this.trap = null;
+    this.tripped = 0; // replies lost so far
+    this.server = net.createServer((client) => this.#accept(client));
+  }
+
+  static async start(target) {
+    const proxy = new LossyProxy(target);
+    await new Promise((resolve) => proxy.server.listen(0, '127.0.0.1', resolve));
+    return proxy;
+  }
+
+  get port() {
+    return this.server.address().port;
+  }
+
+  arm(marker, reply) {
+    this.trap = { marker: Buffer.from(marker), reply };
+  }
+
+  heal() {
+    this.down = false;
+  }
+
+  async close() {
+    this.#goDown();
+    await new Promise((resolve) => this.server.close(resolve));
+  }
+
+  #goDown() {
+    this.down = true;
+    for (const s of this.sockets) s.destroy();
+    this.sockets.clear();
+  }
+
+  #accept(client) {
+    if (this.down) return client.destroy();
+    const upstream = net.connect(this.target.port, this.target.host);
+    this.sockets.add(client);
+    this.sockets.add(upstream);
+    let trap = null; // this connection carries the trapped request
+    let answer = Buffer.alloc(0);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+      this.sockets.delete(client);
+      this.sockets.delete(upstream);
+    };
+    for (const s of [client, upstream]) {
+      s.on('error', drop);
+      s.on('close', drop);
+    }
+    client.on('data', (d) => {
+      if (this.down) return drop();
+      if (this.trap && !trap && d.includes(this.trap.marker)) {
+        trap = this.trap;
+        this.trap = null;
+      }
+      upstream.write(d);
+    });
+    upstream.on('data', (d) => {
+      if (this.down) return drop();
+      if (!trap) return client.write(d);
+      answer = Buffer.concat([answer, d]);
+      const verdict = trap.reply(answer);
+      if (verdict === 'forward') {
+        client.write(answer);
+        answer = Buffer.alloc(0);
+      } else if (verdict === 'cut') {
+        this.tripped++;
+        this.#goDown();
+      }
+    });
+  }
+}
+
+const run = promisify(execFile);
+
+/** The record of a charge as `idemgate inspect --json` shows it, or null if there is none. */
+async function inspectCharge(storeUrl, turn, args) {
+  const key = (
+    await run(IDEMGATE, ['key', '--turn', turn, '--tool', 'charge', '--args', JSON.stringify(args)])
+  ).stdout.trim();
+  const shown = await run(IDEMGATE, ['--store', storeUrl, 'inspect', key, '--json']).catch((e) => e);
+  return shown.code === 1 ? null : JSON.parse(shown.stdout);
 }
 
 /** The stderr of every instance, for failure messages. */
@@ -456,14 +589,12 @@ for (const store of STORES) {
           assert.ok(!ranNow.has(r.args.customer), `refused call ${r.n} never ran`);
         }
       }
-      // Known bug (reported on issue 4): when the store dies after applying a claim but
-      // before its reply arrives, the call is refused as "not executed", yet its retry later
-      // answers outcome_unknown (the orphaned claim's lease ran out) instead of executing.
-      // Never a duplicate — the assertion above holds — but a call blocked for nothing. Kept
-      // as a todo so it stays visible in every run until claims carry an owner token.
-      await t.test('every refused call runs when retried after the restart', {
-        todo: 'a claim applied but unacknowledged is later seen as outcome_unknown',
-      }, () => {
+      // Regression (issue 4): when the store dies after applying a claim but before its
+      // reply arrives, the call is refused as "not executed"; its claim carries the
+      // attempt's owner token, and the instance abandons it (in the background once the
+      // store is back, and before a retry of the same call claims), so the retry executes
+      // instead of answering outcome_unknown once the orphaned claim's lease ran out.
+      await t.test('every refused call runs when retried after the restart', () => {
         for (const [k, r] of retried.entries()) {
           assert.equal(
             r.kind,
@@ -477,6 +608,81 @@ for (const store of STORES) {
       // Never twice: one ledger line per customer at most, over the whole test.
       const all = charges(ledger);
       assert.equal(all.length, customers(all).size, 'no call executed twice');
+    });
+
+    // ------------------------------------------------------------------------------------------
+    it(LOST_REPLY, { timeout: TEST_TIMEOUT, skip: !store.reply && 'no proxy' }, async (t) => {
+      const dir = tempDir(t);
+      const ledger = exampleEnv(dir).EXAMPLE_LEDGER;
+      const url = store.url(server, 'lostreply');
+      const direct = new URL(url);
+      const proxy = await LossyProxy.start({ host: direct.hostname, port: Number(direct.port) });
+      t.after(() => proxy.close());
+      const proxied = new URL(url);
+      proxied.port = String(proxy.port);
+      // The orphaned claim's lease (30 s) outlasts the whole test: without the fix, a retry
+      // would wait on it for `wait` and answer "in progress", or later outcome_unknown.
+      const config = writeConfig(dir, 'idemgate.toml', '[defaults]\nlease = "30s"\nwait = "20s"\n');
+      const a = await instance(t, dir, proxied.toString(), { config, name: 'A (lossy link)' });
+      const b = await instance(t, dir, url, { config, name: 'B' });
+      const insts = [a, b];
+
+      // Loses the claim's reply of `turn` on A; returns the refusal.
+      const loseClaimReply = async (turn, args) => {
+        const before = proxy.tripped;
+        proxy.arm(turn, store.reply);
+        const refused = await charge(a, turn, args).then(
+          (result) => assert.fail(`A answered: ${JSON.stringify(result)}`),
+          (error) => error,
+        );
+        assert.equal(proxy.tripped, before + 1, 'the claim reached the store, its reply was cut');
+        assert.equal(refused.code, -32001, `${refused.message}\n${stderrOf(insts)}`);
+        assert.match(refused.message, /was not executed/);
+        assert.match(refused.message, /safe to retry/);
+        // The claim was applied: the record is in progress, and nothing ran.
+        const orphan = await inspectCharge(url, turn, args);
+        assert.equal(orphan?.state, 'in_progress', `the orphaned claim: ${JSON.stringify(orphan)}`);
+        return refused;
+      };
+
+      // A retry as a client does it: again while the answer is the retryable -32001 (right
+      // after the heal, A's connection pool may still be in its reconnect backoff).
+      const retry = async (inst, turn, args) => {
+        for (let n = 0; ; n++) {
+          try {
+            return await charge(inst, turn, args);
+          } catch (e) {
+            if (e.code !== -32001 || n >= 50) throw e;
+            await new Promise((resolve) => setTimeout(resolve, 100));
+          }
+        }
+      };
+
+      // 1. The retry lands on another instance: it waits on the orphaned claim until A, whose
+      //    store is reachable again, takes the claim back; then it executes.
+      const ARGS1 = { customer: 'cus_lost_1', amount_cents: 700, currency: 'EUR' };
+      await loseClaimReply('turn-lost-1', ARGS1);
+      assert.equal(charges(ledger).length, 0, 'nothing ran');
+      const onB = charge(b, 'turn-lost-1', ARGS1);
+      proxy.heal();
+      const r1 = await onB;
+      assert.ok(!r1.isError && !isReplay(r1), `B executed: ${JSON.stringify(r1)}`);
+      const again1 = await retry(a, 'turn-lost-1', ARGS1);
+      assert.ok(isReplay(again1), `A replays B's execution: ${JSON.stringify(again1)}`);
+
+      // 2. The retry lands on the same instance: it takes its own orphaned claim back first.
+      const ARGS2 = { customer: 'cus_lost_2', amount_cents: 800, currency: 'EUR' };
+      await loseClaimReply('turn-lost-2', ARGS2);
+      proxy.heal();
+      const r2 = await retry(a, 'turn-lost-2', ARGS2);
+      assert.ok(!r2.isError && !isReplay(r2), `A executed: ${JSON.stringify(r2)}`);
+
+      const lines = charges(ledger);
+      assert.deepEqual(
+        lines.map((e) => e.args.customer).sort(),
+        ['cus_lost_1', 'cus_lost_2'],
+        `each refused call ran once, on its retry:\n${stderrOf(insts)}`,
+      );
     });
   });
 }

@@ -1,10 +1,12 @@
-// Threads for work that may block: a gated tool call waits in Ledger::Begin
-// (up to policy.wait) and then for the upstream's answer, which must never
-// happen on a channel's reader thread.
+// Threads for work that may block: a gated call waits in Ledger::Begin (up
+// to policy.wait) and then for the upstream's answer, which must never happen
+// on a channel's reader thread or an HTTP listener's I/O thread. Shared by
+// the fronts (MCP, the HTTP proxy, the ledger API).
 //
 // The pool grows on demand, one thread per task that finds no idle thread, so
 // a task never queues behind a long-running one; idle threads are reused. The
-// caller bounds the number of concurrent tasks (CallBudget in mcp_session.h).
+// caller bounds the number of concurrent tasks (CallBudget in mcp_session.h;
+// the HTTP fronts by max_connections, one request at a time per connection).
 // Thread-safe.
 #pragma once
 
@@ -15,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-namespace idem::mcp {
+namespace idem {
 
 class WorkerPool {
  public:
@@ -41,4 +43,4 @@ class WorkerPool {
   bool stop_ = false;
 };
 
-}  // namespace idem::mcp
+}  // namespace idem

@@ -1,6 +1,6 @@
-#include "mcp/worker_pool.h"
+#include "core/worker_pool.h"
 
-namespace idem::mcp {
+namespace idem {
 
 WorkerPool::~WorkerPool() { Shutdown(); }
 
@@ -48,4 +48,4 @@ void WorkerPool::Loop() {
   }
 }
 
-}  // namespace idem::mcp
+}  // namespace idem

@@ -1,0 +1,183 @@
+// The MCP stdio framing and JSON-RPC classification (src/mcp/json_rpc.h) on
+// arbitrary byte streams:
+//  - LineFramer gives the same frames however the stream is chunked, with a
+//    small limit as with the default one;
+//  - the frames are the stream's lines without one trailing CR, blank
+//    lines skipped, one oversize frame per line over the limit (ModelFrames);
+//  - FrameLine(frame) framed again gives the frame back (CR/LF as spaces);
+//  - ParseMessage refuses with kInvalidArgument or classifies as the JSON
+//    says, and idemgate's own answers to a request parse as responses with
+//    the same id.
+//
+// The stream is the whole input; the chunking and the small limit are drawn
+// from a hash of it, so corpus files are plain newline-delimited JSON.
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fuzz_check.h"
+#include "mcp/json_rpc.h"
+
+namespace {
+
+using idem::mcp::LineFramer;
+using idem::mcp::Message;
+
+// splitmix64: the chunk sizes, from the input's hash.
+uint64_t Next(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::vector<LineFramer::Frame> FrameWhole(std::string_view stream, size_t max) {
+  LineFramer framer(max);
+  auto out = framer.Feed(stream);
+  for (auto& f : framer.Finish()) out.push_back(std::move(f));
+  return out;
+}
+
+std::vector<LineFramer::Frame> FrameChunked(std::string_view stream, size_t max, uint64_t seed) {
+  LineFramer framer(max);
+  std::vector<LineFramer::Frame> out;
+  while (!stream.empty()) {
+    // Mostly small chunks (1..8 bytes), sometimes large ones.
+    const uint64_t r = Next(seed);
+    const size_t n =
+        std::min<size_t>(stream.size(), (r & 3) == 0 ? 1 + (r >> 8) % 512 : 1 + (r >> 8) % 8);
+    for (auto& f : framer.Feed(stream.substr(0, n))) out.push_back(std::move(f));
+    stream.remove_prefix(n);
+  }
+  for (auto& f : framer.Finish()) out.push_back(std::move(f));
+  return out;
+}
+
+void CheckSameFrames(const std::vector<LineFramer::Frame>& a,
+                     const std::vector<LineFramer::Frame>& b) {
+  FUZZ_CHECK_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    FUZZ_CHECK_EQ(a[i].oversize, b[i].oversize);
+    FUZZ_CHECK_EQ(a[i].message, b[i].message);
+  }
+}
+
+bool IsBlank(std::string_view s) { return s.find_first_not_of(" \t\r") == std::string_view::npos; }
+
+// The framing as documented: each line without one trailing CR; one
+// oversize frame for a line longer than `max`; blank lines skipped.
+std::vector<LineFramer::Frame> ModelFrames(std::string_view stream, size_t max) {
+  std::vector<LineFramer::Frame> out;
+  while (!stream.empty()) {
+    const size_t nl = stream.find('\n');
+    std::string_view line = stream.substr(0, nl);
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.size() > max) {
+      out.push_back(LineFramer::Frame{{}, true});
+    } else if (!IsBlank(line)) {
+      out.push_back(LineFramer::Frame{std::string(line), false});
+    }
+    if (nl == std::string_view::npos) break;
+    stream.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
+void CheckClassified(const std::string& text) {
+  auto m = idem::mcp::ParseMessage(text);
+  if (!m) {
+    FUZZ_CHECK(m.error().code == idem::ErrorCode::kInvalidArgument);
+    FUZZ_CHECK(!m.error().message.empty());
+    // The parse-error answer is one valid JSON-RPC error with id null.
+    auto answer = idem::mcp::ParseMessage(idem::mcp::ParseErrorResponse(m.error().message));
+    FUZZ_CHECK(answer.has_value());
+    FUZZ_CHECK(answer->kind == Message::Kind::kError);
+    FUZZ_CHECK_EQ(answer->id_text, std::string("null"));
+    return;
+  }
+  const boost::json::value& json = m->json;
+  switch (m->kind) {
+    case Message::Kind::kBatch:
+      FUZZ_CHECK(json.is_array());
+      return;
+    case Message::Kind::kOther:
+      if (json.is_object()) {
+        const auto& obj = json.get_object();
+        const auto* method = obj.if_contains("method");
+        FUZZ_CHECK(method == nullptr || !method->is_string());
+        if (obj.contains("id")) FUZZ_CHECK(!obj.contains("result") && !obj.contains("error"));
+      } else {
+        FUZZ_CHECK(!json.is_array());
+      }
+      return;
+    case Message::Kind::kNotification:
+    case Message::Kind::kRequest: {
+      const auto& obj = json.get_object();
+      FUZZ_CHECK(obj.contains("method") && obj.at("method").is_string());
+      FUZZ_CHECK_EQ(m->method, std::string(obj.at("method").get_string()));
+      FUZZ_CHECK_EQ(m->kind == Message::Kind::kRequest, obj.contains("id"));
+      break;
+    }
+    case Message::Kind::kResult:
+      FUZZ_CHECK(json.get_object().contains("result"));
+      FUZZ_CHECK(json.get_object().contains("id"));
+      break;
+    case Message::Kind::kError:
+      FUZZ_CHECK(json.get_object().contains("error"));
+      FUZZ_CHECK(json.get_object().contains("id"));
+      break;
+  }
+  if (m->kind == Message::Kind::kNotification) return;
+  const auto& obj = json.get_object();
+  FUZZ_CHECK_EQ(m->id_key, idem::mcp::IdKey(obj.at("id")));
+  boost::json::parse_options deep;
+  deep.max_depth = idem::mcp::kMaxMessageDepth;
+  FUZZ_CHECK_EQ(boost::json::parse(m->id_text, {}, deep), obj.at("id"));
+
+  // Answers built from the id text carry the same id.
+  auto error = idem::mcp::ParseMessage(
+      idem::mcp::ErrorResponse(m->id_text, idem::mcp::kRpcInvalidRequest, text));
+  FUZZ_CHECK(error.has_value());
+  FUZZ_CHECK(error->kind == Message::Kind::kError);
+  FUZZ_CHECK_EQ(error->id_key, m->id_key);
+  auto result = idem::mcp::ParseMessage(idem::mcp::ResultResponse(m->id_text, "{}"));
+  FUZZ_CHECK(result.has_value());
+  FUZZ_CHECK(result->kind == Message::Kind::kResult);
+  FUZZ_CHECK_EQ(result->id_key, m->id_key);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view stream(reinterpret_cast<const char*>(data), size);
+  const uint64_t seed = std::hash<std::string_view>()(stream);
+
+  const auto frames = FrameWhole(stream, idem::mcp::kDefaultMaxMessageBytes);
+  CheckSameFrames(frames, ModelFrames(stream, idem::mcp::kDefaultMaxMessageBytes));
+  CheckSameFrames(frames, FrameChunked(stream, idem::mcp::kDefaultMaxMessageBytes, seed));
+  const size_t small = 1 + seed % 64;
+  const auto small_frames = FrameWhole(stream, small);
+  CheckSameFrames(small_frames, ModelFrames(stream, small));
+  CheckSameFrames(small_frames, FrameChunked(stream, small, seed ^ 1));
+
+  for (const auto& f : frames) {
+    FUZZ_CHECK(!f.oversize);
+
+    std::string expected = f.message;
+    for (char& c : expected) {
+      if (c == '\r') c = ' ';
+    }
+    const auto again = FrameWhole(idem::mcp::FrameLine(f.message), 1024);
+    if (f.message.size() <= 1024) {
+      FUZZ_CHECK_EQ(again.size(), size_t{1});
+      FUZZ_CHECK_EQ(again[0].message, expected);
+    }
+    CheckClassified(f.message);
+  }
+  return 0;
+}

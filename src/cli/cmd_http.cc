@@ -1,0 +1,195 @@
+// `idemgate http`: the IETF Idempotency-Key reverse proxy (DESIGN.md §6.2)
+// in front of one upstream HTTP API, with the admin endpoints (§6.4) beside
+// it. Wiring only: config → store → metrics → one Ledger → UpstreamPool →
+// ReverseProxy behind WithAdmin → HttpListener.
+//
+//   idemgate http --upstream URL [--listen HOST:PORT] [--store URL] [--config FILE]
+//                 [--insecure-no-auth] [-v]
+//
+// Runs until SIGINT or SIGTERM, then stops gracefully: no new connections;
+// requests in flight get their answers and their outcomes stored (up to
+// --drain-timeout); buffered audit lines are written.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "cli_common.h"
+#include "core/worker_pool.h"
+#include "front_core.h"
+#include "http/http_listener.h"
+#include "idem/ledger.h"
+#include "proxy/reverse_proxy.h"
+#include "proxy/route_reconcile.h"
+#include "proxy/upstream_pool.h"
+
+namespace idem::cli {
+namespace {
+
+// The listen address when neither --listen nor [listen] address is given.
+constexpr char kDefaultListen[] = "127.0.0.1:8788";
+
+struct HttpFlags {
+  std::string listen;    // empty: [listen] address, else kDefaultListen
+  std::string upstream;  // required
+  bool insecure_no_auth = false;
+  bool verbose = false;
+  std::string drain_timeout = "15s";
+  size_t max_connections = 1024;
+  int threads = 2;
+};
+
+void LogLine(std::string_view line) { fmt::print(stderr, "idemgate http: {}\n", line); }
+
+int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
+  if (flags.upstream.empty()) {
+    return UsageError("http", "give the API to put idemgate in front of: --upstream URL");
+  }
+  Result<Duration> drain = ParseDuration(flags.drain_timeout);
+  if (!drain || drain->count() <= 0) {
+    return UsageError("http", "--drain-timeout: " + (drain ? std::string("must be more than zero")
+                                                           : drain.error().message));
+  }
+  if (flags.threads < 1 || flags.max_connections < 1) {
+    return UsageError("http", "--threads and --max-connections must be at least 1");
+  }
+
+  // Stopping is by sigwait below. Block the signals before any thread starts
+  // (threads inherit the mask), or one of them could take the signal and die.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Result<Config> config = LoadConfigFor(globals);
+  if (!config) return Fail("http", config.error());
+
+  proxy::UpstreamOptions upstream_options;
+  upstream_options.url = flags.upstream;
+  upstream_options.connect_timeout = config->http.upstream_connect_timeout;
+  upstream_options.response_timeout = config->http.upstream_timeout;
+  upstream_options.max_idle = config->http.upstream_idle_timeout;
+  upstream_options.max_idle_connections = config->http.max_idle_connections;
+  upstream_options.max_response_bytes = config->http.max_response_bytes;
+  upstream_options.verify_tls = config->http.upstream_verify_tls;
+  upstream_options.ca_file = config->http.upstream_ca_file;
+  upstream_options.threads = flags.threads;
+  Result<std::unique_ptr<proxy::UpstreamPool>> upstream =
+      proxy::UpstreamPool::Create(upstream_options);
+  if (!upstream) {
+    if (upstream.error().code == ErrorCode::kInvalidArgument) {
+      return UsageError("http", upstream.error().message);
+    }
+    return Fail("http", upstream.error());
+  }
+
+  http::ListenerOptions options;
+  options.name = "http";
+  options.insecure_no_auth = flags.insecure_no_auth;
+  options.max_connections = flags.max_connections;
+  options.threads = flags.threads;
+  options.max_body_bytes = config->limits.max_body_bytes;
+  options.listen = !flags.listen.empty()             ? flags.listen
+                   : !config->listen.address.empty() ? config->listen.address
+                                                     : kDefaultListen;
+  if (!config->tenants.empty()) {
+    options.authenticate = [&config](std::string_view token) -> std::optional<http::Principal> {
+      const Tenant* tenant = config->TenantForToken(token);
+      if (tenant == nullptr) return std::nullopt;
+      return http::Principal{tenant->name, tenant->admin};
+    };
+  }
+
+  auto core = OpenFrontCore(globals, *config, "http",
+                            proxy::MakeRouteReconcileHook(*config, **upstream), LogLine);
+  if (!core) return Fail("http", core.error());
+  Ledger& ledger = *(*core)->ledger;
+
+  // Blocking ledger work (Begin waits up to policy.wait; store writes) runs
+  // here, never on an I/O thread.
+  WorkerPool pool;
+  proxy::ReverseProxyOptions proxy_options;
+  proxy_options.plan.max_key_bytes = config->http.max_key_bytes;
+  proxy_options.plan.max_json_depth = config->limits.max_depth;
+  proxy_options.plan.max_body_bytes = config->limits.max_body_bytes;
+  // With tokens configured, Authorization carries the idemgate token: it is
+  // not the upstream's to see.
+  proxy_options.forward_authorization = config->tenants.empty();
+  proxy_options.verbose = flags.verbose;
+  proxy_options.log = LogLine;
+  proxy::ReverseProxy reverse_proxy(ledger, *config, **upstream, pool, proxy_options);
+
+  http::AdminEndpoints admin;
+  admin.ready = [&core] { return (*core)->probe->Check(); };
+  admin.metrics = [&core] { return (*core)->metrics->Render(); };
+  auto listener =
+      http::HttpListener::Start(options, http::WithAdmin(admin, reverse_proxy.AsHandler()));
+  if (!listener) {
+    if (listener.error().code == ErrorCode::kInvalidArgument) {
+      return UsageError("http", listener.error().message);
+    }
+    return Fail("http", listener.error());
+  }
+  LogLine(fmt::format("proxying to {}", flags.upstream));
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  LogLine(fmt::format("stopping on {}: finishing requests in flight (up to {})",
+                      sig == SIGINT ? "SIGINT" : "SIGTERM", FormatDuration(*drain)));
+  if (!(*listener)->Drain(*drain) || !reverse_proxy.Drain(*drain)) {
+    LogLine(
+        "some requests were still running after --drain-timeout; their answers are dropped "
+        "and their records settle as their leases run out");
+  }
+  (*listener)->Stop();  // no more requests
+  (*upstream)->Stop();  // exchanges still in flight end (maybe sent) and settle on the pool
+  pool.Shutdown();      // every store write already begun finishes
+  ledger.Flush();       // and the audit log is written
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddHttpCommand(CLI::App& app, Cli& cli) {
+  auto flags = std::make_shared<HttpFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "http",
+      "Put idemgate in front of an HTTP API: retried POST/PATCH requests (Idempotency-Key "
+      "or turn header) are answered from the store");
+  cmd->footer(
+      "Point the agent's HTTP tool client at idemgate instead of the API:\n"
+      "  idemgate http --upstream https://api.vendor.example --listen 127.0.0.1:8788\n"
+      "A request with an Idempotency-Key header (or the turn header, Idemgate-Turn-Id) runs once;\n"
+      "retries get the stored answer with Idempotent-Replayed: true. Routes, key modes and\n"
+      "upstream TLS/timeouts are set in the config ([[route]], [http]). With [[tenant]] tokens\n"
+      "every request needs Authorization: Bearer TOKEN; without, it listens on loopback only\n"
+      "unless --insecure-no-auth. /healthz, /readyz and /metrics are served beside the API.\n"
+      "Stops gracefully on SIGINT/SIGTERM.");
+  cmd->add_option("--upstream", flags->upstream,
+                  "The API to proxy: http(s)://HOST[:PORT][/PATH] (required)")
+      ->option_text("URL");
+  cmd->add_option("--listen", flags->listen,
+                  std::string("Address to serve; default: the config's [listen] address, else ") +
+                      kDefaultListen)
+      ->option_text("HOST:PORT");
+  cmd->add_flag("--insecure-no-auth", flags->insecure_no_auth,
+                "Allow a non-loopback address without [[tenant]] tokens configured");
+  cmd->add_option("--drain-timeout", flags->drain_timeout,
+                  "On SIGINT/SIGTERM, how long requests in flight may take to finish")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", flags->max_connections,
+                  "Concurrent client connections; more get 503")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "I/O threads, each for clients and the upstream")
+      ->capture_default_str();
+  cmd->add_flag("-v,--verbose", flags->verbose, "Log one line per gated request on stderr");
+  cmd->callback(
+      [&cli, flags] { cli.action = [&cli, flags] { return RunHttp(cli.globals, *flags); }; });
+}
+
+}  // namespace idem::cli

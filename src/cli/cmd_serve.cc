@@ -1,0 +1,100 @@
+// `idemgate serve`: the ledger API (DESIGN.md §6.3) and the admin endpoints
+// (§6.4) on one HTTP listener. Wiring only: config → store → metrics → one
+// Ledger → LedgerApi behind WithAdmin → HttpListener.
+//
+//   idemgate serve [--listen HOST:PORT] [--store URL] [--config FILE] [--insecure-no-auth]
+//
+// Runs until SIGINT or SIGTERM, then stops gracefully: no new connections,
+// requests in flight get their answers (up to --drain-timeout), buffered
+// audit lines are written.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "cli_common.h"
+#include "core/worker_pool.h"
+#include "front_core.h"
+#include "http/http_listener.h"
+#include "http/ledger_api.h"
+#include "idem/ledger.h"
+#include "listener_flags.h"
+
+namespace idem::cli {
+namespace {
+
+// The listen address when neither --listen nor [listen] address is given.
+constexpr char kDefaultListen[] = "127.0.0.1:8787";
+
+void LogLine(std::string_view line) { fmt::print(stderr, "idemgate serve: {}\n", line); }
+
+int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
+  // Stopping is by sigwait below. Block the signals before any thread starts
+  // (threads inherit the mask), or one of them could take the signal and die.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Result<Config> config = LoadConfigFor(globals);
+  if (!config) return Fail("serve", config.error());
+  Result<ListenerSetup> setup = ListenerSetupFor(flags, *config, "serve", kDefaultListen);
+  if (!setup) return UsageError("serve", setup.error().message);
+
+  auto core = OpenFrontCore(globals, *config, "serve", nullptr, LogLine);
+  if (!core) return Fail("serve", core.error());
+  Ledger& ledger = *(*core)->ledger;
+
+  // Blocking ledger work (Begin waits up to policy.wait) runs here, never on
+  // an I/O thread. At most one task per connection (max_connections).
+  WorkerPool pool;
+  http::LedgerApi api(ledger, *config, pool);
+  http::AdminEndpoints admin;
+  admin.ready = [&core] { return (*core)->probe->Check(); };
+  admin.metrics = [&core] { return (*core)->metrics->Render(); };
+  auto listener = http::HttpListener::Start(setup->options, http::WithAdmin(admin, api.handler()));
+  if (!listener) {
+    if (listener.error().code == ErrorCode::kInvalidArgument) {
+      return UsageError("serve", listener.error().message);
+    }
+    return Fail("serve", listener.error());
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  LogLine(fmt::format("stopping on {}: finishing requests in flight (up to {})",
+                      sig == SIGINT ? "SIGINT" : "SIGTERM", FormatDuration(setup->drain_timeout)));
+  if (!(*listener)->Drain(setup->drain_timeout)) {
+    LogLine("some requests were still running after --drain-timeout; their answers are dropped");
+  }
+  pool.Shutdown();      // every request already begun finishes its store work
+  (*listener)->Stop();  // then the I/O threads go
+  ledger.Flush();       // and the audit log is written
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, Cli& cli) {
+  auto flags = std::make_shared<ListenerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "Serve the ledger API (begin/complete over HTTP/JSON) and /healthz, /readyz, /metrics");
+  cmd->footer(
+      "For agent runtimes that run tools in-process: POST /v1/calls/begin before the side\n"
+      "effect, /v1/calls/complete after it; a retry replays the stored outcome.\n"
+      "  idemgate serve --listen 127.0.0.1:8787 --store redis://127.0.0.1:6379/0\n"
+      "With [[tenant]] tokens in the config every request needs Authorization: Bearer TOKEN\n"
+      "and records are kept per tenant; without, it listens on loopback only unless\n"
+      "--insecure-no-auth. Stops gracefully on SIGINT/SIGTERM.");
+  AddListenerFlags(cmd, *flags, kDefaultListen);
+  cmd->callback(
+      [&cli, flags] { cli.action = [&cli, flags] { return RunServe(cli.globals, *flags); }; });
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,39 @@
+// The store, metrics and ledger under every front (`mcp`, `serve`, `http`),
+// wired the same way for each: the store is wrapped in an InstrumentedStore
+// so every operation is timed, the ledger reports every attempt to the
+// metrics (and so to the replay alert), and a StoreProbe answers /readyz.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "cli_common.h"
+#include "idem/gateway_metrics.h"
+#include "idem/instrumented_store.h"
+#include "idem/ledger.h"
+#include "idem/store_probe.h"
+
+namespace idem::cli {
+
+// Members are destroyed in reverse order: the ledger (which flushes through
+// the measured store) before the store it uses. Not copyable or movable
+// once built: the members point at each other.
+struct FrontCore {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<GatewayMetrics> metrics;
+  std::unique_ptr<InstrumentedStore> measured_store;
+  std::unique_ptr<StoreProbe> probe;  // reads the store directly: unmeasured
+  std::unique_ptr<Ledger> ledger;
+};
+
+// Opens the store of `config` (or --store), then the metrics with the
+// [alert] settings, then the ledger named "<front>-<pid>" in the audit log,
+// with `reconcile` for on_unknown = "reconcile" (may be empty) and the
+// in-flight gauge of `front`. `log` gets the alert's lines. The error names
+// what could not be opened.
+Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, const Config& config,
+                                                 std::string_view front, ReconcileHook reconcile,
+                                                 std::function<void(std::string_view)> log);
+
+}  // namespace idem::cli

@@ -1,0 +1,622 @@
+// HttpListener: Boost.Beast, asynchronous.
+//
+// One io_context with `threads` threads; each connection runs on its own
+// strand. A connection reads one request under a whole-request deadline (a
+// timer of its own, so that a request cut off half-way can still be answered
+// 408 before the socket closes), hands it to the handler and waits for the
+// Responder, writes the answer under write_timeout, and reads the next
+// request (keep-alive) or closes.
+//
+// Lifetimes: the listener's state (Server) is shared. A connection lives as
+// long as an operation of its own is pending (while a handler works, a timer
+// wait holds it). A Responder holds only weak references to the Server and
+// the connection, and locks the Server first: the io_context it posts to is
+// then alive for the duration of the post. Handlers still queued when the io_context is destroyed
+// destroy their connections, which still find the Server's bookkeeping alive (it is declared before
+// the io_context).
+#include "http/http_listener.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "mcp/http_protocol.h"  // ParseHostPort, FormatHostPort, PrintableExcerpt
+
+namespace idem::http {
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+class Connection;
+
+// "Mon, 30 Nov 2026 13:55:13 GMT" (RFC 9110 IMF-fixdate).
+std::string HttpDate() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  size_t n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return std::string(buf, n);
+}
+
+bool IsManagedHeader(std::string_view name) {
+  return beast::iequals(name, "Content-Length") || beast::iequals(name, "Date") ||
+         beast::iequals(name, "Connection") || beast::iequals(name, "Transfer-Encoding") ||
+         beast::iequals(name, "Keep-Alive");
+}
+
+}  // namespace
+
+// ── The listener's shared state ─────────────────────────────────────────────
+
+struct Server : std::enable_shared_from_this<Server> {
+  Server(const ListenerOptions& o, Handler h)
+      : options(o), handler(std::move(h)), acceptor(net::make_strand(ioc)) {}
+
+  void Accept();
+  void Forget(Connection* c);
+  std::vector<std::shared_ptr<Connection>> Live();
+
+  const ListenerOptions options;
+  Handler handler;  // reset after the I/O threads are joined (see Stop)
+  std::string bound;
+  bool loopback = true;  // bound to a loopback address
+
+  std::mutex mu;  // guards everything below up to `ioc`
+  std::condition_variable cv;
+  bool stopping = false;
+  bool draining = false;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
+
+  // After the state above: handlers destroyed with the io_context still
+  // find it alive.
+  net::io_context ioc;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  tcp::acceptor acceptor;  // on its own strand
+  std::vector<std::thread> threads;
+  std::once_flag stopped;
+};
+
+struct HttpListener::Impl {
+  std::shared_ptr<Server> server;
+};
+
+namespace {
+
+// Delivers a handler's answer to its connection, once.
+struct ResponderState {
+  std::weak_ptr<Server> server;
+  std::weak_ptr<Connection> connection;
+  uint64_t serial = 0;
+  std::atomic<bool> answered{false};
+
+  void Answer(Response response);
+  // A handler that drops its Responder unanswered is a bug; the client
+  // still gets an answer instead of waiting for read_timeout.
+  ~ResponderState() {
+    if (!answered.load()) {
+      Answer(Problem(500, "unanswered", "Internal error",
+                     "idemgate: the request was dropped without an answer; retry it"));
+    }
+  }
+};
+
+// ── One connection ──────────────────────────────────────────────────────────
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Server* server, tcp::socket socket)
+      : server_(server),
+        options_(server->options),
+        stream_(std::move(socket)),
+        read_timer_(stream_.get_executor()) {}
+
+  ~Connection() { server_->Forget(this); }
+
+  void Start(bool over_limit) {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this(), over_limit] {
+      beast::error_code ec;
+      self->remote_ = "";
+      auto ep = self->stream_.socket().remote_endpoint(ec);
+      if (!ec) self->remote_ = mcp::FormatHostPort(ep.address().to_string(), ep.port());
+      self->stream_.socket().set_option(tcp::no_delay(true), ec);
+      if (over_limit) {
+        self->keep_alive_ = false;
+        self->linger_ = true;
+        return self->SendProblem(503, "too-many-connections", "Too many connections",
+                                 "idemgate: this listener already serves " +
+                                     std::to_string(self->options_.max_connections) +
+                                     " connections (max_connections); retry shortly",
+                                 {{"Retry-After", "1"}});
+      }
+      self->DoRead();
+    });
+  }
+
+  // From any thread (the Responder).
+  void PostResponse(uint64_t serial, Response response) {
+    net::post(stream_.get_executor(),
+              [self = shared_from_this(), serial, r = std::move(response)]() mutable {
+                if (serial != self->serial_ || self->state_ != State::kHandling) return;
+                self->SendResponse(std::move(r));
+              });
+  }
+
+  // From any thread: stop reading new requests; an idle connection closes
+  // now, a busy one after its answer.
+  void PostDrain() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->keep_alive_ = false;
+      if (self->state_ == State::kReading && self->buffer_.size() == 0 &&
+          !(self->parser_ && self->parser_->got_some())) {
+        self->CloseNow();
+      }
+    });
+  }
+
+  // From any thread: close now; an answer not yet written is dropped.
+  void PostClose() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] { self->CloseNow(); });
+  }
+
+ private:
+  enum class State { kReading, kHandling, kWriting, kClosed };
+
+  // ── Reading ──
+
+  void DoRead() {
+    state_ = State::kReading;
+    ++serial_;
+    read_timed_out_ = false;
+    parser_.emplace();
+    parser_->header_limit(
+        static_cast<uint32_t>(std::min<size_t>(options_.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(options_.max_body_bytes);
+    stream_.expires_never();
+    read_timer_.expires_after(options_.read_timeout);
+    read_timer_.async_wait([self = shared_from_this(), serial = serial_](beast::error_code ec) {
+      if (ec || serial != self->serial_ || self->state_ != State::kReading) return;
+      self->read_timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             beast::bind_front_handler(&Connection::OnHeader, shared_from_this()));
+  }
+
+  void OnHeader(beast::error_code ec, size_t) {
+    if (ec) return OnReadError(ec);
+    auto& req = parser_->get();
+    size_t count = static_cast<size_t>(std::distance(req.begin(), req.end()));
+    if (count > options_.max_header_count) {
+      read_timer_.cancel();
+      keep_alive_ = false;
+      linger_ = true;
+      return SendProblem(431, "headers-too-large", "Request header fields too large",
+                         "idemgate: the request has " + std::to_string(count) +
+                             " header fields; at most " +
+                             std::to_string(options_.max_header_count) +
+                             " are accepted (max_header_count): send fewer");
+    }
+    if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
+      // The read deadline still covers the whole request.
+      continue_.assign("HTTP/1.1 100 Continue\r\n\r\n");
+      net::async_write(stream_, net::buffer(continue_),
+                       [self = shared_from_this()](beast::error_code ec, size_t) {
+                         if (ec) return self->CloseNow();
+                         self->ReadBody();
+                       });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      beast::bind_front_handler(&Connection::OnBody, shared_from_this()));
+  }
+
+  void OnBody(beast::error_code ec, size_t) {
+    if (ec) return OnReadError(ec);
+    read_timer_.cancel();
+    bhttp::request<bhttp::string_body> req = parser_->release();
+    keep_alive_ = keep_alive_ && req.keep_alive();
+    head_ = req.method() == bhttp::verb::head;
+    Request request;
+    request.method = std::string(req.method_string());
+    request.target = std::string(req.target());
+    size_t q = request.target.find('?');
+    request.path = request.target.substr(0, q);
+    if (q != std::string::npos) request.query = request.target.substr(q + 1);
+    request.headers.reserve(static_cast<size_t>(std::distance(req.begin(), req.end())));
+    for (const auto& field : req) {
+      request.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    }
+    request.body = std::move(req.body());
+    request.remote = remote_;
+    Handle(std::move(request));
+  }
+
+  void OnReadError(beast::error_code ec) {
+    read_timer_.cancel();
+    if (read_timed_out_) {
+      // Part of a request arrived too slowly: say so, then close. An idle
+      // keep-alive connection just closes.
+      bool partial = buffer_.size() > 0 || (parser_ && parser_->got_some());
+      if (!partial) return CloseNow();
+      keep_alive_ = false;
+      return SendProblem(408, "request-timeout", "Request timeout",
+                         "idemgate: the whole request must arrive within " +
+                             std::to_string(options_.read_timeout.count()) +
+                             " ms (read_timeout); send it faster or raise the limit");
+    }
+    if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
+      return CloseNow();
+    }
+    keep_alive_ = false;
+    linger_ = true;
+    if (ec == bhttp::error::body_limit) {
+      return SendProblem(413, "body-too-large", "Request body too large",
+                         "idemgate: the request body is larger than the limit of " +
+                             std::to_string(options_.max_body_bytes) +
+                             " bytes (limits.max_body_bytes): send less, or raise the limit");
+    }
+    if (ec == bhttp::error::header_limit) {
+      return SendProblem(431, "headers-too-large", "Request header fields too large",
+                         "idemgate: the request header block is larger than " +
+                             std::to_string(options_.max_header_bytes) +
+                             " bytes (max_header_bytes): send smaller headers");
+    }
+    if (ec.category() == beast::error_code(bhttp::error::end_of_stream).category()) {
+      return SendProblem(400, "malformed-request", "Malformed HTTP request",
+                         "idemgate: the request is not valid HTTP/1.1 (" + ec.message() + ")");
+    }
+    CloseNow();
+  }
+
+  // ── Handling ──
+
+  void Handle(Request request) {
+    state_ = State::kHandling;
+    if (server_->loopback && !options_.authenticate) {
+      // A page that rebinds its own name to our address sends that name.
+      auto host = request.FindHeader("Host");
+      if (host && !host->empty() && !mcp::IsHostAllowedOnLoopback(*host, options_.allowed_hosts)) {
+        return SendProblem(403, "host-not-allowed", "Host not allowed",
+                           "idemgate: Host '" + mcp::PrintableExcerpt(*host, 100) +
+                               "' is not allowed on a loopback listener without tokens; use "
+                               "127.0.0.1 or localhost, or configure [[tenant]] tokens");
+      }
+    }
+    Principal principal;
+    if (options_.authenticate) {
+      std::optional<Principal> who;
+      std::string_view token;
+      if (auto auth = request.FindHeader("Authorization");
+          auth && auth->size() > 7 && beast::iequals(auth->substr(0, 7), "Bearer ")) {
+        token = auth->substr(7);
+        while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+        while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+        if (!token.empty()) who = options_.authenticate(token);
+      }
+      bool is_public = std::find(options_.public_paths.begin(), options_.public_paths.end(),
+                                 request.path) != options_.public_paths.end();
+      if (who) {
+        principal = *who;
+      } else if (is_public) {
+        principal = Principal{"", false};  // anonymous: no tenant, no admin rights
+      } else {
+        return SendProblem(401, "unauthorized", "Unauthorized",
+                           token.empty() ? "idemgate: a bearer token is required: send "
+                                           "Authorization: Bearer <token> (a [[tenant]] token)"
+                                         : "idemgate: the bearer token is not known; use a token "
+                                           "listed under [[tenant]] in the config",
+                           {{"WWW-Authenticate", "Bearer"}});
+      }
+    }
+    request.principal = std::move(principal);
+
+    // Nothing else holds the connection while the handler works: this wait
+    // does, until the answer is sent or the connection is closed (Stop).
+    read_timer_.expires_at(net::steady_timer::time_point::max());
+    read_timer_.async_wait([self = shared_from_this()](beast::error_code) {});
+
+    auto state = std::make_shared<ResponderState>();
+    state->server = server_->weak_from_this();
+    state->connection = weak_from_this();
+    state->serial = serial_;
+    Responder respond = [state](Response r) { state->Answer(std::move(r)); };
+    try {
+      server_->handler(std::move(request), std::move(respond));
+    } catch (const std::exception& e) {
+      // The handler threw before answering (a bug): answer 500 ourselves.
+      if (!state->answered.exchange(true)) {
+        SendResponse(Problem(500, "internal", "Internal error",
+                             std::string("idemgate: internal error: ") + e.what()));
+      }
+    }
+  }
+
+  // ── Writing ──
+
+  void SendProblem(int status, std::string_view type, std::string_view title,
+                   const std::string& detail, std::vector<Header> extra = {}) {
+    state_ = State::kHandling;
+    Response r = Problem(status, type, title, detail);
+    for (Header& h : extra) r.headers.push_back(std::move(h));
+    SendResponse(std::move(r));
+  }
+
+  void SendResponse(Response r) {
+    if (state_ == State::kClosed) return;
+    state_ = State::kWriting;
+    read_timer_.cancel();  // the hold set in Handle
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
+        static_cast<bhttp::status>(r.status), 11);
+    for (Header& h : r.headers) {
+      if (!IsManagedHeader(h.name)) res->insert(h.name, h.value);
+    }
+    if (res->find(bhttp::field::server) == res->end()) res->set(bhttp::field::server, "idemgate");
+    res->set(bhttp::field::date, HttpDate());
+    res->keep_alive(keep_alive_);
+    if (head_) {
+      res->content_length(r.body.size());  // the size a GET would get, no body
+    } else {
+      res->body() = std::move(r.body);
+      res->prepare_payload();
+    }
+    response_ = res;
+    stream_.expires_after(options_.write_timeout);
+    if (head_) {
+      auto sr = std::make_shared<bhttp::response_serializer<bhttp::string_body>>(*res);
+      bhttp::async_write_header(
+          stream_, *sr,
+          [self = shared_from_this(), sr](beast::error_code ec, size_t) { self->OnWrite(ec); });
+      return;
+    }
+    bhttp::async_write(stream_, *res, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->OnWrite(ec);
+    });
+  }
+
+  void OnWrite(beast::error_code ec) {
+    response_.reset();
+    stream_.expires_never();
+    if (ec) return CloseNow();
+    if (state_ == State::kClosed) return;
+    if (keep_alive_) {
+      bool draining;
+      {
+        std::lock_guard lock(server_->mu);
+        draining = server_->draining || server_->stopping;
+      }
+      if (!draining) return DoRead();
+    }
+    if (linger_) return LingerClose();
+    CloseNow();
+  }
+
+  void CloseNow() {
+    if (state_ == State::kClosed && !stream_.socket().is_open()) return;
+    state_ = State::kClosed;
+    read_timer_.cancel();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
+  // After an error answer sent before the whole request was read: stop
+  // sending and read (and discard) what the client still sends until it
+  // closes, so it sees the answer instead of a reset. Bounded in time by
+  // read_timeout and in bytes.
+  void LingerClose() {
+    {
+      std::lock_guard lock(server_->mu);
+      if (server_->stopping) return CloseNow();
+    }
+    state_ = State::kClosed;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(options_.read_timeout);
+    Drain();
+  }
+
+  void Drain() {
+    stream_.async_read_some(
+        net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+          self->drained_ += n;
+          if (ec || self->drained_ > 4 * self->options_.max_body_bytes + (1 << 20)) {
+            self->stream_.close();
+            return;
+          }
+          self->Drain();
+        });
+  }
+
+  Server* server_;
+  const ListenerOptions& options_;
+  beast::tcp_stream stream_;
+  net::steady_timer read_timer_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::shared_ptr<bhttp::response<bhttp::string_body>> response_;
+  std::string continue_;
+  std::string remote_;
+  State state_ = State::kReading;
+  uint64_t serial_ = 0;
+  bool keep_alive_ = true;
+  bool head_ = false;
+  bool linger_ = false;
+  bool read_timed_out_ = false;
+  char drain_[16 * 1024];
+  size_t drained_ = 0;
+};
+
+void ResponderState::Answer(Response response) {
+  if (answered.exchange(true)) return;        // exactly once; later calls are ignored
+  std::shared_ptr<Server> s = server.lock();  // first: keeps the io_context alive
+  if (!s) return;
+  std::shared_ptr<Connection> c = connection.lock();
+  if (!c) return;
+  c->PostResponse(serial, std::move(response));
+}
+
+}  // namespace
+
+// ── Server ──────────────────────────────────────────────────────────────────
+
+void Server::Accept() {
+  acceptor.async_accept(
+      net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !self->acceptor.is_open()) {
+          return;
+        }
+        if (!ec) {
+          auto conn = std::make_shared<Connection>(self.get(), std::move(socket));
+          bool over;
+          {
+            std::lock_guard lock(self->mu);
+            if (self->stopping || self->draining) return;
+            over = self->connections.size() >= self->options.max_connections;
+            self->connections.emplace(conn.get(), conn);
+          }
+          conn->Start(over);
+        } else {
+          std::cerr << "idemgate " + self->options.name + ": accept failed: " + ec.message() + "\n";
+        }
+        self->Accept();
+      });
+}
+
+void Server::Forget(Connection* c) {
+  std::lock_guard lock(mu);
+  connections.erase(c);
+  cv.notify_all();
+}
+
+std::vector<std::shared_ptr<Connection>> Server::Live() {
+  std::vector<std::shared_ptr<Connection>> out;
+  std::lock_guard lock(mu);
+  for (auto& [ptr, weak] : connections) {
+    if (auto c = weak.lock()) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// ── HttpListener ────────────────────────────────────────────────────────────
+
+HttpListener::HttpListener(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpListener::~HttpListener() { Stop(); }
+
+Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenerOptions& options,
+                                                          Handler handler) {
+  if (!handler) return MakeError(ErrorCode::kInvalidArgument, "no request handler");
+  Result<mcp::HostPort> where = mcp::ParseHostPort(options.listen);
+  if (!where) return std::unexpected(where.error());
+  auto server = std::make_shared<Server>(options, std::move(handler));
+
+  beast::error_code ec;
+  tcp::resolver resolver(server->ioc);
+  auto results = resolver.resolve(where->host, std::to_string(where->port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "cannot resolve listen host '" + where->host + "': " + ec.message());
+  }
+  bool loopback = true;
+  for (const auto& entry : results) loopback = loopback && entry.endpoint().address().is_loopback();
+  if (!loopback && !options.authenticate && !options.insecure_no_auth) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "refusing to listen on " + options.listen +
+                         ": it is not a loopback address and no tokens are configured; add "
+                         "[[tenant]] tokens to the config, bind 127.0.0.1, or pass "
+                         "--insecure-no-auth (DESIGN.md §8)");
+  }
+  tcp::endpoint endpoint = results.begin()->endpoint();
+  server->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) server->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) server->acceptor.bind(endpoint, ec);
+  if (!ec) server->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return MakeError(ErrorCode::kUnavailable,
+                     "cannot listen on " + options.listen + ": " + ec.message());
+  }
+  tcp::endpoint local = server->acceptor.local_endpoint(ec);
+  server->bound = mcp::FormatHostPort(local.address().to_string(), local.port());
+  server->loopback = local.address().is_loopback();
+  server->work.emplace(server->ioc.get_executor());
+  server->Accept();
+  int threads = std::max(1, options.threads);
+  for (int i = 0; i < threads; ++i) {
+    server->threads.emplace_back([s = server.get()] { s->ioc.run(); });
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->server = std::move(server);
+  auto listener = std::unique_ptr<HttpListener>(new HttpListener(std::move(impl)));
+  if (options.announce) {
+    std::cerr << "idemgate " + options.name + ": listening on " + listener->url() + "\n"
+              << std::flush;
+  }
+  return listener;
+}
+
+std::string HttpListener::bound_address() const { return impl_->server->bound; }
+
+std::string HttpListener::url() const { return "http://" + impl_->server->bound; }
+
+bool HttpListener::Drain(std::chrono::milliseconds grace) {
+  Server& s = *impl_->server;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.stopping) return true;
+    s.draining = true;
+  }
+  net::post(s.acceptor.get_executor(), [server = impl_->server] {
+    beast::error_code ignored;
+    server->acceptor.close(ignored);
+  });
+  for (auto& c : s.Live()) c->PostDrain();
+  std::unique_lock lock(s.mu);
+  return s.cv.wait_for(lock, grace, [&] { return s.connections.empty(); });
+}
+
+void HttpListener::Stop() {
+  if (!impl_) return;
+  std::shared_ptr<Server> server = impl_->server;
+  std::call_once(server->stopped, [&] {
+    {
+      std::lock_guard lock(server->mu);
+      server->stopping = true;
+    }
+    net::post(server->acceptor.get_executor(), [server] {
+      beast::error_code ignored;
+      server->acceptor.close(ignored);
+    });
+    for (auto& c : server->Live()) c->PostClose();
+    server->work.reset();
+    for (std::thread& t : server->threads) {
+      if (t.joinable()) t.join();
+    }
+    // Destroy the handler here, in the caller's thread: it may own a worker
+    // pool whose threads hold Responders (that could otherwise drop the last
+    // reference to the Server on one of those threads).
+    Handler handler = std::move(server->handler);
+    handler = nullptr;
+  });
+}
+
+}  // namespace idem::http

@@ -1,0 +1,178 @@
+// A plain HTTP/1.1 listener for idemgate's HTTP fronts: `idemgate serve` (the
+// ledger API, DESIGN.md §6.3) and `idemgate http` (the Idempotency-Key reverse
+// proxy, §6.2). Boost.Beast, asynchronous: a few I/O threads serve every
+// connection; the handler gets whole requests (headers and a body within
+// max_body_bytes) and answers each exactly once, from any thread, whenever it
+// is ready. Keep-alive, one request at a time per connection (no pipelining
+// of answers: the next request is read after the answer is written).
+//
+// The listener enforces the limits of §8 before a handler sees anything:
+// header count and size (431), body size (413), connections (503), a whole
+// request within read_timeout (a slow client is disconnected, 408 when part
+// of a request had arrived), bearer tokens (401), loopback-only binding
+// without tokens. Every refusal is an application/problem+json body
+// (RFC 9457) that says what was wrong and what to do.
+//
+// Thread-safe. The handler runs on an I/O thread and must not block: work
+// that may block (Ledger::Begin waits up to policy.wait) goes to a worker
+// pool, which answers through the Responder later.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/error.h"
+
+namespace idem::http {
+
+struct Header {
+  std::string name;  // as received or as to be sent
+  std::string value;
+};
+
+// Who sent a request, from its bearer token.
+struct Principal {
+  std::string tenant = "default";
+  // May evict, resolve and list records, and read /metrics. Without tokens
+  // configured (loopback only) every caller is admin.
+  bool admin = true;
+};
+
+struct Request {
+  std::string method;           // "POST"
+  std::string target;           // as received: "/v1/charges?expand=customer"
+  std::string path;             // target up to '?', undecoded: "/v1/charges"
+  std::string query;            // after '?', undecoded; empty when none
+  std::vector<Header> headers;  // in received order
+  std::string body;
+  std::string remote;  // peer "127.0.0.1:53122"
+  Principal principal;
+
+  // The first header named `name` (ASCII case-insensitive), or nullopt.
+  std::optional<std::string_view> FindHeader(std::string_view name) const;
+  // How many headers are named `name` (a repeated Idempotency-Key is an error).
+  size_t CountHeader(std::string_view name) const;
+};
+
+struct Response {
+  int status = 200;
+  // Sent as given, in order. The listener sets Content-Length, Date and
+  // Connection itself and drops any the handler set.
+  std::vector<Header> headers;
+  std::string body;
+};
+
+// An RFC 9457 problem: Content-Type application/problem+json, body
+// {"type": "https://idemgate.dev/problems/<type>", "title", "status",
+//  "detail", ...extra members}. `extra_json` is a JSON object's members
+// without the braces ("\"key\":\"v1t...\",\"retry_after\":3"), or empty.
+Response Problem(int status, std::string_view type, std::string_view title, std::string_view detail,
+                 std::string_view extra_json = {});
+
+// Answers a request. Call exactly once, from any thread; calls after the
+// connection closed are ignored (cheap).
+using Responder = std::function<void(Response)>;
+// Handles one request. Runs on an I/O thread: must not block.
+using Handler = std::function<void(Request request, Responder respond)>;
+
+struct ListenerOptions {
+  // HOST:PORT to bind; port 0 picks a free one (see bound_address()).
+  std::string listen = "127.0.0.1:0";
+  // Largest request body; larger → 413 (Content-Length checked before
+  // reading; chunked bodies as they arrive). Config limits.max_body_bytes.
+  size_t max_body_bytes = 1 << 20;
+  // Largest request header block → 431. Default 16 KiB.
+  size_t max_header_bytes = 16 * 1024;
+  // Most header fields in one request → 431. Default 100.
+  size_t max_header_count = 100;
+  // Concurrent connections; more are answered 503 and closed. Default 1024.
+  size_t max_connections = 1024;
+  // A whole request (headers and body) must arrive within this, counted from
+  // when the listener starts waiting for it (keep-alive idle time included).
+  // Default 30 s.
+  std::chrono::milliseconds read_timeout{30'000};
+  // Writing one answer must finish within this, or the connection is
+  // dropped. Default 30 s.
+  std::chrono::milliseconds write_timeout{30'000};
+  // I/O threads. Default 2.
+  int threads = 2;
+
+  // Maps a bearer token to its principal; nullopt for an unknown token
+  // (→ 401). Unset (no tokens configured): no Authorization is needed, every
+  // request is tenant "default" with admin rights, and only loopback
+  // addresses may be bound unless insecure_no_auth.
+  std::function<std::optional<Principal>(std::string_view token)> authenticate;
+  // Exact paths served without a token even when tokens are configured.
+  // Without a valid token such a request's principal is tenant "" without
+  // admin rights.
+  std::vector<std::string> public_paths = {"/healthz", "/readyz"};
+  // Allow binding a non-loopback address without tokens (--insecure-no-auth).
+  bool insecure_no_auth = false;
+  // DNS-rebinding protection: on a loopback listener without tokens, a
+  // request whose Host is neither a loopback name (localhost, 127.0.0.1,
+  // [::1]) nor one of these host names (case-insensitive, no port) gets 403.
+  // Default none.
+  std::vector<std::string> allowed_hosts;
+  // Names the front in log lines and the "listening on" line ("serve").
+  std::string name = "http";
+  // Print "idemgate <name>: listening on http://HOST:PORT" to stderr once bound.
+  bool announce = true;
+};
+
+class HttpListener {
+ public:
+  // Binds and starts serving. kInvalidArgument for a bad address or a
+  // non-loopback address without tokens (unless insecure_no_auth);
+  // kUnavailable if the address cannot be bound.
+  static Result<std::unique_ptr<HttpListener>> Start(const ListenerOptions& options,
+                                                     Handler handler);
+  ~HttpListener();  // Stop()s
+
+  // "127.0.0.1:41873": the address actually bound.
+  std::string bound_address() const;
+  // "http://127.0.0.1:41873".
+  std::string url() const;
+
+  // Graceful stop, first half: stops accepting, closes idle keep-alive
+  // connections, and lets each request in flight get its answer, after which
+  // its connection closes. Returns true once every connection has closed,
+  // false if some were still open after `grace` (Stop() then drops them).
+  // Not from a handler.
+  bool Drain(std::chrono::milliseconds grace);
+
+  // Stops accepting, closes every connection (answers not yet sent are
+  // dropped) and joins the I/O threads. Idempotent. Not from a handler.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit HttpListener(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// /healthz, /readyz and /metrics (DESIGN.md §6.4) in front of another handler.
+struct AdminEndpoints {
+  // /readyz: 200 when this returns OK (the store answered), else 503 with the
+  // error. Unset: /readyz is 200 like /healthz.
+  std::function<Result<void>()> ready;
+  // /metrics: Prometheus text exposition format 0.0.4. Unset: 404.
+  // Needs an admin principal.
+  std::function<std::string()> metrics;
+  // How long /readyz waits for `ready` before answering 503. A check still
+  // running is not started again: later probes wait for the same one.
+  // Default 2 s.
+  std::chrono::milliseconds ready_timeout{2'000};
+};
+// A handler that answers the admin paths (GET or HEAD) itself and passes
+// every other request to `next`. `ready` and `metrics` may block briefly;
+// they run off the I/O thread.
+Handler WithAdmin(AdminEndpoints admin, Handler next);
+
+}  // namespace idem::http

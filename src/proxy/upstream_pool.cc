@@ -1,0 +1,435 @@
+#include "proxy/upstream_pool.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/url/parse.hpp>
+#include <cerrno>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#ifndef IDEM_VERSION
+#define IDEM_VERSION "dev"
+#endif
+
+namespace idem::proxy {
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+namespace ssl = net::ssl;
+using tcp = net::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+struct Origin {
+  bool tls = false;
+  std::string host;         // name or IP literal, without brackets
+  std::string port;         // "443"
+  std::string host_header;  // "example.com:8443"
+  std::string base_path;    // "" or "/base" (no trailing '/')
+};
+
+Result<Origin> ParseOrigin(const std::string& url) {
+  auto parsed = boost::urls::parse_uri(url);
+  auto bad = [&](std::string why) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "invalid upstream URL '" + url + "': " + why +
+                         " (expected http://HOST[:PORT][/PATH] or https://...)");
+  };
+  if (!parsed) return bad(parsed.error().message());
+  boost::urls::url_view u = *parsed;
+  Origin o;
+  const std::string scheme(u.scheme());
+  if (scheme == "https") {
+    o.tls = true;
+  } else if (scheme != "http") {
+    return bad("the scheme must be http or https");
+  }
+  if (u.has_userinfo()) return bad("credentials in the URL are not supported");
+  if (u.has_query() || u.has_fragment()) return bad("a query or fragment is not allowed");
+  o.host = std::string(u.host_address());
+  if (o.host.empty()) return bad("no host");
+  o.port = u.has_port() ? std::string(u.port()) : (o.tls ? "443" : "80");
+  o.host_header = std::string(u.encoded_host_and_port());
+  o.base_path = std::string(u.encoded_path());
+  while (!o.base_path.empty() && o.base_path.back() == '/') o.base_path.pop_back();
+  return o;
+}
+
+// One connection to the upstream, plain or TLS, on its own strand.
+struct Conn {
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+  beast::flat_buffer buffer;
+  SteadyClock::time_point idle_since;
+
+  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+  template <class F>
+  void With(F&& f) {
+    if (tls) {
+      f(*tls);
+    } else {
+      f(*plain);
+    }
+  }
+  void Close() {
+    beast::error_code ignored;
+    lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    lowest().close();
+  }
+  // True if the peer has not closed the idle connection. Unread bytes on a
+  // plain connection make it unusable (a stray answer); on TLS they may be
+  // session tickets.
+  bool Alive() {
+    if (!lowest().socket().is_open() || buffer.size() > 0) return false;
+    char c;
+    ssize_t n = ::recv(lowest().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n > 0) return tls.has_value();
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+};
+
+// One request and its answer.
+struct Exchange {
+  UpstreamCallback done;
+  bhttp::request<bhttp::string_body> req;
+  std::optional<bhttp::response_parser<bhttp::string_body>> parser;
+  std::unique_ptr<Conn> conn;
+  bool head = false;
+  bool written = false;
+  bool finished = false;
+};
+
+}  // namespace
+
+struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
+  Impl(Origin o, UpstreamOptions opts, std::unique_ptr<ssl::context> ctx)
+      : origin(std::move(o)),
+        options(std::move(opts)),
+        tls(std::move(ctx)),
+        ioc_owner(std::make_unique<net::io_context>()),
+        ioc(*ioc_owner),
+        work(net::make_work_guard(ioc)) {}
+
+  const Origin origin;
+  const UpstreamOptions options;
+  const std::unique_ptr<ssl::context> tls;
+  // Destroyed by Stop() once the threads are joined: that destroys the
+  // handlers never run, and with them their references to this Impl.
+  std::unique_ptr<net::io_context> ioc_owner;
+  net::io_context& ioc;
+  net::executor_work_guard<net::io_context::executor_type> work;
+  std::vector<std::thread> threads;
+
+  std::mutex mu;
+  std::vector<std::unique_ptr<Conn>> idle;        // guarded by mu; newest last
+  std::set<std::shared_ptr<Exchange>> in_flight;  // guarded by mu
+  bool stopped = false;                           // guarded by mu
+
+  void Start(const std::shared_ptr<Exchange>& ex) {
+    {
+      std::lock_guard g(mu);
+      if (stopped) {
+        // Inline: the threads are gone.
+        UpstreamResult r;
+        r.kind = UpstreamResult::Kind::kNotSent;
+        r.detail = "the proxy is stopping; the request was not sent";
+        ex->finished = true;
+        ex->done(std::move(r));
+        return;
+      }
+      in_flight.insert(ex);
+      ex->conn = TakeIdleLocked();
+    }
+    if (ex->conn) {
+      net::dispatch(ex->conn->lowest().get_executor(),
+                    [self = shared_from_this(), ex] { self->Write(ex); });
+    } else {
+      Connect(ex);
+    }
+  }
+
+  std::unique_ptr<Conn> TakeIdleLocked() {
+    const auto now = SteadyClock::now();
+    while (!idle.empty()) {
+      std::unique_ptr<Conn> c = std::move(idle.back());
+      idle.pop_back();
+      if (now - c->idle_since < options.max_idle && c->Alive()) return c;
+      c->Close();
+    }
+    return nullptr;
+  }
+
+  void Connect(const std::shared_ptr<Exchange>& ex) {
+    auto c = std::make_unique<Conn>();
+    if (origin.tls) {
+      c->tls.emplace(net::make_strand(ioc), *tls);
+    } else {
+      c->plain.emplace(net::make_strand(ioc));
+    }
+    ex->conn = std::move(c);
+    auto resolver = std::make_shared<tcp::resolver>(ex->conn->lowest().get_executor());
+    auto timer = std::make_shared<net::steady_timer>(ex->conn->lowest().get_executor());
+    const auto deadline = SteadyClock::now() + options.connect_timeout;
+    timer->expires_at(deadline);
+    timer->async_wait([resolver](beast::error_code ec) {
+      if (!ec) resolver->cancel();
+    });
+    resolver->async_resolve(
+        origin.host, origin.port,
+        [self = shared_from_this(), ex, resolver, timer, deadline](
+            beast::error_code ec, tcp::resolver::results_type results) {
+          timer->cancel();
+          if (ec) {
+            return self->Fail(
+                ex, UpstreamResult::Kind::kNotSent,
+                "cannot resolve upstream host '" + self->origin.host + "' (" +
+                    (ec == net::error::operation_aborted ? "timed out" : ec.message()) + ")");
+          }
+          ex->conn->lowest().expires_at(deadline);
+          ex->conn->lowest().async_connect(results, [self, ex, deadline](beast::error_code ec,
+                                                                         const tcp::endpoint&) {
+            if (ec) {
+              return self->Fail(ex, UpstreamResult::Kind::kNotSent,
+                                "cannot connect to the upstream " + self->origin.host_header +
+                                    " (" + self->Describe(ec, true) + ")");
+            }
+            beast::error_code ignored;
+            ex->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+            if (!ex->conn->tls) return self->Write(ex);
+            self->PrepareTls(*ex->conn);
+            ex->conn->tls->async_handshake(ssl::stream_base::client, [self,
+                                                                      ex](beast::error_code ec) {
+              if (ec) {
+                return self->Fail(ex, UpstreamResult::Kind::kNotSent,
+                                  "TLS handshake with the upstream " + self->origin.host_header +
+                                      " failed (" + self->Describe(ec, true) + ")");
+              }
+              self->Write(ex);
+            });
+          });
+        });
+  }
+
+  void PrepareTls(Conn& c) {
+    boost::system::error_code ec;
+    net::ip::make_address(origin.host, ec);
+    if (ec) SSL_set_tlsext_host_name(c.tls->native_handle(), origin.host.c_str());  // names only
+    if (options.verify_tls) c.tls->set_verify_callback(ssl::host_name_verification(origin.host));
+  }
+
+  std::string Describe(const beast::error_code& ec, bool connecting) const {
+    if (ec == beast::error::timeout) {
+      return "no " + std::string(connecting ? "connection" : "answer") + " within " +
+             std::to_string(
+                 (connecting ? options.connect_timeout : options.response_timeout).count()) +
+             " ms";
+    }
+    return ec.message();
+  }
+
+  void Write(const std::shared_ptr<Exchange>& ex) {
+    ex->conn->lowest().expires_after(options.response_timeout);
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_write(
+          stream, ex->req, [self = shared_from_this(), ex](beast::error_code ec, size_t) {
+            if (ec) {
+              // The upstream never got a whole request, so it
+              // cannot have acted on it.
+              return self->Fail(
+                  ex, UpstreamResult::Kind::kNotSent,
+                  "could not send the request to the upstream (" + self->Describe(ec, false) + ")");
+            }
+            ex->written = true;
+            self->Read(ex);
+          });
+    });
+  }
+
+  void Read(const std::shared_ptr<Exchange>& ex) {
+    ex->parser.emplace();
+    ex->parser->header_limit(64 * 1024);
+    ex->parser->body_limit(options.max_response_bytes);
+    if (ex->head) ex->parser->skip(true);
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_read(
+          stream, ex->conn->buffer, *ex->parser,
+          [self = shared_from_this(), ex](beast::error_code ec, size_t) { self->OnRead(ex, ec); });
+    });
+  }
+
+  void OnRead(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+    if (ec == bhttp::error::body_limit && ex->parser->is_header_done()) {
+      UpstreamResult r;
+      r.kind = UpstreamResult::Kind::kMaybeSent;
+      r.too_large = true;
+      r.response.status = static_cast<int>(ex->parser->get().result_int());
+      CopyHeaders(ex->parser->get(), r.response);
+      r.detail = "the upstream's answer is larger than " +
+                 std::to_string(options.max_response_bytes) + " bytes";
+      return Finish(ex, std::move(r), false);
+    }
+    if (ec) {
+      UpstreamResult r;
+      r.kind = UpstreamResult::Kind::kMaybeSent;
+      r.timed_out = ec == beast::error::timeout;
+      r.detail = ec == beast::error::timeout
+                     ? "the request was sent but no answer came within " +
+                           std::to_string(options.response_timeout.count()) + " ms"
+                     : "the request was sent but the connection broke before a whole answer (" +
+                           ec.message() + ")";
+      return Finish(ex, std::move(r), false);
+    }
+    const bool reusable = ex->parser->keep_alive();
+    bhttp::response<bhttp::string_body> res = ex->parser->release();
+    UpstreamResult r;
+    r.response.status = static_cast<int>(res.result_int());
+    CopyHeaders(res, r.response);
+    r.response.body = std::move(res.body());
+    Finish(ex, std::move(r), reusable);
+  }
+
+  static void CopyHeaders(const bhttp::response_header<>& res, http::Response& out) {
+    for (const auto& field : res) {
+      out.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    }
+  }
+
+  void Fail(const std::shared_ptr<Exchange>& ex, UpstreamResult::Kind kind, std::string detail) {
+    UpstreamResult r;
+    r.kind = kind;
+    r.detail = std::move(detail);
+    Finish(ex, std::move(r), false);
+  }
+
+  void Finish(const std::shared_ptr<Exchange>& ex, UpstreamResult result, bool reusable) {
+    if (ex->finished) return;
+    ex->finished = true;
+    std::unique_ptr<Conn> conn = std::move(ex->conn);
+    {
+      std::lock_guard g(mu);
+      in_flight.erase(ex);
+      if (conn && reusable && !stopped && idle.size() < options.max_idle_connections) {
+        conn->lowest().expires_never();
+        conn->idle_since = SteadyClock::now();
+        idle.push_back(std::move(conn));
+      }
+    }
+    if (conn) conn->Close();
+    UpstreamCallback done = std::move(ex->done);
+    done(std::move(result));
+  }
+
+  void Stop() {
+    std::vector<std::unique_ptr<Conn>> idle_now;
+    std::set<std::shared_ptr<Exchange>> active;
+    {
+      std::lock_guard g(mu);
+      if (stopped) return;
+      stopped = true;
+      idle_now = std::move(idle);
+      idle.clear();
+    }
+    for (auto& c : idle_now) c->Close();
+    idle_now.clear();
+    work.reset();
+    ioc.stop();
+    for (std::thread& t : threads) {
+      if (t.joinable()) t.join();
+    }
+    {
+      std::lock_guard g(mu);
+      active = std::move(in_flight);
+      in_flight.clear();
+    }
+    // The threads are gone: what is left in flight ends here.
+    for (const auto& ex : active) {
+      if (ex->finished) continue;
+      ex->finished = true;
+      if (ex->conn) ex->conn->Close();
+      ex->conn.reset();
+      UpstreamResult r;
+      r.kind = ex->written ? UpstreamResult::Kind::kMaybeSent : UpstreamResult::Kind::kNotSent;
+      r.detail = ex->written ? "the proxy stopped before the upstream answered"
+                             : "the proxy stopped before the request was sent";
+      UpstreamCallback done = std::move(ex->done);
+      if (done) done(std::move(r));
+    }
+    ioc_owner.reset();
+  }
+};
+
+Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(const UpstreamOptions& options) {
+  Result<Origin> origin = ParseOrigin(options.url);
+  if (!origin) return std::unexpected(origin.error());
+  std::unique_ptr<ssl::context> tls;
+  if (origin->tls) {
+    tls = std::make_unique<ssl::context>(ssl::context::tls_client);
+    boost::system::error_code ec;
+    if (options.verify_tls) {
+      tls->set_default_verify_paths(ec);
+      if (ec) {
+        return MakeError(ErrorCode::kUnavailable,
+                         "cannot load the system TLS trust store: " + ec.message());
+      }
+      if (!options.ca_file.empty()) {
+        tls->load_verify_file(options.ca_file, ec);
+        if (ec) {
+          return MakeError(ErrorCode::kInvalidArgument, "cannot load the upstream CA file '" +
+                                                            options.ca_file + "': " + ec.message() +
+                                                            " (expected PEM certificates)");
+        }
+      }
+      tls->set_verify_mode(ssl::verify_peer);
+    } else {
+      tls->set_verify_mode(ssl::verify_none);
+    }
+  }
+  auto impl = std::make_shared<Impl>(std::move(*origin), options, std::move(tls));
+  for (int i = 0; i < std::max(1, options.threads); ++i) {
+    impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+  }
+  return std::unique_ptr<UpstreamPool>(new UpstreamPool(std::move(impl)));
+}
+
+UpstreamPool::UpstreamPool(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UpstreamPool::~UpstreamPool() { Stop(); }
+
+void UpstreamPool::Stop() { impl_->Stop(); }
+
+const std::string& UpstreamPool::host_header() const { return impl_->origin.host_header; }
+
+void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
+  auto ex = std::make_shared<Exchange>();
+  ex->done = std::move(done);
+  auto& req = ex->req;
+  req.version(11);
+  req.method_string(request.method);
+  ex->head = request.method == "HEAD";
+  req.target(impl_->origin.base_path + request.target);
+  for (http::Header& h : request.headers) req.insert(h.name, h.value);
+  req.set(bhttp::field::host, impl_->origin.host_header);
+  if (req.find(bhttp::field::user_agent) == req.end()) {
+    req.set(bhttp::field::user_agent, "idemgate/" IDEM_VERSION);
+  }
+  req.keep_alive(true);
+  const bool has_body = !request.body.empty() || request.method == "POST" ||
+                        request.method == "PUT" || request.method == "PATCH";
+  req.body() = std::move(request.body);
+  if (has_body) {
+    req.content_length(req.body().size());
+  }
+  impl_->Start(ex);
+}
+
+}  // namespace idem::proxy

@@ -1,0 +1,235 @@
+#include "proxy/upstream_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <future>
+#include <list>
+#include <mutex>
+#include <thread>
+
+namespace idem::proxy {
+namespace {
+
+namespace net = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+
+// A blocking HTTP/1.1 server on loopback whose behaviour is chosen by the
+// request path: /ok answers (keep-alive), /close reads the request and
+// closes, /hang reads it and never answers, /big answers 4 KiB.
+class TestServer {
+ public:
+  TestServer() : acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~TestServer() {
+    stopping_ = true;
+    boost::system::error_code ec;
+    {
+      // A blocked accept() is not woken by close(): connect once instead.
+      tcp::socket wake(ioc_);
+      wake.connect(acceptor_.local_endpoint(), ec);
+    }
+    accept_thread_.join();
+    acceptor_.close(ec);
+    {
+      // shutdown, not close: it wakes a thread blocked reading the socket.
+      std::lock_guard g(mu_);
+      for (auto& s : sockets_) s.shutdown(tcp::socket::shutdown_both, ec);
+    }
+    for (auto& t : threads_) t.join();
+  }
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  int connections() const { return connections_.load(); }
+  int requests() const { return requests_.load(); }
+  std::string last_host() {
+    std::lock_guard g(mu_);
+    return last_host_;
+  }
+
+ private:
+  void AcceptLoop() {
+    while (!stopping_) {
+      boost::system::error_code ec;
+      tcp::socket s(ioc_);
+      acceptor_.accept(s, ec);
+      if (ec) return;
+      ++connections_;
+      std::lock_guard g(mu_);
+      sockets_.push_back(std::move(s));
+      threads_.emplace_back([this, sock = &sockets_.back()] { Serve(*sock); });
+    }
+  }
+  void Serve(tcp::socket& s) {
+    boost::beast::flat_buffer buffer;
+    while (true) {
+      bhttp::request<bhttp::string_body> req;
+      boost::system::error_code ec;
+      bhttp::read(s, buffer, req, ec);
+      if (ec) return;
+      ++requests_;
+      {
+        std::lock_guard g(mu_);
+        last_host_ = std::string(req[bhttp::field::host]);
+      }
+      std::string target(req.target());
+      if (target == "/close") {
+        s.shutdown(tcp::socket::shutdown_both, ec);
+        return;
+      }
+      if (target == "/hang") {
+        char c;
+        s.read_some(net::buffer(&c, 1), ec);  // until the client or the test closes it
+        return;
+      }
+      bhttp::response<bhttp::string_body> res{bhttp::status::created, 11};
+      res.set("X-Echo-Body", req.body());
+      res.body() = target == "/big" ? std::string(4096, 'x') : "hello";
+      res.keep_alive(true);
+      res.prepare_payload();
+      bhttp::write(s, res, ec);
+      if (ec) return;
+    }
+  }
+
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::thread accept_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> connections_{0};
+  std::atomic<int> requests_{0};
+  std::mutex mu_;
+  std::list<tcp::socket> sockets_;
+  std::vector<std::thread> threads_;
+  std::string last_host_;
+};
+
+UpstreamResult Exchange(UpstreamPool& pool, std::string target, std::string body = "{}") {
+  std::promise<UpstreamResult> promise;
+  auto future = promise.get_future();
+  UpstreamRequest req;
+  req.method = "POST";
+  req.target = std::move(target);
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = std::move(body);
+  pool.Send(std::move(req), [&promise](UpstreamResult r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+std::unique_ptr<UpstreamPool> MakePool(UpstreamOptions options) {
+  auto pool = UpstreamPool::Create(options);
+  EXPECT_TRUE(pool) << pool.error().message;
+  return pool ? std::move(*pool) : nullptr;
+}
+
+TEST(UpstreamPoolTest, AnswersAndReusesTheConnection) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  for (int i = 0; i < 3; ++i) {
+    UpstreamResult r = Exchange(*pool, "/ok", "body" + std::to_string(i));
+    ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+    EXPECT_EQ(r.response.status, 201);
+    EXPECT_EQ(r.response.body, "hello");
+    bool echoed = false;
+    for (const auto& h : r.response.headers) {
+      if (h.name == "X-Echo-Body") echoed = h.value == "body" + std::to_string(i);
+    }
+    EXPECT_TRUE(echoed);
+  }
+  EXPECT_EQ(server.connections(), 1) << "keep-alive: one connection for three requests";
+  EXPECT_EQ(server.last_host(), pool->host_header());
+}
+
+TEST(UpstreamPoolTest, IdleConnectionsOlderThanTheLimitAreNotReused) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .max_idle = std::chrono::milliseconds(0)});
+  ASSERT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+  ASSERT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+  EXPECT_EQ(server.connections(), 2);
+}
+
+TEST(UpstreamPoolTest, ConnectionRefusedIsNotSent) {
+  unsigned short port;
+  {
+    net::io_context ioc;
+    tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    port = a.local_endpoint().port();
+  }  // closed: nothing listens there now
+  auto pool = MakePool({.url = "http://127.0.0.1:" + std::to_string(port)});
+  UpstreamResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent);
+  EXPECT_NE(r.detail.find("cannot connect"), std::string::npos) << r.detail;
+}
+
+TEST(UpstreamPoolTest, UnresolvableHostIsNotSent) {
+  auto pool = MakePool({.url = "http://no-such-host.invalid:80"});
+  UpstreamResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent) << r.detail;
+}
+
+TEST(UpstreamPoolTest, ClosedAfterTheRequestIsMaybeSent) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Exchange(*pool, "/close");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(UpstreamPoolTest, NoAnswerInTimeIsMaybeSentAndTimedOut) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .response_timeout = std::chrono::milliseconds(200)});
+  UpstreamResult r = Exchange(*pool, "/hang");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_TRUE(r.timed_out);
+}
+
+TEST(UpstreamPoolTest, BodyOverTheLimitIsMaybeSentTooLargeWithItsStatus) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .max_response_bytes = 1024});
+  UpstreamResult r = Exchange(*pool, "/big");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_TRUE(r.too_large);
+  EXPECT_EQ(r.response.status, 201);
+  // The pool still works.
+  EXPECT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+}
+
+TEST(UpstreamPoolTest, BaseUrlPathIsPrefixed) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url() + "/ok/"});
+  // "/ok/" + "" is not "/ok": the server answers 201 to anything but the
+  // special paths, so check the pool joined them without a double slash.
+  UpstreamResult r = Exchange(*pool, "");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kResponse);
+}
+
+TEST(UpstreamPoolTest, RefusesBadUrls) {
+  for (std::string url : {"ftp://x", "http://", "not a url", "http://u:p@host/", "http://h/?q=1"}) {
+    auto pool = UpstreamPool::Create({.url = url});
+    ASSERT_FALSE(pool) << url;
+    EXPECT_EQ(pool.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(pool.error().message.find("upstream URL"), std::string::npos);
+  }
+  auto pool = UpstreamPool::Create({.url = "https://127.0.0.1:1", .ca_file = "/no/such/ca.pem"});
+  ASSERT_FALSE(pool);
+  EXPECT_NE(pool.error().message.find("CA file"), std::string::npos);
+}
+
+TEST(UpstreamPoolTest, SendAfterStopIsNotSent) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  pool->Stop();
+  UpstreamResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent);
+  EXPECT_EQ(server.requests(), 0);
+}
+
+}  // namespace
+}  // namespace idem::proxy

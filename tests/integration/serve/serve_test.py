@@ -1,0 +1,452 @@
+#!/usr/bin/env python3
+"""Integration tests of `idemgate serve` (the ledger API): real binaries on port 0, driven by the
+runtime helpers in examples/ledger-helpers (Python, and Node for the .mjs one) and by raw HTTP.
+
+    IDEMGATE=build/idemgate [IDEM_REDIS_URL_FILE=build/redis-single/url] \
+        python3 tests/integration/serve/serve_test.py [unittest args...]
+
+The shared-store test needs a real Redis: CTest starts one (the `redis` fixture) and passes its
+URL file; run by hand without it, that test fails rather than pass unseen. Standard library only.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+HELPERS = os.path.join(ROOT, "examples", "ledger-helpers")
+sys.path.insert(0, HELPERS)
+import idemgate_ledger  # noqa: E402
+
+BINARY = os.environ.get("IDEMGATE", os.path.join(ROOT, "build", "idemgate"))
+DEADLINE = 30  # seconds; a safety net for a broken build, never a timing assumption
+
+CONFIG_TENANTS = """
+[[tenant]]
+name = "alice"
+tokens = ["t-alice"]
+
+[[tenant]]
+name = "bob"
+tokens = ["t-bob"]
+
+[[tenant]]
+name = "ops"
+tokens = ["t-root"]
+admin = true
+"""
+
+
+class Serve:
+    """One `idemgate serve` process on 127.0.0.1:0."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([BINARY, "serve", *args], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.lines = []
+        self.url = None
+        ready = threading.Event()
+
+        def pump():
+            for raw in self.proc.stderr:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.lines.append(line)
+                m = re.search(r"listening on (http://\S+)", line)
+                if m and not self.url:
+                    self.url = m.group(1)
+                    ready.set()
+            ready.set()
+            self.proc.stderr.close()
+
+        self.pump = threading.Thread(target=pump, daemon=True)
+        self.pump.start()
+        ready.wait(DEADLINE)
+        if not self.url:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("idemgate serve did not start: " + "\n".join(self.lines))
+
+    def stop(self):
+        """SIGTERM; returns the exit status (a graceful stop exits 0)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(DEADLINE)
+        self.pump.join(DEADLINE)
+        return code
+
+
+def http(method, url, body=None, token=None, content_type="application/json", raw=None):
+    """Returns (status, headers, parsed JSON or text)."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    headers = {}
+    if data is not None and content_type:
+        headers["Content-Type"] = content_type
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=DEADLINE) as res:
+            status, hdrs, text = res.status, dict(res.headers), res.read().decode()
+    except urllib.error.HTTPError as e:
+        status, hdrs, text = e.code, dict(e.headers), e.read().decode()
+    try:
+        return status, hdrs, json.loads(text) if text else None
+    except ValueError:
+        return status, hdrs, text
+
+
+class ServeTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="idemgate-serve-")
+        self.store = "sqlite:" + os.path.join(self.dir, "idemgate.db")
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def serve(self, *args, store=None):
+        listen = () if "--listen" in args else ("--listen", "127.0.0.1:0")
+        s = Serve(*listen, "--store", store or self.store, *args)
+        self.servers.append(s)
+        return s
+
+    def tenant_config(self):
+        path = os.path.join(self.dir, "idemgate.toml")
+        with open(path, "w") as f:
+            f.write(CONFIG_TENANTS)
+        return path
+
+    # ── the Python helper ──
+
+    def test_python_helper_executes_once_and_replays_the_retry(self):
+        s = self.serve()
+        ledger = idemgate_ledger.Ledger(s.url)
+        runs = []
+
+        def create_ticket(title):
+            with ledger.call("turn-1", "create_ticket", {"title": title, "n": 12345678901234567891}) as c:
+                if c.replayed:
+                    return c.outcome["result"], True
+                runs.append(title)
+                result = {"id": len(runs), "title": title}
+                c.complete(result)
+                return result, False
+
+        first, replayed = create_ticket("printer on fire")
+        self.assertFalse(replayed)
+        again, replayed = create_ticket("printer on fire")
+        self.assertTrue(replayed)
+        self.assertEqual(again, first)
+        self.assertEqual(runs, ["printer on fire"])
+        other, replayed = create_ticket("another")  # different arguments: a new call
+        self.assertFalse(replayed)
+        self.assertEqual(len(runs), 2)
+
+        # An exception marks the call unknown: a retry is told not to repeat it blindly.
+        with self.assertRaises(RuntimeError):
+            with ledger.call("turn-2", "charge", {"cents": 100}):
+                raise RuntimeError("network cut after sending")
+        with self.assertRaises(idemgate_ledger.LedgerError) as err:
+            with ledger.call("turn-2", "charge", {"cents": 100}):
+                self.fail("must not run")
+        self.assertEqual(err.exception.status, 409)
+        self.assertEqual(err.exception.type, "outcome-unknown")
+
+        # NotSent releases: the retry executes.
+        with self.assertRaises(idemgate_ledger.NotSent):
+            with ledger.call("turn-3", "charge", {"cents": 5}):
+                raise idemgate_ledger.NotSent()
+        with ledger.call("turn-3", "charge", {"cents": 5}) as c:
+            self.assertFalse(c.replayed)
+            c.complete({"ok": True}, status="error")  # a tool error is stored and replayed
+        with ledger.call("turn-3", "charge", {"cents": 5}) as c:
+            self.assertTrue(c.replayed)
+            self.assertEqual(c.outcome, {"status": "error", "result": {"ok": True}})
+        self.assertEqual(s.stop(), 0)
+
+        # The graceful stop flushed the audit log.
+        audit = subprocess.run([BINARY, "audit", "--store", self.store, "--json"],
+                               capture_output=True, timeout=DEADLINE)
+        self.assertEqual(audit.returncode, 0, audit.stderr)
+        outcomes = [json.loads(line)["outcome"] for line in audit.stdout.decode().splitlines()]
+        self.assertIn("executed", outcomes)
+        self.assertIn("replayed", outcomes)
+        self.assertIn("unknown", outcomes)
+        self.assertIn("released", outcomes)
+
+    def test_node_helper_executes_once_and_replays_the_retry(self):
+        if shutil.which("node") is None:
+            self.fail("node is not installed (scripts/setup installs it)")
+        s = self.serve()
+        script = os.path.join(self.dir, "drive.mjs")
+        with open(script, "w") as f:
+            f.write("""
+import { withIdempotency, LedgerError } from %s;
+let runs = 0;
+const call = () => withIdempotency(
+  { url: process.argv[2], turnId: "t-node", tool: "deploy", args: { service: "api", v: 7 } },
+  async () => { runs += 1; return { deployed: "api@7", run: runs }; });
+const first = await call();
+const second = await call();
+let failed = null;
+try {
+  await withIdempotency({ url: process.argv[2], turnId: "t-node", tool: "deploy", args: { v: 8 } },
+    async () => { throw new Error("lost connection"); });
+} catch (e) { failed = e.message; }
+let condition = null;
+try {
+  await withIdempotency({ url: process.argv[2], turnId: "t-node", tool: "deploy", args: { v: 8 } },
+    async () => "must not run");
+} catch (e) { condition = e instanceof LedgerError ? e.type : String(e); }
+console.log(JSON.stringify({ first, second, runs, failed, condition }));
+""" % json.dumps(os.path.join(HELPERS, "idemgate-ledger.mjs")))
+        p = subprocess.run(["node", script, s.url], capture_output=True, timeout=DEADLINE)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        out = json.loads(p.stdout)
+        self.assertFalse(out["first"]["replayed"])
+        self.assertTrue(out["second"]["replayed"])
+        self.assertEqual(out["second"]["result"], {"deployed": "api@7", "run": 1})
+        self.assertEqual(out["runs"], 1)
+        self.assertEqual(out["failed"], "lost connection")
+        self.assertEqual(out["condition"], "outcome-unknown")
+
+    # ── several instances, one Redis ──
+
+    def test_concurrent_begins_over_three_instances_execute_once(self):
+        url_file = os.environ.get("IDEM_REDIS_URL_FILE")
+        if not url_file or not os.path.exists(url_file):
+            self.fail("needs a Redis: set IDEM_REDIS_URL_FILE (CTest's redis fixture does)")
+        with open(url_file) as f:
+            redis_url = f.read().strip()
+        servers = [self.serve(store=redis_url) for _ in range(3)]
+        turn = "storm-" + uuid.uuid4().hex
+        n = 30
+        arrived = threading.Semaphore(0)
+        go = threading.Barrier(n)
+        results = [None] * n
+        executions = []
+
+        def attempt(i):
+            ledger = idemgate_ledger.Ledger(servers[i % 3].url)
+            go.wait()
+            arrived.release()
+            try:
+                with ledger.call(turn, "refund", {"order": 42, "cents": 1999}) as c:
+                    if c.replayed:
+                        results[i] = ("replay", c.attached, c.outcome)
+                        return
+                    executions.append(i)
+                    # Hold the call until every other attempt has been sent, so that they
+                    # find it running and attach to it.
+                    for _ in range(n - 1):
+                        arrived.acquire(timeout=DEADLINE)
+                    threading.Event().wait(1.0)
+                    c.complete({"refund": "re_1", "by": i})
+                    results[i] = ("execute", False, c.outcome)
+            except Exception as e:  # noqa: BLE001 - reported below
+                results[i] = ("error", False, repr(e))
+
+        threads = [threading.Thread(target=attempt, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(DEADLINE * 2)
+        errors = [r for r in results if r is None or r[0] == "error"]
+        self.assertEqual(errors, [])
+        self.assertEqual(len(executions), 1)
+        kinds = [r[0] for r in results]
+        self.assertEqual(kinds.count("execute"), 1)
+        self.assertEqual(kinds.count("replay"), n - 1)
+        outcome = results[executions[0]][2]
+        for r in results:
+            self.assertEqual(r[2], outcome)
+        self.assertGreaterEqual(sum(1 for r in results if r[1]), 1, "nobody attached")
+        for s in servers:
+            self.assertEqual(s.stop(), 0)
+
+    # ── tenants and admin ──
+
+    def test_tenants_never_share_records(self):
+        s = self.serve("--config", self.tenant_config())
+        alice = idemgate_ledger.Ledger(s.url, token="t-alice")
+        bob = idemgate_ledger.Ledger(s.url, token="t-bob")
+        for ledger, who in ((alice, "alice"), (bob, "bob")):
+            with ledger.call(None, "create_user", {"email": "x@y"}, key="same-key") as c:
+                self.assertFalse(c.replayed, who)  # the other tenant's record is not ours
+                c.complete({"created_by": who})
+        for ledger, who in ((alice, "alice"), (bob, "bob")):
+            with ledger.call(None, "create_user", {"email": "x@y"}, key="same-key") as c:
+                self.assertTrue(c.replayed)
+                self.assertEqual(c.outcome["result"], {"created_by": who})
+        # Derived keys too: same turn, tool and arguments in two tenants.
+        with alice.call("t1", "pay", {"cents": 1}) as c:
+            c.complete("alice paid")
+        with bob.call("t1", "pay", {"cents": 1}) as c:
+            self.assertFalse(c.replayed)
+            c.complete("bob paid")
+
+    def test_admin_token_needed_for_other_tenants_evict_and_resolve(self):
+        s = self.serve("--config", self.tenant_config())
+        alice = idemgate_ledger.Ledger(s.url, token="t-alice")
+        with alice.call(None, "send_email", {"to": "a@b"}, key="k-1") as c:
+            c.complete({"sent": True})
+        rec = s.url + "/v1/records/k-1"
+
+        status, _, body = http("GET", rec, token="t-alice")
+        self.assertEqual(status, 200)
+        self.assertEqual(body["state"], "completed")
+        self.assertEqual(body["outcome"], {"status": "success", "result": {"sent": True}})
+        self.assertEqual(http("GET", rec, token="t-bob")[0], 404)  # not in bob's tenant
+        self.assertEqual(http("GET", rec + "?tenant=alice", token="t-bob")[0], 403)
+        self.assertEqual(http("GET", rec + "?tenant=alice", token="t-root")[0], 200)
+        status, headers, body = http("GET", rec)
+        self.assertEqual(status, 401)
+        self.assertEqual(headers.get("WWW-Authenticate"), "Bearer")
+        self.assertEqual(http("GET", rec, token="wrong")[0], 401)
+
+        self.assertEqual(http("DELETE", rec, token="t-alice")[0], 403)
+        self.assertEqual(http("DELETE", rec)[0], 401)
+        self.assertEqual(http("POST", rec + "/resolve", {"release": True}, token="t-alice")[0], 403)
+        self.assertEqual(http("GET", s.url + "/v1/attempts?tenant=bob", token="t-alice")[0], 403)
+        status, _, body = http("GET", s.url + "/v1/attempts?key=k-1", token="t-alice")
+        self.assertEqual(status, 200)
+        self.assertEqual([a["outcome"] for a in body["attempts"]], ["executed"])
+
+        # An unknown record, settled by the admin.
+        with self.assertRaises(RuntimeError):
+            with alice.call(None, "send_email", {"to": "c@d"}, key="k-2"):
+                raise RuntimeError("timeout")
+        k2 = s.url + "/v1/records/k-2"
+        self.assertEqual(http("GET", k2, token="t-alice")[2]["state"], "unknown")
+        status, _, body = http("POST", k2 + "/resolve?tenant=alice",
+                               {"outcome": {"status": "success", "result": "sent once"}},
+                               token="t-root")
+        self.assertEqual(status, 200, body)
+        with alice.call(None, "send_email", {"to": "c@d"}, key="k-2") as c:
+            self.assertTrue(c.replayed)
+            self.assertEqual(c.outcome["result"], "sent once")
+
+        status, _, body = http("DELETE", rec + "?tenant=alice", token="t-root")
+        self.assertEqual((status, body["evicted"]), (200, True))
+        self.assertEqual(http("GET", rec, token="t-alice")[0], 404)
+        with alice.call(None, "send_email", {"to": "a@b"}, key="k-1") as c:
+            self.assertFalse(c.replayed)  # evicted: the next attempt executes
+            c.complete({"sent": "again"})
+
+        # Admin endpoints: health is public, metrics need the admin token.
+        self.assertEqual(http("GET", s.url + "/healthz")[0], 200)
+        self.assertEqual(http("GET", s.url + "/readyz")[0], 200)
+        self.assertEqual(http("GET", s.url + "/metrics")[0], 401)
+        self.assertEqual(http("GET", s.url + "/metrics", token="t-alice")[0], 403)
+        status, _, text = http("GET", s.url + "/metrics", token="t-root")
+        self.assertEqual(status, 200)
+        self.assertIn("idemgate_", text)
+
+    def test_non_loopback_bind_needs_tokens_or_insecure_no_auth(self):
+        p = subprocess.run([BINARY, "serve", "--listen", "0.0.0.0:0", "--store", self.store],
+                           capture_output=True, timeout=DEADLINE)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"--insecure-no-auth", p.stderr)
+        self.serve("--listen", "0.0.0.0:0", "--insecure-no-auth").stop()
+        self.serve("--listen", "0.0.0.0:0", "--config", self.tenant_config()).stop()
+
+    # ── the steps and bad input ──
+
+    def test_steps_and_fences(self):
+        path = os.path.join(self.dir, "short-wait.toml")
+        with open(path, "w") as f:
+            f.write('[defaults]\nwait = "200ms"\n')  # a duplicate waits this long, then 409
+        s = self.serve("--config", path)
+        status, _, d = http("POST", s.url + "/v1/calls/begin",
+                            {"turn_id": "t", "tool": "deploy", "args": {"v": 1}})
+        self.assertEqual(status, 200)
+        self.assertEqual(d["decision"], "execute")
+        key, fence = d["key"], d["fence"]
+        self.assertEqual(d["lease_ms"], 30000)
+        step = lambda name, **extra: http("POST", s.url + "/v1/calls/" + name,  # noqa: E731
+                                          {"key": key, "fence": fence, **extra})
+        status, _, hb = step("heartbeat")
+        self.assertEqual(status, 200)
+        self.assertIn("lease_expires_at", hb)
+        status, _, p = http("POST", s.url + "/v1/calls/complete",
+                            {"key": key, "fence": fence + 1,
+                             "outcome": {"status": "success", "result": 1}})
+        self.assertEqual(status, 409)
+        self.assertTrue(p["type"].endswith("/lost-lease"), p)
+        status, headers, p = http("POST", s.url + "/v1/calls/begin",
+                                  {"turn_id": "t", "tool": "deploy", "args": {"v": 1}})
+        self.assertEqual(status, 409)  # still in progress after policy.wait
+        self.assertTrue(p["type"].endswith("/in-progress"), p)
+        self.assertIn("Retry-After", headers)
+        self.assertEqual(step("release")[0], 200)
+        status, _, p = step("complete", outcome={"status": "success", "result": 1})
+        self.assertEqual(status, 404)
+        self.assertTrue(p["type"].endswith("/no-record"))
+
+    def test_bad_input_gets_a_clear_400_and_changes_nothing(self):
+        s = self.serve("--max-body-bytes", "2KiB")
+        begin = s.url + "/v1/calls/begin"
+        with idemgate_ledger.Ledger(s.url).call("t", "keep", {"a": 1}) as c:
+            c.complete("kept")
+        _, _, before = http("GET", s.url + "/v1/attempts")
+        cases = [
+            (begin, {"args": {}}, 400, '"tool"'),
+            (begin, {"tool": 5}, 400, '"tool" must be a string'),
+            (begin, {"tool": "x", "args": [1]}, 400, '"args" must be a JSON object'),
+            (begin, {"tool": "x", "mode": "sideways"}, 400, '"mode"'),
+            (begin, {"tool": "x", "mode": "explicit"}, 400, '"key"'),
+            (begin, {"tool": "x", "key": "has space"}, 400, "key"),
+            (begin, {"tool": "x", "tools": "typo"}, 400, 'unknown member "tools"'),
+            (begin, {"tool": "x", "mode": "fields"}, 400, '"fields"'),
+            (s.url + "/v1/calls/complete", {"key": "k", "fence": "1"}, 400, '"fence"'),
+            (s.url + "/v1/calls/complete", {"key": "k", "fence": 1}, 400, '"outcome"'),
+            (s.url + "/v1/calls/complete",
+             {"key": "k", "fence": 1, "outcome": {"status": "ok"}}, 400, '"outcome.status"'),
+            (s.url + "/v1/calls/release", {"fence": 1}, 400, '"key"'),
+        ]
+        for url, body, want, needle in cases:
+            status, headers, p = http("POST", url, body)
+            self.assertEqual(status, want, (body, p))
+            self.assertEqual(headers.get("Content-Type"), "application/problem+json")
+            self.assertIn(needle, p["detail"], body)
+        status, _, p = http("POST", begin, raw=b'{"tool": "x", "args": {"a": 1, "a": 2}}')
+        self.assertEqual(status, 400)
+        self.assertIn("duplicate", p["detail"])
+        status, _, p = http("POST", begin, raw=b'{"tool": ')
+        self.assertEqual(status, 400)
+        self.assertIn("not valid JSON", p["detail"])
+        status, _, p = http("POST", begin, raw=b'{"tool":"x"}', content_type="text/plain")
+        self.assertEqual(status, 415)
+        status, _, p = http("POST", begin, {"tool": "x", "args": {"blob": "z" * 4096}})
+        self.assertEqual(status, 413)
+        self.assertIn("max_body_bytes", p["detail"])
+        status, _, p = http("GET", s.url + "/v1/attempts?outcome=maybe")
+        self.assertEqual(status, 400)
+        self.assertEqual(http("GET", s.url + "/v1/nope")[0], 404)
+        self.assertEqual(http("GET", begin)[0], 405)
+
+        # Nothing was stored or logged by any of them.
+        _, _, after = http("GET", s.url + "/v1/attempts")
+        self.assertEqual(after, before)
+        for tool in ("x", "tools"):
+            status, _, d = http("POST", begin, {"tool": tool, "turn_id": "t-check"})
+            self.assertEqual(d["decision"], "execute")
+
+
+if __name__ == "__main__":
+    unittest.main()
