@@ -72,6 +72,7 @@ void LeaseKeeper::Abandon(const RecordId& id, std::string owner, TimePoint give_
   if (abandons_.size() >= kMaxPendingAbandons) abandons_.erase(abandons_.begin());
   abandons_.emplace(next_ticket_++, PendingAbandon{id, std::move(owner), give_up_at, clock_.Now(),
                                                    kFirstAbandonRetry});
+  abandons_pending_ = abandons_.size();
   cv_.notify_all();
 }
 
@@ -84,6 +85,7 @@ bool LeaseKeeper::Settled(const Result<void>& r) {
 }
 
 Result<void> LeaseKeeper::AbandonNow(const RecordId& id) {
+  if (abandons_pending_ == 0) return {};  // the common case, on every claim
   std::vector<std::pair<uint64_t, PendingAbandon>> mine;
   {
     std::lock_guard g(mu_);
@@ -96,6 +98,7 @@ Result<void> LeaseKeeper::AbandonNow(const RecordId& id) {
     if (!Settled(r)) return r;  // still pending: the keeper keeps trying
     std::lock_guard g(mu_);
     abandons_.erase(ticket);
+    abandons_pending_ = abandons_.size();
   }
   return {};
 }
@@ -118,6 +121,7 @@ void LeaseKeeper::RunAbandons(std::vector<std::pair<uint64_t, PendingAbandon>> w
     if (it == abandons_.end()) continue;  // AbandonNow settled it meanwhile
     if (settled || now >= it->second.give_up_at) {
       abandons_.erase(it);
+      abandons_pending_ = abandons_.size();
     } else {
       it->second.next_due = now + it->second.backoff;
       it->second.backoff = std::min(it->second.backoff * 2, kMaxAbandonRetry);

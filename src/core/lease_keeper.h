@@ -5,6 +5,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -30,9 +31,9 @@ class LeaseKeeper {
   void Stop(uint64_t ticket);
   // True once a heartbeat found the record gone or its fence moved on.
   bool lost(uint64_t ticket);
-  // Heartbeats sent so far (for tests: wait for a count, never sleep).
   // Leases being renewed now: executions in flight (for metrics).
   size_t running();
+  // Heartbeats sent so far (for tests: wait for a count, never sleep).
   uint64_t heartbeats();
   void AwaitHeartbeats(uint64_t n);
 
@@ -80,6 +81,9 @@ class LeaseKeeper {
   std::map<uint64_t, Lease> leases_;
   std::map<uint64_t, bool> lost_;
   std::map<uint64_t, PendingAbandon> abandons_;  // by ticket: oldest first
+  // abandons_.size(), readable without mu_: AbandonNow runs before every
+  // claim and must not take the keeper's lock when nothing is pending.
+  std::atomic<size_t> abandons_pending_{0};
   uint64_t next_ticket_ = 1;
   uint64_t heartbeats_ = 0;
   bool stop_ = false;
