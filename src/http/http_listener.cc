@@ -29,7 +29,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "mcp/http_protocol.h"  // ParseHostPort, FormatHostPort, PrintableExcerpt
+#include "mcp/http_protocol.h"  // FormatHostPort, IsHostAllowedOnLoopback, PrintableExcerpt
+#include "mcp/listen_socket.h"
 
 namespace idem::http {
 namespace {
@@ -525,39 +526,13 @@ HttpListener::~HttpListener() { Stop(); }
 Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenerOptions& options,
                                                           Handler handler) {
   if (!handler) return MakeError(ErrorCode::kInvalidArgument, "no request handler");
-  Result<mcp::HostPort> where = mcp::ParseHostPort(options.listen);
-  if (!where) return std::unexpected(where.error());
   auto server = std::make_shared<Server>(options, std::move(handler));
 
-  beast::error_code ec;
-  tcp::resolver resolver(server->ioc);
-  auto results = resolver.resolve(where->host, std::to_string(where->port),
-                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || results.empty()) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "cannot resolve listen host '" + where->host + "': " + ec.message());
-  }
-  bool loopback = true;
-  for (const auto& entry : results) loopback = loopback && entry.endpoint().address().is_loopback();
-  if (!loopback && !options.authenticate && !options.insecure_no_auth) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "refusing to listen on " + options.listen +
-                         ": it is not a loopback address and no tokens are configured; add "
-                         "[[tenant]] tokens to the config, bind 127.0.0.1, or pass "
-                         "--insecure-no-auth (DESIGN.md §8)");
-  }
-  tcp::endpoint endpoint = results.begin()->endpoint();
-  server->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) server->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) server->acceptor.bind(endpoint, ec);
-  if (!ec) server->acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return MakeError(ErrorCode::kUnavailable,
-                     "cannot listen on " + options.listen + ": " + ec.message());
-  }
-  tcp::endpoint local = server->acceptor.local_endpoint(ec);
-  server->bound = mcp::FormatHostPort(local.address().to_string(), local.port());
-  server->loopback = local.address().is_loopback();
+  Result<mcp::ListeningSocket> socket = mcp::OpenListeningSocket(
+      server->acceptor, options.listen, bool(options.authenticate), options.insecure_no_auth);
+  if (!socket) return std::unexpected(socket.error());
+  server->bound = socket->bound;
+  server->loopback = socket->loopback;
   server->work.emplace(server->ioc.get_executor());
   server->Accept();
   int threads = std::max(1, options.threads);

@@ -22,6 +22,7 @@
 #include "mcp/http_jsonrpc.h"
 #include "mcp/http_protocol.h"
 #include "mcp/http_server_session.h"
+#include "mcp/listen_socket.h"
 #include "mcp/sse.h"
 
 namespace idem::mcp {
@@ -57,7 +58,9 @@ class Connection;
 
 struct HttpMcpServer::Impl : std::enable_shared_from_this<HttpMcpServer::Impl> {
   Impl(const HttpServerOptions& o, HttpSessionFactory f)
-      : options(o), factory(std::move(f)), acceptor(net::make_strand(ioc)),
+      : options(o),
+        factory(std::move(f)),
+        acceptor(net::make_strand(ioc)),
         sweep_timer(acceptor.get_executor()) {}
 
   void Accept();
@@ -1061,43 +1064,17 @@ Result<std::unique_ptr<HttpMcpServer>> HttpMcpServer::Start(
 
 Result<std::unique_ptr<HttpMcpServer>> HttpMcpServer::Start(const HttpServerOptions& options,
                                                             HttpSessionFactory on_session) {
-  Result<HostPort> where = ParseHostPort(options.listen);
-  if (!where) return std::unexpected(where.error());
   if (!on_session) return MakeError(ErrorCode::kInvalidArgument, "no session factory");
   if (options.path.empty() || options.path.front() != '/') {
     return MakeError(ErrorCode::kInvalidArgument, "the MCP endpoint path must start with '/'");
   }
   auto impl = std::make_shared<Impl>(options, std::move(on_session));
 
-  beast::error_code ec;
-  tcp::resolver resolver(impl->ioc);
-  auto results = resolver.resolve(where->host, std::to_string(where->port),
-                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || results.empty()) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "cannot resolve listen host '" + where->host + "': " + ec.message());
-  }
-  bool loopback = true;
-  for (const auto& entry : results) loopback = loopback && entry.endpoint().address().is_loopback();
-  if (!loopback && !options.authenticate && !options.insecure_no_auth) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "refusing to listen on " + options.listen +
-                         ": it is not a loopback address and no tokens are configured; add "
-                         "[[tenant]] tokens to the config, bind 127.0.0.1, or pass "
-                         "--insecure-no-auth (DESIGN.md §8)");
-  }
-  tcp::endpoint endpoint = results.begin()->endpoint();
-  impl->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(endpoint, ec);
-  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return MakeError(ErrorCode::kUnavailable,
-                     "cannot listen on " + options.listen + ": " + ec.message());
-  }
-  tcp::endpoint local = impl->acceptor.local_endpoint(ec);
-  impl->bound = FormatHostPort(local.address().to_string(), local.port());
-  impl->bound_loopback = local.address().is_loopback();
+  Result<ListeningSocket> socket = OpenListeningSocket(
+      impl->acceptor, options.listen, bool(options.authenticate), options.insecure_no_auth);
+  if (!socket) return std::unexpected(socket.error());
+  impl->bound = socket->bound;
+  impl->bound_loopback = socket->loopback;
   impl->work.emplace(impl->ioc.get_executor());
   impl->Accept();
   impl->Sweep();
