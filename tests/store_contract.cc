@@ -1,6 +1,7 @@
 #include "store_contract.h"
 
 #include <atomic>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -75,6 +76,52 @@ TEST_P(StoreContractTest, CompleteStoresOutcomeAndGetReturnsIt) {
   ASSERT_TRUE(again);
   EXPECT_FALSE(again->claimed);
   EXPECT_EQ(again->record.state, RecordState::kCompleted);
+}
+
+// A store that reads without blocking (GetAsync true) answers exactly what
+// Get does: a completed record with its outcome, a running one, none at all,
+// and none once past retention. Stores without such a read say so.
+TEST_P(StoreContractTest, GetAsyncAgreesWithGet) {
+  auto get_async = [&](const RecordId& id) -> std::optional<Result<std::optional<Record>>> {
+    std::promise<Result<std::optional<Record>>> answer;
+    auto future = answer.get_future();
+    std::atomic<int> calls{0};
+    if (!store_->GetAsync(id, [&](Result<std::optional<Record>> r) {
+          ++calls;
+          answer.set_value(std::move(r));
+        })) {
+      return std::nullopt;
+    }
+    auto r = future.get();
+    EXPECT_EQ(calls.load(), 1);
+    return r;
+  };
+  auto done = store_->Claim(Req("done"));
+  auto running = store_->Claim(Req("running"));
+  ASSERT_TRUE(done && running);
+  ASSERT_TRUE(store_->Complete(done->record.id, done->record.fence, Ok("out"), kTtl));
+  const RecordId absent{"default", "absent"};
+  if (!get_async(done->record.id)) {
+    SUCCEED() << "this store has no asynchronous read";
+    return;
+  }
+  for (const RecordId& id : {done->record.id, running->record.id, absent}) {
+    auto sync = store_->Get(id);
+    auto async = *get_async(id);
+    ASSERT_TRUE(sync && async) << id.key;
+    ASSERT_EQ(sync->has_value(), async->has_value()) << id.key;
+    if (!sync->has_value()) continue;
+    EXPECT_EQ((*async)->state, (*sync)->state) << id.key;
+    EXPECT_EQ((*async)->fence, (*sync)->fence) << id.key;
+    EXPECT_EQ((*async)->fingerprint, (*sync)->fingerprint) << id.key;
+    EXPECT_EQ((*async)->expires_at, (*sync)->expires_at) << id.key;
+    EXPECT_EQ((*async)->outcome.has_value(), (*sync)->outcome.has_value()) << id.key;
+    if ((*sync)->outcome) EXPECT_EQ((*async)->outcome->body, (*sync)->outcome->body);
+  }
+  clock_.Advance(kTtl + 1s);
+  auto expired = *get_async(done->record.id);
+  ASSERT_TRUE(expired);
+  EXPECT_FALSE(expired->has_value()) << "a record past retention is not live";
 }
 
 TEST_P(StoreContractTest, OutcomeClassesRoundTrip) {

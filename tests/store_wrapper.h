@@ -37,6 +37,9 @@ class StoreWrapper : public Store {
     return target_.TakeOver(id, fence, lease);
   }
   Result<std::optional<Record>> Get(const RecordId& id) override { return target_.Get(id); }
+  bool GetAsync(const RecordId& id, GetDone done) override {
+    return target_.GetAsync(id, std::move(done));
+  }
   Result<bool> Evict(const RecordId& id) override { return target_.Evict(id); }
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override {
     return target_.WaitForChange(id, seen, deadline);
@@ -55,6 +58,17 @@ class StoreWrapper : public Store {
 
  protected:
   Store& target_;
+};
+
+// A store with GetAsync, answered with Get before GetAsync returns (a real
+// store answers later, on a thread of its own): for the callers' logic.
+class InlineAsyncReads : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  bool GetAsync(const RecordId& id, GetDone done) override {
+    done(target_.Get(id));
+    return true;
+  }
 };
 
 // Counts heartbeats and lets a test block until the n-th one (no sleeps).

@@ -40,6 +40,7 @@ class InstrumentedStore final : public Store {
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
   Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
+  bool GetAsync(const RecordId& id, GetDone done) override;  // timed as "get"
   Result<bool> Evict(const RecordId& id) override;
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
   Result<size_t> PurgeExpired(size_t limit) override;
@@ -71,6 +72,8 @@ class InstrumentedStore final : public Store {
   // Runs `fn` (the wrapped call), records its duration and any error.
   template <typename Fn>
   auto Measure(Op op, Fn&& fn) -> decltype(fn());
+  // Records an operation that began at `start` and ended now.
+  void Observe(Op op, std::chrono::steady_clock::time_point start, const Error* error);
 
   Store& target_;
   CounterFamily& errors_;

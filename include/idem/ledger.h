@@ -111,6 +111,19 @@ class Ledger {
   // store kept changing under us, kDataLoss for a corrupt store.
   Result<Decision> Begin(const Call& call);
 
+  // The answer to `call` if one read of its record settles it without a
+  // write or a wait: a completed record (kReplay, or kDrift when on_drift is
+  // reject) or an unknown one under on_unknown = fail (kUnknown), decided and
+  // logged exactly as Begin would; nullopt when only Begin can answer (no
+  // record, a running owner, a policy that writes, a failed read: Begin then
+  // reports the store's error). Without blocking the caller: the read is
+  // the store's GetAsync, and `done` runs exactly once, later, on a thread
+  // of the store's; it must not block. Returns false if the store has no
+  // such read (`done` is dropped; the caller goes to Begin). `call` must stay
+  // alive until `done` has run. Fronts call it on their I/O thread, so that
+  // a retry of a finished call costs one pipelined read and no claim.
+  bool SettledAsync(const Call& call, std::function<void(std::optional<Decision>)> done);
+
   // Persists the outcome of an execution. Durable before it returns; the
   // caller may answer only after it returns OK. kAborted: this owner lost the
   // record (lease expired and someone took over) and must not answer with its
@@ -166,6 +179,8 @@ class Ledger {
  private:
   Result<Decision> Decide(const Call& call, Record record, TimePoint started_at);
   Result<Decision> OnOwnerGone(const Call& call, const Record& record, TimePoint started_at);
+  std::optional<Decision> Final(const Call& call, Record& record, TimePoint started_at,
+                                bool waited);
   Decision Finish(const Call& call, Decision d, AttemptOutcome logged);
 
   Store& store_;

@@ -11,6 +11,7 @@
 // kDataLoss for a corrupt backend.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,7 +30,7 @@ struct ClaimRequest {
   std::string fingerprint;
   std::string tool;
   std::string turn;
-  Duration lease{30'000};       // owner presumed dead after this without a heartbeat
+  Duration lease{30'000};          // owner presumed dead after this without a heartbeat
   Duration retention{86'400'000};  // how long the record lives if nobody completes it
   // Names the attempt that claims: random, 128 bits, new for every attempt
   // (the Ledger draws it). Stored in the record so that an attempt whose claim
@@ -105,6 +106,19 @@ class Store {
   // The live record, or nullopt if absent or past retention.
   virtual Result<std::optional<Record>> Get(const RecordId& id) = 0;
 
+  // Get without blocking the caller, for stores that can (one pipelined
+  // connection instead of a blocked thread per read). True if the store took
+  // the read: `done` then runs exactly once, later, on a thread of the
+  // store's, with what Get would return (kUnavailable if the store closes
+  // first); it must not block. False (the default) if this store has no such
+  // read: `done` is dropped and the caller uses Get.
+  using GetDone = std::function<void(Result<std::optional<Record>>)>;
+  virtual bool GetAsync(const RecordId& id, GetDone done) {
+    (void)id;
+    (void)done;
+    return false;
+  }
+
   // Removes the record whatever its state. Returns whether one existed.
   virtual Result<bool> Evict(const RecordId& id) = 0;
 
@@ -113,7 +127,8 @@ class Store {
   // at once for changes made through this process; changes made by other
   // processes are seen by the backend's notification or, at worst, by
   // polling. Returns without error on timeout; the caller re-reads.
-  virtual Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) = 0;
+  virtual Result<void> WaitForChange(const RecordId& id, const Record& seen,
+                                     TimePoint deadline) = 0;
 
   // Deletes up to `limit` records past retention. Returns how many.
   virtual Result<size_t> PurgeExpired(size_t limit) = 0;
@@ -125,7 +140,8 @@ class Store {
   virtual Result<void> AppendAttempts(const std::vector<Attempt>& attempts) = 0;
   virtual Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) = 0;
   // Counts per tool and outcome of the attempts matching `filter` (limit ignored).
-  virtual Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) = 0;
+  virtual Result<std::map<std::string, ToolStats>> SummarizeAttempts(
+      const AttemptFilter& filter) = 0;
 };
 
 // Tuning shared by the backends. Every field documents its default.

@@ -9,6 +9,22 @@
 //   after_persist  the outcome is durable in the store, not yet answered
 //   before_reply   the front is about to write the answer to its client
 //
+// Where each front passes them:
+//   every front    after_claim in Ledger::Begin, after_persist in
+//                  Ledger::Complete (src/core/ledger.cc).
+//   idemgate mcp   after_send once the tools/call is handed to the upstream
+//                  transport, after_answer when its response arrived,
+//                  before_reply before any answer to a gated call
+//                  (src/mcp/mcp_session.cc).
+//   idemgate http  after_send once a gated request is completely written to
+//                  the upstream (UpstreamRequest::on_written), after_answer
+//                  when the upstream's answer (or its too-large head) arrived,
+//                  before_reply before any answer to a gated request, fresh or
+//                  replayed (src/proxy/reverse_proxy.cc).
+//   idemgate serve before_reply before the answer of /v1/calls/begin and
+//                  /v1/calls/complete (src/http/ledger_api.cc). No after_send
+//                  or after_answer: the runtime, not idemgate, calls the tool.
+//
 // Compiled in only with the CMake option IDEM_FAULT_POINTS (the test build);
 // elsewhere FaultPoint is empty and CheckFaultPointSetting refuses to start
 // with the variable set, so a release binary never silently ignores it.
@@ -22,9 +38,12 @@
 namespace idem {
 
 #ifdef IDEM_FAULT_POINTS
+inline constexpr bool kFaultPoints = true;
 // SIGKILLs the process if IDEMGATE_FAULT_POINT selects this passage of `name`.
 void FaultPoint(std::string_view name);
 #else
+// For a hook that exists only to pass a point: `if constexpr (kFaultPoints)`.
+inline constexpr bool kFaultPoints = false;
 inline void FaultPoint(std::string_view) {}
 #endif
 

@@ -30,10 +30,15 @@ template <typename Fn>
 auto InstrumentedStore::Measure(Op op, Fn&& fn) -> decltype(fn()) {
   const auto start = std::chrono::steady_clock::now();
   auto result = fn();
+  Observe(op, start, result ? nullptr : &result.error());
+  return result;
+}
+
+void InstrumentedStore::Observe(Op op, std::chrono::steady_clock::time_point start,
+                                const Error* error) {
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   durations_[op]->Observe(took.count());
-  if (!result) errors_.With({kOpNames[op], ErrorCodeName(result.error().code)}).Inc();
-  return result;
+  if (error != nullptr) errors_.With({kOpNames[op], ErrorCodeName(error->code)}).Inc();
 }
 
 Result<ClaimResult> InstrumentedStore::Claim(const ClaimRequest& req) {
@@ -61,6 +66,14 @@ Result<Record> InstrumentedStore::TakeOver(const RecordId& id, uint64_t fence, D
 }
 Result<std::optional<Record>> InstrumentedStore::Get(const RecordId& id) {
   return Measure(kGet, [&] { return target_.Get(id); });
+}
+bool InstrumentedStore::GetAsync(const RecordId& id, GetDone done) {
+  const auto start = std::chrono::steady_clock::now();
+  return target_.GetAsync(id,
+                          [this, start, done = std::move(done)](Result<std::optional<Record>> got) {
+                            Observe(kGet, start, got ? nullptr : &got.error());
+                            done(std::move(got));
+                          });
 }
 Result<bool> InstrumentedStore::Evict(const RecordId& id) {
   return Measure(kEvict, [&] { return target_.Evict(id); });

@@ -56,5 +56,20 @@ TEST(InstrumentedStoreTest, UnavailableStoreIsCounted) {
       Has(registry.Render(), R"(idemgate_store_errors_total{op="claim",code="unavailable"} 1)"));
 }
 
+TEST(InstrumentedStoreTest, AsynchronousReadsAreTimedAsGets) {
+  FakeClock clock;
+  std::unique_ptr<Store> memory = NewMemoryStore(clock);
+  testing::InlineAsyncReads reads(*memory);
+  MetricsRegistry registry;
+  InstrumentedStore store(reads, registry);
+  bool answered = false;
+  ASSERT_TRUE(store.GetAsync(RecordId{"default", "absent"}, [&](Result<std::optional<Record>> r) {
+    answered = r && !r->has_value();
+  })) << "the wrapper passes the read on";
+  EXPECT_TRUE(answered);
+  EXPECT_TRUE(
+      Has(registry.Render(), R"(idemgate_store_operation_duration_seconds_count{op="get"} 1)"));
+}
+
 }  // namespace
 }  // namespace idem

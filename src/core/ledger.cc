@@ -148,6 +148,45 @@ Result<Decision> Ledger::Begin(const Call& call) {
   return decided;
 }
 
+bool Ledger::SettledAsync(const Call& call, std::function<void(std::optional<Decision>)> done) {
+  const TimePoint started = clock_.Now();
+  return store_.GetAsync(
+      call.id, [this, &call, started, done = std::move(done)](Result<std::optional<Record>> read) {
+        if (!read || !read->has_value()) return done(std::nullopt);
+        done(Final(call, **read, started, /*waited=*/false));
+      });
+}
+
+// The answers a record gives without a write or a wait, in the order Decide
+// asks: drift under reject, a completed record, an unknown one under
+// on_unknown = fail. nullopt leaves `record` intact.
+std::optional<Decision> Ledger::Final(const Call& call, Record& record, TimePoint started_at,
+                                      bool waited) {
+  const Policy& p = call.policy;
+  const bool drifted = record.fingerprint != call.fingerprint;
+  Decision d;
+  d.started_at = started_at;
+  if (drifted && p.on_drift == OnDrift::kReject) {
+    d.kind = Decision::Kind::kDrift;
+    d.record = std::move(record);
+    return Finish(call, std::move(d), AttemptOutcome::kDrift);
+  }
+  if (record.state == RecordState::kCompleted) {
+    d.kind = Decision::Kind::kReplay;
+    d.attached = waited;
+    d.drift = drifted;
+    d.record = std::move(record);
+    return Finish(call, std::move(d),
+                  waited ? AttemptOutcome::kAttached : AttemptOutcome::kReplayed);
+  }
+  if (record.state == RecordState::kUnknown && p.on_unknown == OnUnknown::kFail) {
+    d.kind = Decision::Kind::kUnknown;
+    d.record = std::move(record);
+    return Finish(call, std::move(d), AttemptOutcome::kUnknown);
+  }
+  return std::nullopt;
+}
+
 // The record exists and is not ours. Loops until it can answer: replay a
 // completed record, attach to a running owner (waiting up to policy.wait),
 // apply on_unknown to a dead owner's record, or claim a record that vanished.
@@ -158,48 +197,26 @@ Result<Decision> Ledger::Decide(const Call& call, Record record, TimePoint start
   Decision d;
   d.started_at = started_at;
   for (int round = 0; round < kMaxRounds; ++round) {
-    const bool drifted = record.fingerprint != call.fingerprint;
-    if (drifted && p.on_drift == OnDrift::kReject) {
-      d.kind = Decision::Kind::kDrift;
-      d.record = std::move(record);
-      return Finish(call, std::move(d), AttemptOutcome::kDrift);
-    }
+    if (auto final = Final(call, record, started_at, waited)) return *std::move(final);
+    // Running, or unknown under a policy that acts on it.
     const TimePoint now = clock_.Now();
-    switch (record.state) {
-      case RecordState::kCompleted:
-        d.kind = Decision::Kind::kReplay;
-        d.attached = waited;
-        d.drift = drifted;
-        d.record = std::move(record);
-        return Finish(call, std::move(d),
-                      waited ? AttemptOutcome::kAttached : AttemptOutcome::kReplayed);
-      case RecordState::kUnknown:
-        if (p.on_unknown == OnUnknown::kFail) {
-          d.kind = Decision::Kind::kUnknown;
-          d.record = std::move(record);
-          return Finish(call, std::move(d), AttemptOutcome::kUnknown);
-        }
-        [[fallthrough]];
-      case RecordState::kInProgress:
-        if (record.state == RecordState::kUnknown || record.lease_expires_at <= now) {
-          auto gone = OnOwnerGone(call, record, started_at);
-          if (gone || !LostRace(gone.error())) return gone;
-          break;  // someone else moved the record first: re-read and decide again
-        }
-        if (now >= wait_deadline) {
-          d.kind = Decision::Kind::kInProgress;
-          d.retry_after = std::max(Duration(1000), std::min(record.lease_expires_at - now, p.wait));
-          d.record = std::move(record);
-          return Finish(call, std::move(d), AttemptOutcome::kInProgress);
-        }
-        if (auto w = store_.WaitForChange(call.id, record,
-                                          std::min(wait_deadline, record.lease_expires_at));
-            !w) {
-          LogAttempt(call, AttemptOutcome::kError, started_at, w.error().ToString());
-          return std::unexpected(w.error());
-        }
-        waited = true;
-        break;
+    if (record.state == RecordState::kUnknown || record.lease_expires_at <= now) {
+      auto gone = OnOwnerGone(call, record, started_at);
+      if (gone || !LostRace(gone.error())) return gone;
+      // Someone else moved the record first: re-read and decide again.
+    } else if (now >= wait_deadline) {
+      d.kind = Decision::Kind::kInProgress;
+      d.retry_after = std::max(Duration(1000), std::min(record.lease_expires_at - now, p.wait));
+      d.record = std::move(record);
+      return Finish(call, std::move(d), AttemptOutcome::kInProgress);
+    } else {
+      if (auto w = store_.WaitForChange(call.id, record,
+                                        std::min(wait_deadline, record.lease_expires_at));
+          !w) {
+        LogAttempt(call, AttemptOutcome::kError, started_at, w.error().ToString());
+        return std::unexpected(w.error());
+      }
+      waited = true;
     }
     auto current = store_.Get(call.id);
     if (!current) {

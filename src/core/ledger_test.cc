@@ -545,6 +545,80 @@ TEST_F(LedgerTest, EveryAttemptIsLogged) {
   EXPECT_EQ((*attempts)[1].instance, "test");
 }
 
+// SettledAsync answers from one read exactly what Begin would when no write
+// or wait is needed, logs the attempt as Begin would, and otherwise defers.
+class SettledTest : public LedgerTest {
+ protected:
+  // What SettledAsync called back with; fails the test if it refused.
+  std::optional<Decision> Settled(const Call& call) {
+    std::optional<Decision> answer;
+    int calls = 0;
+    EXPECT_TRUE(async_ledger_.SettledAsync(call, [&](std::optional<Decision> d) {
+      ++calls;
+      answer = std::move(d);
+    }));
+    EXPECT_EQ(calls, 1) << "called back exactly once (inline, with this store)";
+    return answer;
+  }
+
+  testing::InlineAsyncReads reads_{*store_};
+  Ledger async_ledger_{reads_, clock_, LedgerOptions{"test", nullptr, true}};
+};
+
+TEST_F(SettledTest, AnswersFinishedCallsFromOneReadAndDefersTheRest) {
+  Call call = MakeCall();
+  EXPECT_FALSE(Settled(call)) << "no record: only Begin can claim it";
+  auto owner = async_ledger_.Begin(call);
+  ASSERT_TRUE(owner);
+  EXPECT_FALSE(Settled(call)) << "a running owner: only Begin may wait for it";
+  ASSERT_TRUE(async_ledger_.Complete(call, *owner, Outcome{OutcomeClass::kSuccess, "charged"}));
+
+  auto replay = Settled(call);
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->kind, Kind::kReplay);
+  EXPECT_FALSE(replay->attached);
+  ASSERT_TRUE(replay->record.outcome);
+  EXPECT_EQ(replay->record.outcome->body, "charged");
+
+  auto drift = Settled(MakeCall(call.id.key, "fp-other"));
+  ASSERT_TRUE(drift);
+  EXPECT_EQ(drift->kind, Kind::kDrift);
+  Call lenient = MakeCall(call.id.key, "fp-other");
+  lenient.policy.on_drift = OnDrift::kReplay;
+  auto drift_replayed = Settled(lenient);
+  ASSERT_TRUE(drift_replayed);
+  EXPECT_EQ(drift_replayed->kind, Kind::kReplay);
+  EXPECT_TRUE(drift_replayed->drift);
+
+  async_ledger_.Flush();
+  auto attempts = store_->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(attempts);
+  ASSERT_EQ(attempts->size(), 4u) << "executed, replayed, drift, replayed";
+  EXPECT_EQ((*attempts)[0].outcome, AttemptOutcome::kReplayed);
+  EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kDrift);
+  EXPECT_EQ((*attempts)[2].outcome, AttemptOutcome::kReplayed);
+}
+
+TEST_F(SettledTest, GivesUnknownOnlyWhenThePolicyFailsOnIt) {
+  Call call = MakeCall();
+  ASSERT_TRUE(async_ledger_.Begin(call));
+  clock_.Advance(call.policy.lease + 1s);
+  auto unknown = async_ledger_.Run(call, [&] { return Ok("x"); });  // marks the dead owner's record
+  ASSERT_TRUE(unknown);
+  ASSERT_EQ(unknown->decision.kind, Kind::kUnknown);
+  auto settled = Settled(call);
+  ASSERT_TRUE(settled);
+  EXPECT_EQ(settled->kind, Kind::kUnknown);
+  Call retrying = call;
+  retrying.policy.on_unknown = OnUnknown::kRetry;
+  EXPECT_FALSE(Settled(retrying)) << "on_unknown = retry takes over: a write, for Begin";
+}
+
+TEST_F(LedgerTest, SettledAsyncIsRefusedByAStoreWithoutAsynchronousReads) {
+  EXPECT_FALSE(ledger_.SettledAsync(
+      MakeCall(), [](std::optional<Decision>) { ADD_FAILURE() << "called back after refusing"; }));
+}
+
 TEST_F(LedgerTest, TurnFallbackUsesTheShorterWindow) {
   Call call = MakeCall();
   call.turn_fallback = true;

@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <charconv>
 
+#include "core/fault_point.h"
 #include "idem/canonical_json.h"
 #include "idem/key.h"
 #include "mcp/http_protocol.h"  // PrintableExcerpt
@@ -324,6 +325,75 @@ Response Forbidden(std::string_view what) {
       "idemgate: " + std::string(what) + " needs an admin token (a [[tenant]] with admin = true)");
 }
 
+// The answer to begin for what the ledger decided.
+Response BeginAnswer(const Call& call, const Decision& d) {
+  json::object o;
+  const std::string key_member = "\"key\":" + Quoted(call.id.key);
+  switch (d.kind) {
+    case Decision::Kind::kExecute:
+      o["decision"] = "execute";
+      o["key"] = call.id.key;
+      o["fence"] = d.fence;
+      o["lease_ms"] = call.policy.lease.count();
+      o["lease_expires_at"] = FormatIsoTime(d.record.lease_expires_at);
+      if (d.took_over) o["took_over"] = true;
+      if (call.turn_fallback) o["turn_fallback"] = true;
+      return Json(200, o);
+    case Decision::Kind::kPassThrough:
+      o["decision"] = "execute";
+      o["key"] = call.id.key;
+      o["fence"] = 0;
+      o["unguarded"] = true;
+      return Json(200, o);
+    case Decision::Kind::kReplay: {
+      const Record& r = d.record;
+      if (!HasReplayableOutcome(r)) {
+        return Problem(409, "outcome-too-large", "Outcome too large to replay",
+                       "idemgate: this call already ran (first at " + FormatIsoTime(r.created_at) +
+                           ") but its outcome was larger than max_result_bytes, so only a "
+                           "marker was stored. Do not run it again; look the result up in "
+                           "the tool itself",
+                       key_member);
+      }
+      o["decision"] = "replay";
+      o["replayed"] = true;
+      o["key"] = call.id.key;
+      o["first_at"] = FormatIsoTime(r.created_at);
+      o["completed_at"] = FormatIsoTime(r.completed_at);
+      o["attached"] = d.attached;
+      o["drift"] = d.drift;
+      if (d.reconciled) o["reconciled"] = true;
+      return Json(200, o, r.outcome->body);
+    }
+    case Decision::Kind::kInProgress: {
+      int64_t secs = std::max<int64_t>(1, (d.retry_after.count() + 999) / 1000);
+      Response p = Problem(409, "in-progress", "In progress",
+                           "idemgate: an identical call is still running (since " +
+                               FormatIsoTime(d.record.created_at) + "). Retry after " +
+                               std::to_string(secs) + " s to get its outcome; do not run it again",
+                           key_member + ",\"retry_after\":" + std::to_string(secs));
+      p.headers.push_back({"Retry-After", std::to_string(secs)});
+      return p;
+    }
+    case Decision::Kind::kUnknown:
+      return Problem(409, "outcome-unknown", "Outcome unknown",
+                     "idemgate: an identical call began at " + FormatIsoTime(d.record.created_at) +
+                         " and its owner died before reporting an outcome: the action may "
+                         "already have happened. Do not repeat it blindly; check, then "
+                         "resolve the record (POST /v1/records/{key}/resolve or `idemgate "
+                         "resolve`)",
+                     key_member);
+    case Decision::Kind::kDrift:
+      return Problem(422, "drift", "Arguments differ",
+                     "idemgate: key " + call.id.key + " was first used at " +
+                         FormatIsoTime(d.record.created_at) +
+                         " with different arguments. Send the original arguments to get "
+                         "its outcome, or use a new key for a new action",
+                     key_member + ",\"first_at\":" + Quoted(FormatIsoTime(d.record.created_at)));
+  }
+  return Problem(500, "internal", "Internal error", "idemgate: unexpected decision");
+}
+
 }  // namespace
 
 LedgerApi::LedgerApi(Ledger& ledger, const Config& config, WorkerPool& pool)
@@ -338,9 +408,16 @@ void LedgerApi::Handle(Request request, Responder respond) {
     r.headers.push_back({"Allow", std::string(allow)});
     respond(std::move(r));
   };
-  // Runs `work` on the pool; answers 503 if the pool is stopping.
-  auto offload = [&](std::function<Response()> work) {
-    if (!pool_.Submit([work = std::move(work), respond] { respond(work()); })) {
+  // Runs `work` on the pool; answers 503 if the pool is stopping. The answers
+  // of begin and complete pass the before_reply fault point. Copyable: it may
+  // run after Handle returned.
+  const bool call_answer = path == "/v1/calls/begin" || path == "/v1/calls/complete";
+  auto offload = [this, respond, call_answer](std::function<Response()> work) {
+    if (!pool_.Submit([work = std::move(work), respond, call_answer] {
+          Response answer = work();
+          if (call_answer) FaultPoint("before_reply");
+          respond(std::move(answer));
+        })) {
       respond(Problem(503, "stopping", "Stopping", "idemgate is stopping; retry shortly"));
     }
   };
@@ -450,79 +527,23 @@ void LedgerApi::Handle(Request request, Responder respond) {
       call.detail = *key                     ? "ledger api, explicit key"
                     : derived->turn_fallback ? "ledger api, turn fallback: no turn id"
                                              : "ledger api";
-      return offload([this, call = std::move(call)]() -> Response {
-        auto d = ledger_.Begin(call);
-        if (!d) return FromError(d.error(), call.id.key);
-        json::object o;
-        const std::string key_member = "\"key\":" + Quoted(call.id.key);
-        switch (d->kind) {
-          case Decision::Kind::kExecute:
-            o["decision"] = "execute";
-            o["key"] = call.id.key;
-            o["fence"] = d->fence;
-            o["lease_ms"] = call.policy.lease.count();
-            o["lease_expires_at"] = FormatIsoTime(d->record.lease_expires_at);
-            if (d->took_over) o["took_over"] = true;
-            if (call.turn_fallback) o["turn_fallback"] = true;
-            return Json(200, o);
-          case Decision::Kind::kPassThrough:
-            o["decision"] = "execute";
-            o["key"] = call.id.key;
-            o["fence"] = 0;
-            o["unguarded"] = true;
-            return Json(200, o);
-          case Decision::Kind::kReplay: {
-            const Record& r = d->record;
-            if (!HasReplayableOutcome(r)) {
-              return Problem(409, "outcome-too-large", "Outcome too large to replay",
-                             "idemgate: this call already ran (first at " +
-                                 FormatIsoTime(r.created_at) +
-                                 ") but its outcome was larger than max_result_bytes, so only a "
-                                 "marker was stored. Do not run it again; look the result up in "
-                                 "the tool itself",
-                             key_member);
-            }
-            o["decision"] = "replay";
-            o["replayed"] = true;
-            o["key"] = call.id.key;
-            o["first_at"] = FormatIsoTime(r.created_at);
-            o["completed_at"] = FormatIsoTime(r.completed_at);
-            o["attached"] = d->attached;
-            o["drift"] = d->drift;
-            if (d->reconciled) o["reconciled"] = true;
-            return Json(200, o, r.outcome->body);
-          }
-          case Decision::Kind::kInProgress: {
-            int64_t secs = std::max<int64_t>(1, (d->retry_after.count() + 999) / 1000);
-            Response p =
-                Problem(409, "in-progress", "In progress",
-                        "idemgate: an identical call is still running (since " +
-                            FormatIsoTime(d->record.created_at) + "). Retry after " +
-                            std::to_string(secs) + " s to get its outcome; do not run it again",
-                        key_member + ",\"retry_after\":" + std::to_string(secs));
-            p.headers.push_back({"Retry-After", std::to_string(secs)});
-            return p;
-          }
-          case Decision::Kind::kUnknown:
-            return Problem(409, "outcome-unknown", "Outcome unknown",
-                           "idemgate: an identical call began at " +
-                               FormatIsoTime(d->record.created_at) +
-                               " and its owner died before reporting an outcome: the action may "
-                               "already have happened. Do not repeat it blindly; check, then "
-                               "resolve the record (POST /v1/records/{key}/resolve or `idemgate "
-                               "resolve`)",
-                           key_member);
-          case Decision::Kind::kDrift:
-            return Problem(
-                422, "drift", "Arguments differ",
-                "idemgate: key " + call.id.key + " was first used at " +
-                    FormatIsoTime(d->record.created_at) +
-                    " with different arguments. Send the original arguments to get "
-                    "its outcome, or use a new key for a new action",
-                key_member + ",\"first_at\":" + Quoted(FormatIsoTime(d->record.created_at)));
-        }
-        return Problem(500, "internal", "Internal error", "idemgate: unexpected decision");
-      });
+      // A retry of a finished call is answered from one pipelined read of its
+      // record where the store has one (Redis); anything else needs Begin,
+      // which may wait, on the pool.
+      auto shared = std::make_shared<const Call>(std::move(call));
+      auto begin = [this, shared]() -> Response {
+        auto d = ledger_.Begin(*shared);
+        if (!d) return FromError(d.error(), shared->id.key);
+        return BeginAnswer(*shared, *d);
+      };
+      auto settled = [shared, begin, offload, respond](std::optional<Decision> d) {
+        if (!d) return offload(begin);
+        Response answer = BeginAnswer(*shared, *d);
+        FaultPoint("before_reply");
+        respond(std::move(answer));
+      };
+      if (!ledger_.SettledAsync(*shared, settled)) offload(begin);
+      return;
     }
 
     // complete / release / heartbeat / mark_unknown

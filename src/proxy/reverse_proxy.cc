@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "core/fault_point.h"
 #include "core/json_escape.h"
 #include "proxy/stored_response.h"
 
@@ -81,6 +82,12 @@ struct ReverseProxy::Gated {
   Decision decision;
   std::shared_ptr<Ledger::LeaseGuard> lease;
   std::string note;  // for the verbose log
+
+  // Every answer to a gated request, fresh or replayed, goes out here.
+  void Reply(http::Response response) {
+    FaultPoint("before_reply");
+    respond(std::move(response));
+  }
 };
 
 ReverseProxy::ReverseProxy(Ledger& ledger, const Config& config, UpstreamPool& upstream,
@@ -124,11 +131,23 @@ void ReverseProxy::Handle(http::Request request, http::Responder respond) {
   gated->request = std::move(request);
   gated->respond = std::move(respond);
   gated->plan = std::move(plan);
-  if (!workers_.Submit([this, gated] { RunGated(gated); })) {
-    gated->respond(http::Problem(503, "shutting-down", "Shutting down",
+  // With a store that reads without blocking (Redis), a retry of a finished
+  // request is answered from one pipelined read of its record: no claim and
+  // no worker. Anything else needs Begin, which may wait for a running owner
+  // or a slow store, so it runs on the worker pool, never on this thread.
+  const Call& call = gated->plan.call;
+  auto next = [this, gated](std::optional<Decision> settled) {
+    if (settled) {
+      gated->decision = *std::move(settled);
+      return Answer(gated);
+    }
+    if (!workers_.Submit([this, gated] { RunGated(gated); })) {
+      gated->Reply(http::Problem(503, "shutting-down", "Shutting down",
                                  "idemgate is stopping; the request was not executed. Retry it."));
-    Done();
-  }
+      Done();
+    }
+  };
+  if (!ledger_.SettledAsync(call, next)) next(std::nullopt);
 }
 
 void ReverseProxy::PassThrough(http::Request request, http::Responder respond) {
@@ -198,16 +217,21 @@ void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
   Result<Decision> begun = ledger_.Begin(call);
   if (!begun) {
     const Error& e = begun.error();
-    g->respond(e.code == ErrorCode::kUnavailable || e.code == ErrorCode::kAborted
-                   ? StoreUnavailable(e)
-                   : http::Problem(500, "claim-failed", "Claim failed",
-                                   "idemgate could not claim the request (" + e.ToString() +
-                                       "), so it was not executed.",
-                                   KeyMember(call)));
+    g->Reply(e.code == ErrorCode::kUnavailable || e.code == ErrorCode::kAborted
+                 ? StoreUnavailable(e)
+                 : http::Problem(500, "claim-failed", "Claim failed",
+                                 "idemgate could not claim the request (" + e.ToString() +
+                                     "), so it was not executed.",
+                                 KeyMember(call)));
     if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": refused: " + e.ToString());
     return Done();
   }
   g->decision = std::move(*begun);
+  Answer(g);
+}
+
+void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
+  const Call& call = g->plan.call;
   const Decision& d = g->decision;
   const Record& record = d.record;
   std::string note;
@@ -215,10 +239,10 @@ void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
     case Decision::Kind::kReplay: {
       const Outcome* outcome = record.outcome ? &*record.outcome : nullptr;
       if (outcome == nullptr) {
-        g->respond(http::Problem(500, "unreadable-outcome", "Stored outcome missing",
-                                 "the record of this key is completed but holds no outcome; the "
-                                 "action was not performed again",
-                                 KeyMember(call)));
+        g->Reply(http::Problem(500, "unreadable-outcome", "Stored outcome missing",
+                               "the record of this key is completed but holds no outcome; the "
+                               "action was not performed again",
+                               KeyMember(call)));
         note = "replay failed: no outcome";
         break;
       }
@@ -226,7 +250,7 @@ void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
       if (outcome->cls == OutcomeClass::kTooLarge) {
         std::string extra = KeyMember(call) + ",\"first_at\":" + Quoted(IsoTime(record.created_at));
         if (stored) extra += ",\"upstream_status\":" + std::to_string(stored->status);
-        g->respond(http::Problem(
+        g->Reply(http::Problem(
             409, "result-too-large", "Result too large to replay",
             "an identical request with this key already ran at " + IsoTime(record.created_at) +
                 ", but its answer was larger than max_result_bytes and was not stored; the action "
@@ -236,9 +260,9 @@ void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
         break;
       }
       if (!stored) {
-        g->respond(http::Problem(500, "unreadable-outcome", "Stored outcome unreadable",
-                                 stored.error().message + "; the action was not performed again",
-                                 KeyMember(call)));
+        g->Reply(http::Problem(500, "unreadable-outcome", "Stored outcome unreadable",
+                               stored.error().message + "; the action was not performed again",
+                               KeyMember(call)));
         note = "replay failed: " + stored.error().message;
         break;
       }
@@ -247,7 +271,7 @@ void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
       r.headers = std::move(stored->headers);
       r.headers.push_back({std::string(kReplayedHeader), "true"});
       r.body = std::move(stored->body);
-      g->respond(std::move(r));
+      g->Reply(std::move(r));
       note = d.attached ? "attached" : "replayed";
       break;
     }
@@ -259,12 +283,12 @@ void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
                             std::to_string(seconds) + " s to get its answer",
                         KeyMember(call) + ",\"retry_after\":" + std::to_string(seconds));
       r.headers.push_back({"Retry-After", std::to_string(seconds)});
-      g->respond(std::move(r));
+      g->Reply(std::move(r));
       note = "in progress";
       break;
     }
     case Decision::Kind::kUnknown:
-      g->respond(http::Problem(
+      g->Reply(http::Problem(
           409, "outcome-unknown", "Outcome unknown",
           "an identical request with this key was sent upstream at " + IsoTime(record.created_at) +
               " but no answer came back, so the action may already have happened. It was not "
@@ -275,7 +299,7 @@ void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
       note = "outcome unknown";
       break;
     case Decision::Kind::kDrift:
-      g->respond(http::Problem(
+      g->Reply(http::Problem(
           422, "idempotency-key-reused", "Idempotency-Key reused",
           "the key " + call.id.key + " was first used at " + IsoTime(record.created_at) +
               " for a request with a different method, path, query or body; a key names one "
@@ -298,6 +322,7 @@ void ReverseProxy::Execute(const std::shared_ptr<Gated>& g) {
     g->lease = std::make_shared<Ledger::LeaseGuard>(ledger_.KeepAlive(call, g->decision.fence));
   }
   UpstreamRequest forward = Forwarded(g->request, &g->plan);
+  if constexpr (kFaultPoints) forward.on_written = [] { FaultPoint("after_send"); };
   upstream_.Send(std::move(forward), [this, g](UpstreamResult result) {
     // On an upstream I/O thread: the store writes may block, so they go to
     // the worker pool.
@@ -312,6 +337,9 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
   const Call& call = g->plan.call;
   const Decision& d = g->decision;
   g->lease.reset();  // stop renewing before the final write
+  if (result.kind == UpstreamResult::Kind::kResponse || result.too_large) {
+    FaultPoint("after_answer");
+  }
   std::string note;
   auto mark_unknown = [&] {
     if (auto m = ledger_.MarkUnknown(call, d); !m) {
@@ -321,7 +349,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
   auto complete = [&](Outcome outcome) -> bool {
     auto stored = ledger_.Complete(call, d, std::move(outcome));
     if (stored) return true;
-    g->respond(http::Problem(
+    g->Reply(http::Problem(
         500, "outcome-not-stored", "Outcome not stored",
         "the upstream answered, but idemgate could not store its answer (" +
             stored.error().message +
@@ -339,7 +367,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
         Log("could not release " + call.id.key + " (" + r.error().ToString() +
             "); it stays claimed until its lease runs out");
       }
-      g->respond(
+      g->Reply(
           http::Problem(502, "upstream-unreachable", "Upstream unreachable",
                         result.detail + "; the request was not sent, so it is safe to retry it",
                         KeyMember(call)));
@@ -352,7 +380,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
                               EndToEndHeaders(std::move(result.response.headers), connection),
                               {}};
         if (complete(Outcome{OutcomeClass::kTooLarge, EncodeStoredResponse(marker)})) {
-          g->respond(http::Problem(
+          g->Reply(http::Problem(
               502, "upstream-answer-too-large", "Upstream answer too large",
               result.detail + "; the upstream answered HTTP " +
                   std::to_string(result.response.status) +
@@ -364,7 +392,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
         break;
       }
       mark_unknown();
-      g->respond(http::Problem(
+      g->Reply(http::Problem(
           result.timed_out ? 504 : 502, "outcome-unknown", "Outcome unknown",
           result.detail +
               ". The action may have happened: do not repeat it blindly. Retries with this key "
@@ -377,7 +405,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
       const int status = result.response.status;
       if (status >= 500) {
         mark_unknown();
-        g->respond(http::Problem(
+        g->Reply(http::Problem(
             502, "outcome-unknown", "Outcome unknown",
             "the upstream answered HTTP " + std::to_string(status) +
                 ", so the action may or may not have happened: do not repeat it blindly. Retries "
@@ -394,7 +422,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
         if (auto r = ledger_.Release(call, d); !r) {
           Log("could not release " + call.id.key + ": " + r.error().ToString());
         }
-        g->respond(std::move(answer));
+        g->Reply(std::move(answer));
         note = "released: HTTP " + std::to_string(status) + " (errors = release)";
         break;
       }
@@ -410,7 +438,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
         outcome.body = EncodeStoredResponse(stored);
       }
       if (complete(std::move(outcome))) {
-        g->respond(std::move(answer));
+        g->Reply(std::move(answer));
         note = "executed: HTTP " + std::to_string(status);
       }
       break;

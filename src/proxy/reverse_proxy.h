@@ -36,6 +36,9 @@
 // X-Forwarded-For gets the client's address appended.
 //
 // Thread-safe. Handle() never blocks: it runs on the listener's I/O thread.
+// A retry of a finished request is answered from the store's non-blocking
+// read where it has one (Ledger::SettledAsync); everything else that touches
+// the store runs on the worker pool.
 #pragma once
 
 #include <atomic>
@@ -85,6 +88,8 @@ class ReverseProxy {
  private:
   struct Gated;
   void RunGated(const std::shared_ptr<Gated>& g);
+  // Answers g->decision: a replay or a condition here, kExecute by Execute.
+  void Answer(const std::shared_ptr<Gated>& g);
   void Execute(const std::shared_ptr<Gated>& g);
   void Settle(const std::shared_ptr<Gated>& g, UpstreamResult result);
   void PassThrough(http::Request request, http::Responder respond);

@@ -101,6 +101,7 @@ struct Conn {
 // One request and its answer.
 struct Exchange {
   UpstreamCallback done;
+  std::function<void()> on_written;  // UpstreamRequest::on_written
   bhttp::request<bhttp::string_body> req;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   std::unique_ptr<Conn> conn;
@@ -250,6 +251,7 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
                   "could not send the request to the upstream (" + self->Describe(ec, false) + ")");
             }
             ex->written = true;
+            if (ex->on_written) ex->on_written();
             self->Read(ex);
           });
     });
@@ -412,6 +414,7 @@ const std::string& UpstreamPool::host_header() const { return impl_->origin.host
 void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
   auto ex = std::make_shared<Exchange>();
   ex->done = std::move(done);
+  ex->on_written = std::move(request.on_written);
   auto& req = ex->req;
   req.version(11);
   req.method_string(request.method);

@@ -73,6 +73,10 @@ struct UpstreamRequest {
   // Connection itself (drop them here).
   std::vector<http::Header> headers;
   std::string body;
+  // Optional: called once, on an I/O thread, when the whole request has been
+  // written and before its answer is read (the reverse proxy's after_send
+  // fault point). Not called if the write fails. Must not block.
+  std::function<void()> on_written;
 };
 
 struct UpstreamResult {

@@ -110,7 +110,8 @@ class TestServer {
   std::string last_host_;
 };
 
-UpstreamResult Exchange(UpstreamPool& pool, std::string target, std::string body = "{}") {
+UpstreamResult Exchange(UpstreamPool& pool, std::string target, std::string body = "{}",
+                        std::function<void()> on_written = {}) {
   std::promise<UpstreamResult> promise;
   auto future = promise.get_future();
   UpstreamRequest req;
@@ -118,6 +119,7 @@ UpstreamResult Exchange(UpstreamPool& pool, std::string target, std::string body
   req.target = std::move(target);
   req.headers = {{"Content-Type", "application/json"}};
   req.body = std::move(body);
+  req.on_written = std::move(on_written);
   pool.Send(std::move(req), [&promise](UpstreamResult r) { promise.set_value(std::move(r)); });
   return future.get();
 }
@@ -154,17 +156,35 @@ TEST(UpstreamPoolTest, IdleConnectionsOlderThanTheLimitAreNotReused) {
   EXPECT_EQ(server.connections(), 2);
 }
 
+// A loopback port nothing listens on.
+std::string RefusingUrl() {
+  net::io_context ioc;
+  tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  return "http://127.0.0.1:" + std::to_string(a.local_endpoint().port());
+}  // closed: nothing listens there now
+
 TEST(UpstreamPoolTest, ConnectionRefusedIsNotSent) {
-  unsigned short port;
-  {
-    net::io_context ioc;
-    tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    port = a.local_endpoint().port();
-  }  // closed: nothing listens there now
-  auto pool = MakePool({.url = "http://127.0.0.1:" + std::to_string(port)});
+  auto pool = MakePool({.url = RefusingUrl()});
   UpstreamResult r = Exchange(*pool, "/ok");
   EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent);
   EXPECT_NE(r.detail.find("cannot connect"), std::string::npos) << r.detail;
+}
+
+// The reverse proxy's after_send fault point hangs on this hook.
+TEST(UpstreamPoolTest, OnWrittenRunsOnceTheRequestIsOutNotWhenItsAnswerComes) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .response_timeout = std::chrono::milliseconds(200)});
+  std::atomic<int> written{0};
+  auto count = [&] { ++written; };
+  UpstreamResult hung = Exchange(*pool, "/hang", "{}", count);  // written, never answered
+  EXPECT_EQ(hung.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_EQ(written.load(), 1) << "called once the request was written, without an answer";
+  ASSERT_EQ(Exchange(*pool, "/ok", "{}", count).kind, UpstreamResult::Kind::kResponse);
+  EXPECT_EQ(written.load(), 2) << "called once per written request";
+
+  auto refused = MakePool({.url = RefusingUrl()});
+  ASSERT_EQ(Exchange(*refused, "/ok", "{}", count).kind, UpstreamResult::Kind::kNotSent);
+  EXPECT_EQ(written.load(), 2) << "not called for a request that was never written";
 }
 
 TEST(UpstreamPoolTest, UnresolvableHostIsNotSent) {

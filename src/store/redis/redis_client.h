@@ -75,6 +75,7 @@ class RedisClient {
   Result<std::unique_ptr<Connection>> ConnectAny();
 
   const RedisConfig& config() const { return config_; }
+  const ConnectOptions& connect_options() const { return connect_; }
 
  private:
   struct Request {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "change_listener.h"
+#include "read_pipeline.h"
 #include "redis_client.h"
 #include "redis_codec.h"
 #include "redis_scripts.h"
@@ -51,7 +52,14 @@ class RedisStore final : public Store {
         clock_(clock),
         options_(options),
         prefix_(client_->config().prefix),
-        listener_([c = client_.get()] { return c->ConnectAny(); }) {}
+        listener_([c = client_.get()] { return c->ConnectAny(); }) {
+    // One server: GetAsync's reads share one pipelined connection. (In a
+    // cluster a read goes where its slot lives, with redirections: Get.)
+    if (!client_->config().cluster) {
+      reads_ = std::make_unique<redis::ReadPipeline>(client_->Masters().front(),
+                                                     client_->connect_options());
+    }
+  }
 
   // Store:
   Result<ClaimResult> Claim(const ClaimRequest& req) override {
@@ -150,14 +158,23 @@ class RedisStore final : public Store {
 
   Result<std::optional<Record>> Get(const RecordId& id) override {
     const auto keys = redis::KeysOf(prefix_, id);
-    redis::Command cmd = {"HMGET", keys.record};
-    for (std::string& f : redis::RecordFieldNames(true)) cmd.push_back(std::move(f));
-    auto reply = client_->Execute(keys.record, std::move(cmd), /*resend_safe=*/true);
+    auto reply = client_->Execute(keys.record, ReadRecord(keys), /*resend_safe=*/true);
     if (!reply) return std::unexpected(reply.error());
-    auto record = redis::DecodeRecord(id, **reply);
-    if (!record) return std::unexpected(record.error());
-    if (*record && (*record)->expires_at <= clock_.Now()) return std::optional<Record>();
-    return record;
+    return Live(id, **reply);
+  }
+
+  bool GetAsync(const RecordId& id, GetDone done) override {
+    if (!reads_) return false;
+    const auto keys = redis::KeysOf(prefix_, id);
+    reads_->Submit(ReadRecord(keys), [this, id, done = std::move(done)](Result<Reply> reply) {
+      if (!reply) return done(std::unexpected(reply.error()));
+      if (redis::IsError(**reply)) {
+        return done(std::unexpected(Error{
+            ErrorCode::kUnavailable, "redis store: read refused: " + std::string(Str(**reply))}));
+      }
+      done(Live(id, **reply));
+    });
+    return true;
   }
 
   Result<bool> Evict(const RecordId& id) override {
@@ -302,6 +319,20 @@ class RedisStore final : public Store {
   }
 
  private:
+  static redis::Command ReadRecord(const redis::RecordKeys& keys) {
+    redis::Command cmd = {"HMGET", keys.record};
+    for (std::string& f : redis::RecordFieldNames(true)) cmd.push_back(std::move(f));
+    return cmd;
+  }
+
+  // The record in an HMGET reply of ReadRecord, unless past retention.
+  Result<std::optional<Record>> Live(const RecordId& id, const redisReply& fields) {
+    auto record = redis::DecodeRecord(id, fields);
+    if (!record) return std::unexpected(record.error());
+    if (*record && (*record)->expires_at <= clock_.Now()) return std::optional<Record>();
+    return record;
+  }
+
   struct ScanResult {
     std::string cursor;
     std::vector<std::string> keys;
@@ -397,6 +428,7 @@ class RedisStore final : public Store {
   const StoreOptions options_;
   const std::string prefix_;
   redis::ChangeListener listener_;
+  std::unique_ptr<redis::ReadPipeline> reads_;  // one server only; destroyed first
 };
 
 }  // namespace

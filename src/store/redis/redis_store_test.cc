@@ -17,9 +17,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -362,6 +364,124 @@ TEST(RedisSingleTest, ServerKilledThenRestartedKeepsCompletedRecords) {
   auto w =
       store->WaitForChange(after->record.id, after->record, SystemClock::Default().Now() + 10ms);
   EXPECT_TRUE(w) << w.error().ToString();
+}
+
+// GetAsync's pipeline under concurrency: readers on many threads, each read
+// answered once, with its own record (the replies are matched to callbacks
+// by order alone, so a mix-up would show here), while writes go on beside.
+TEST(RedisSingleTest, GetAsyncFromManyThreadsAnswersEachReadWithItsRecord) {
+  const std::string url = ServerUrl("IDEM_REDIS_URL_FILE");
+  ASSERT_FALSE(url.empty());
+  auto store =
+      OpenOrFail(WithOptions(url, "prefix=" + UniquePrefix("async")), SystemClock::Default());
+  ASSERT_TRUE(store);
+  constexpr int kRecords = 50, kThreads = 8, kReadsPerThread = 500;
+  for (int i = 0; i < kRecords; ++i) {
+    auto c = store->Claim(Req("k" + std::to_string(i)));
+    ASSERT_TRUE(c && c->claimed);
+    if (i % 2 == 0) {
+      ASSERT_TRUE(
+          store->Complete(c->record.id, c->record.fence, Ok("out" + std::to_string(i)), 1h));
+    }
+  }
+  std::atomic<int> answered{0}, wrong{0}, failed{0};
+  std::mutex mu;
+  std::condition_variable all_done;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int n = 0; n < kReadsPerThread; ++n) {
+        const int i = (t * 7 + n) % kRecords;
+        const bool took = store->GetAsync(
+            RecordId{"default", "k" + std::to_string(i)}, [&, i](Result<std::optional<Record>> r) {
+              if (!r || !r->has_value()) {
+                ++failed;
+              } else {
+                const Record& rec = **r;
+                const bool completed = i % 2 == 0;
+                if (rec.id.key != "k" + std::to_string(i) ||
+                    (rec.state == RecordState::kCompleted) != completed ||
+                    (completed && rec.outcome->body != "out" + std::to_string(i))) {
+                  ++wrong;
+                }
+              }
+              std::lock_guard g(mu);
+              if (++answered == kThreads * kReadsPerThread) all_done.notify_all();
+            });
+        ASSERT_TRUE(took) << "a single server reads asynchronously";
+      }
+    });
+  }
+  // Writes beside the reads, on the store's other connections.
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store->Claim(Req("w" + std::to_string(i))));
+  for (std::thread& t : threads) t.join();
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(all_done.wait_for(lock, 30s, [&] { return answered == kThreads * kReadsPerThread; }))
+      << answered << " of " << kThreads * kReadsPerThread << " reads answered";
+  EXPECT_EQ(wrong.load(), 0) << "reads answered with another record";
+  EXPECT_EQ(failed.load(), 0);
+}
+
+// A dead server fails asynchronous reads fast and clearly; once it is back
+// the pipeline reconnects by itself; reads in flight when the store closes
+// are answered, not dropped.
+TEST(RedisSingleTest, GetAsyncFailsFastOnADeadServerAndRecovers) {
+  OwnServer server("async-kill");
+  auto store = OpenOrFail(WithOptions(server.url(), "connect_timeout=500ms&timeout=1s"),
+                          SystemClock::Default());
+  ASSERT_TRUE(store);
+  auto c = store->Claim(Req("kept"));
+  ASSERT_TRUE(c && c->claimed);
+  ASSERT_TRUE(store->Complete(c->record.id, c->record.fence, Ok("kept"), 1h));
+  auto read = [&] {
+    std::promise<Result<std::optional<Record>>> answer;
+    auto future = answer.get_future();
+    EXPECT_TRUE(store->GetAsync(
+        c->record.id, [&](Result<std::optional<Record>> r) { answer.set_value(std::move(r)); }));
+    return future.get();
+  };
+  auto before = read();
+  ASSERT_TRUE(before && before->has_value()) << (before ? "absent" : before.error().ToString());
+
+  server.Kill9();
+  const auto start = SteadyClock::now();
+  auto during = read();
+  ASSERT_FALSE(during) << "a read succeeded with the server dead";
+  EXPECT_EQ(during.error().code, ErrorCode::kUnavailable) << during.error().ToString();
+  EXPECT_NE(during.error().message.find(server.url().substr(8)), std::string::npos)
+      << "names the server: " << during.error().message;
+  EXPECT_LT(SteadyClock::now() - start, 3s) << "must fail fast, not hang";
+
+  server.Start(server.port());
+  const auto give_up = SteadyClock::now() + 10s;
+  for (;;) {
+    auto after = read();
+    if (after) {
+      ASSERT_TRUE(after->has_value()) << "the completed record was lost";
+      EXPECT_EQ((*after)->outcome->body, "kept");
+      break;
+    }
+    ASSERT_LT(SteadyClock::now(), give_up) << "never reconnected: " << after.error().ToString();
+    std::this_thread::sleep_for(50ms);
+  }
+
+  // Closing with reads queued: every callback still runs exactly once.
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 200; ++i) {
+    store->GetAsync(c->record.id, [&](Result<std::optional<Record>>) { ++answered; });
+  }
+  store.reset();
+  EXPECT_EQ(answered.load(), 200);
+}
+
+TEST(RedisClusterTest, GetAsyncIsNotOfferedInACluster) {
+  const std::string url = ServerUrl("IDEM_REDIS_CLUSTER_URL_FILE");
+  ASSERT_FALSE(url.empty());
+  auto store = OpenOrFail(url, SystemClock::Default());
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->GetAsync(RecordId{"default", "k"}, [](Result<std::optional<Record>>) {
+    ADD_FAILURE() << "called back after refusing the read";
+  }));
 }
 
 // ?wait_replicas=N: every record write is followed by WAIT on the same

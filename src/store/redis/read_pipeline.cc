@@ -1,0 +1,129 @@
+#include "read_pipeline.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <deque>
+
+namespace idem::redis {
+
+ReadPipeline::ReadPipeline(NodeAddress node, ConnectOptions options)
+    : node_(std::move(node)),
+      options_(std::move(options)),
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      thread_([this] { Run(); }) {}
+
+ReadPipeline::~ReadPipeline() {
+  {
+    std::lock_guard g(mu_);
+    stopping_ = true;
+  }
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
+  thread_.join();
+  close(wake_fd_);
+}
+
+void ReadPipeline::Submit(Command command, Done done) {
+  bool wake;
+  {
+    std::lock_guard g(mu_);
+    if (stopping_) {
+      done(std::unexpected(Failure("the store is closing")));
+      return;
+    }
+    wake = queued_.empty();  // else the thread is already due to take the queue
+    queued_.emplace_back(std::move(command), std::move(done));
+  }
+  if (wake) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof one);
+  }
+}
+
+Error ReadPipeline::Failure(std::string_view what) const {
+  return Error{ErrorCode::kUnavailable,
+               "redis store: read from " + node_.ToString() + " failed: " + std::string(what)};
+}
+
+void ReadPipeline::Run() {
+  using Clock = std::chrono::steady_clock;
+  std::unique_ptr<Connection> conn;
+  std::deque<Done> in_flight;    // in the order the commands were written
+  Clock::time_point progress{};  // the last write or reply while reads were in flight
+  auto fail_all = [&](const Error& e) {
+    conn.reset();
+    while (!in_flight.empty()) {
+      Done done = std::move(in_flight.front());
+      in_flight.pop_front();
+      done(std::unexpected(e));
+    }
+  };
+  std::vector<Queued> batch;
+  for (;;) {
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn ? conn->fd() : -1, POLLIN, 0}};
+    int timeout_ms = -1;
+    if (!in_flight.empty()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          progress + options_.command_timeout - Clock::now());
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
+    }
+    if (poll(fds, 2, timeout_ms) < 0) continue;  // EINTR
+
+    if (fds[0].revents != 0) {
+      uint64_t n;
+      (void)!read(wake_fd_, &n, sizeof n);
+      std::lock_guard g(mu_);
+      if (stopping_) {
+        batch = std::move(queued_);
+        queued_.clear();
+        break;
+      }
+      batch.swap(queued_);
+    }
+    if (!batch.empty()) {
+      if (!conn) {
+        auto opened = Connection::Open(node_, options_);
+        if (opened) conn = std::move(*opened);
+      }
+      if (!conn) {
+        for (Queued& q : batch) q.second(std::unexpected(Failure("cannot connect")));
+      } else {
+        if (in_flight.empty()) progress = Clock::now();
+        for (Queued& q : batch) {
+          conn->Append(q.first);
+          in_flight.push_back(std::move(q.second));
+        }
+        if (auto flushed = conn->Flush(); !flushed) fail_all(flushed.error());
+      }
+      batch.clear();
+    }
+    if (conn && (fds[1].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+      auto replies = conn->ReadAvailable();
+      if (!replies) {
+        fail_all(replies.error());
+      } else {
+        for (Reply& r : *replies) {
+          if (in_flight.empty()) {  // a reply nobody asked for: the stream is lost
+            fail_all(Failure("unexpected reply"));
+            break;
+          }
+          Done done = std::move(in_flight.front());
+          in_flight.pop_front();
+          done(std::move(r));
+        }
+        progress = Clock::now();
+      }
+    }
+    if (!in_flight.empty() && Clock::now() >= progress + options_.command_timeout) {
+      fail_all(Failure("no reply within the command timeout"));
+    }
+  }
+  const Error closing = Failure("the store is closing");
+  fail_all(closing);
+  for (Queued& q : batch) q.second(std::unexpected(closing));
+}
+
+}  // namespace idem::redis

@@ -1,0 +1,56 @@
+// Reads pipelined on one connection by one thread, for Store::GetAsync: a
+// caller queues a command and returns at once; the thread writes everything
+// queued since its last turn in one write and hands each reply, in order, to
+// its callback. Under load one write and one read carry many requests' reads,
+// where a blocking read costs each request a thread switch or two and a
+// round trip of its own.
+//
+// The connection is opened on the first command and again after an error;
+// an error (I/O, timeout, a server that cannot be reached) fails every read
+// in flight with kUnavailable and drops the connection. Reads only: a
+// command is never resent, and nothing here writes. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "redis_connection.h"
+
+namespace idem::redis {
+
+class ReadPipeline {
+ public:
+  // Runs on the pipeline's thread with the reply (error replies are
+  // replies) or kUnavailable. Must not block: it holds up every read behind it.
+  using Done = std::function<void(Result<Reply>)>;
+
+  ReadPipeline(NodeAddress node, ConnectOptions options);
+  // Fails every read not yet answered (kUnavailable, "closing") and joins
+  // the pipeline's thread.
+  ~ReadPipeline();
+  ReadPipeline(const ReadPipeline&) = delete;
+  ReadPipeline& operator=(const ReadPipeline&) = delete;
+
+  // Queues `command`; `done` runs exactly once.
+  void Submit(Command command, Done done);
+
+ private:
+  using Queued = std::pair<Command, Done>;
+  void Run();
+  Error Failure(std::string_view what) const;
+
+  const NodeAddress node_;
+  const ConnectOptions options_;
+  const int wake_fd_;  // eventfd: something was queued, or stopping_
+
+  std::mutex mu_;
+  std::vector<Queued> queued_;  // guarded by mu_
+  bool stopping_ = false;       // guarded by mu_
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace idem::redis
