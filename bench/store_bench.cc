@@ -26,18 +26,29 @@
 // transactions per call (pg_stat_database.xact_commit), WAL flushes (pg_stat_wal.wal_sync) and
 // WAL bytes per call.
 //
-// --scale N,M (Redis single and PostgreSQL): claim->complete with 16 callers on stores
-// preloaded with N, M completed records, in the stores' own layout: Redis hashes written with
-// pipelined HSETs, each size in its own database number (so that the sizes do not share a
-// keyspace); PostgreSQL rows from one INSERT ... SELECT generate_series into the store's table,
-// each size in its own schema. Records a case adds are deleted after it.
+// --scale N,M (Redis single and PostgreSQL): claim->complete, and replay of preloaded records
+// drawn at random, with --callers on stores preloaded with N and M completed records; the
+// sizes take turns over the rounds, and the bench prints large / small (target >= 0.8). The
+// preloaded records are those Ledger::Run would have left (200-byte outcome, owner token,
+// times of the last hour, the default policy's lease and 24 h ttl), in the store's own
+// layout, and are checked by replaying some through the store before measuring:
+//  - Redis: per record the HSET of every field the store's scripts write (redis_codec.h) and
+//    the PEXPIRE they set, pipelined 10 000 records per round trip, each size in its own
+//    database number; the AOF is off during the preload and rewritten from the data after it;
+//  - PostgreSQL: one INSERT ... SELECT generate_series into the table the store's migrations
+//    made, in key order, fences from the store's sequence, each size in its own schema; then
+//    VACUUM ANALYZE and CHECKPOINT.
+// Records and audit rows a case adds are deleted after it; the preloaded data at the end.
+// Prints Redis used_memory and the PostgreSQL table + index size per size.
 #include <hiredis/hiredis.h>
+#include <openssl/sha.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -52,8 +63,10 @@
 
 #include "idem/clock.h"
 #include "idem/ledger.h"
+#include "idem/policy.h"
 #include "idem/record.h"
 #include "idem/store.h"
+#include "redis_codec.h"
 #include "run_callers.h"
 
 namespace {
@@ -155,15 +168,20 @@ std::string FingerprintOf(uint64_t n) {
 
 // Call ids start from the wall clock, so that a run against servers that kept an earlier run's
 // records never meets one of its keys.
-std::atomic<uint64_t> next_call_id{(uint64_t{1} << 40) + (static_cast<uint64_t>(WallMillis()) << 11)};
+std::atomic<uint64_t> next_call_id{(uint64_t{1} << 40) +
+                                   (static_cast<uint64_t>(WallMillis()) << 11)};
 
-idem::Call NextCall() {
+idem::Call CallWith(std::string fingerprint) {
   idem::Call call;
-  call.fingerprint = FingerprintOf(next_call_id.fetch_add(1, std::memory_order_relaxed));
+  call.fingerprint = std::move(fingerprint);
   call.id.key = "v1t.turn.charge." + call.fingerprint;
   call.tool = "charge";
   call.turn = "turn";
   return call;
+}
+
+idem::Call NextCall() {
+  return CallWith(FingerprintOf(next_call_id.fetch_add(1, std::memory_order_relaxed)));
 }
 
 idem::Execution Succeed() { return idem::Execution{idem::Execution::Kind::kSuccess, kBody}; }
@@ -223,8 +241,16 @@ Counters RedisCounters(const std::string& url) {
   return out;
 }
 
+// `s` as one word for sh: in single quotes, each ' written as '\''.
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string Psql(const std::string& url, const std::string& sql) {
-  return Shell("psql '" + url + "' -v ON_ERROR_STOP=1 -qtAX -c \"" + sql + "\" 2>&1");
+  return Shell("psql " + ShellQuote(url) + " -v ON_ERROR_STOP=1 -qtAX -c " + ShellQuote(sql) +
+               " 2>&1");
 }
 
 // Transactions committed in the whole server, WAL flushes and WAL bytes.
@@ -248,7 +274,7 @@ struct Sample {
   double calls_per_second = 0;
   double client_cores = 0;  // this process's CPU over wall time
   double calls = 0;
-  Counters server;          // server counter deltas over the case
+  Counters server;  // server counter deltas over the case
 };
 
 double ProcessCpuSeconds() {
@@ -285,6 +311,25 @@ Sample ClaimComplete(idem::Store& store, int callers, double seconds,
   });
 }
 
+// Runs `call`, which must find a completed record with kBody as its outcome: true if it
+// replayed that, else false after saying why. Sets `executed` if fn ran.
+bool Replayed(idem::Ledger& ledger, const idem::Call& call, std::atomic<bool>& executed) {
+  auto run = ledger.Run(call, [&] {
+    executed = true;
+    return Succeed();
+  });
+  if (!run || run->decision.kind != idem::Decision::Kind::kReplay || !run->outcome ||
+      run->outcome->body != kBody) {
+    std::fprintf(stderr, "store_bench: replay of %s: %s\n", call.id.key.c_str(),
+                 !run ? run.error().ToString().c_str()
+                 : run->decision.kind != idem::Decision::Kind::kReplay
+                     ? "the completed key was not replayed"
+                     : "the replayed outcome is not the stored one");
+    return false;
+  }
+  return true;
+}
+
 Sample Replay(idem::Store& store, int callers, double seconds) {
   constexpr int kKeys = 1024;
   idem::Ledger ledger(store, idem::SystemClock::Default(), LedgerOptionsFor());
@@ -303,19 +348,8 @@ Sample Replay(idem::Store& store, int callers, double seconds) {
     for (auto& t : threads) t.join();
   }
   std::atomic<bool> executed{false};
-  auto must_not_run = [&] {
-    executed = true;
-    return Succeed();
-  };
   Sample s = TimeCallers(callers, seconds, [&](int t, uint64_t i) {
-    auto run = ledger.Run(calls[(t + i * callers) % kKeys], must_not_run);
-    if (!run || run->decision.kind != idem::Decision::Kind::kReplay || !run->outcome ||
-        run->outcome->body.size() != kBody.size()) {
-      std::fprintf(stderr, "store_bench: replay: %s\n",
-                   run ? "a completed key was not replayed" : run.error().ToString().c_str());
-      return false;
-    }
-    return true;
+    return Replayed(ledger, calls[(t + i * callers) % kKeys], executed);
   });
   if (executed) Die("replay ran fn");
   return s;
@@ -326,12 +360,12 @@ Sample RedisBenchmark(const std::string& url, bool cluster, int callers, int pip
                       double seconds, double* last_rate) {
   const auto [host, port] = HostPorts(url).front();
   const double n = std::max(2000.0, *last_rate * seconds);
-  const std::string cmd =
-      "redis-benchmark -h " + host + " -p " + std::to_string(port) + " -c " +
-      std::to_string(callers) + " -n " + std::to_string(static_cast<uint64_t>(n)) +
-      " -r 100000000 -P " + std::to_string(pipeline) + (cluster ? " --cluster" : "") +
-      " --csv SET " + (cluster ? "key:{tag}:__rand_int__" : "key:__rand_int__") +
-      " value NX PX 86400000 2>/dev/null";
+  const std::string cmd = "redis-benchmark -h " + host + " -p " + std::to_string(port) + " -c " +
+                          std::to_string(callers) + " -n " +
+                          std::to_string(static_cast<uint64_t>(n)) + " -r 100000000 -P " +
+                          std::to_string(pipeline) + (cluster ? " --cluster" : "") + " --csv SET " +
+                          (cluster ? "key:{tag}:__rand_int__" : "key:__rand_int__") +
+                          " value NX PX 86400000 2>/dev/null";
   const auto start = SteadyClock::now();
   const std::string out = Shell(cmd);
   const double elapsed = SecondsSince(start);
@@ -408,6 +442,24 @@ double Cores(const std::vector<Sample>& v, const std::string& k) {
   return Median(r);
 }
 
+// The server counters of a case, per call (medians over its samples).
+std::string ServerPerCall(const std::vector<Sample>& samples, bool pg) {
+  char out[200];
+  if (pg) {
+    std::snprintf(out, sizeof out, "%.2f xacts, %.2f WAL flushes, %.0f WAL bytes",
+                  PerCall(samples, "xact"), PerCall(samples, "wal_sync"),
+                  PerCall(samples, "wal_bytes"));
+  } else {
+    std::snprintf(
+        out, sizeof out,
+        "%.2f cmds incl. in scripts (evalsha %.2f, xadd %.2f), %.1f us server CPU, %.2f server "
+        "cores",
+        PerCall(samples, "all"), PerCall(samples, "evalsha"), PerCall(samples, "xadd"),
+        1e6 * PerCall(samples, "cpu"), Cores(samples, "cpu"));
+  }
+  return out;
+}
+
 void PrintRatio(const std::string& what, const std::vector<Sample>& num,
                 const std::vector<Sample>& den, const char* target) {
   std::vector<double> ratios;
@@ -451,23 +503,23 @@ void RunMainCases(const Options& o) {
     Pair p{.label = label};
     auto counters = [url] { return RedisCounters(url); };
     p.cc = cases.size();
-    cases.push_back({label + " claim->complete", [=] {
-                       return ClaimComplete(*OpenOrDie(store_url), n, o.seconds);
-                     }, counters});
+    cases.push_back({label + " claim->complete",
+                     [=] { return ClaimComplete(*OpenOrDie(store_url), n, o.seconds); }, counters});
     p.replay = cases.size();
-    cases.push_back({label + " replay", [=] { return Replay(*OpenOrDie(store_url), n, o.seconds); },
-                     counters});
+    cases.push_back(
+        {label + " replay", [=] { return Replay(*OpenOrDie(store_url), n, o.seconds); }, counters});
     p.baseline = cases.size();
     (*rates)[label + "1"] = 10000;
     (*rates)[label + "16"] = 50000;
-    cases.push_back({label + " redis-benchmark SET NX PX", [=] {
-                       return RedisBenchmark(url, cluster, n, 1, o.seconds, &(*rates)[label + "1"]);
-                     }, counters});
+    cases.push_back(
+        {label + " redis-benchmark SET NX PX",
+         [=] { return RedisBenchmark(url, cluster, n, 1, o.seconds, &(*rates)[label + "1"]); },
+         counters});
     p.pipelined = cases.size();
-    cases.push_back({label + " redis-benchmark SET NX PX -P 16", [=] {
-                       return RedisBenchmark(url, cluster, n, 16, o.seconds,
-                                             &(*rates)[label + "16"]);
-                     }, counters});
+    cases.push_back(
+        {label + " redis-benchmark SET NX PX -P 16",
+         [=] { return RedisBenchmark(url, cluster, n, 16, o.seconds, &(*rates)[label + "16"]); },
+         counters});
     pairs.push_back(p);
   };
   if (!o.redis.empty()) redis_backend("redis", o.redis, false);
@@ -480,12 +532,11 @@ void RunMainCases(const Options& o) {
     Pair p{.label = "postgres", .pg = true};
     auto counters = [url] { return PgCounters(url); };
     p.cc = cases.size();
-    cases.push_back({"postgres claim->complete", [=] {
-                       return ClaimComplete(*OpenOrDie(store_url), n, o.seconds);
-                     }, counters});
+    cases.push_back({"postgres claim->complete",
+                     [=] { return ClaimComplete(*OpenOrDie(store_url), n, o.seconds); }, counters});
     p.replay = cases.size();
-    cases.push_back({"postgres replay", [=] { return Replay(*OpenOrDie(store_url), n, o.seconds); },
-                     counters});
+    cases.push_back(
+        {"postgres replay", [=] { return Replay(*OpenOrDie(store_url), n, o.seconds); }, counters});
     p.baseline = cases.size();
     cases.push_back({"postgres pgbench INSERT ON CONFLICT",
                      [=] { return Pgbench(url, pg_script, n, o.seconds); }, counters});
@@ -511,21 +562,12 @@ void RunMainCases(const Options& o) {
     for (size_t i : {p.cc, p.replay, p.baseline, p.pipelined}) {
       if (i == SIZE_MAX) continue;
       const Case& c = cases[i];
-      std::printf("%-42s %10.0f %11.2f | ", c.name.c_str(), MedianRate(c.samples),
-                  Median([&] {
+      std::printf("%-42s %10.0f %11.2f | ", c.name.c_str(), MedianRate(c.samples), Median([&] {
                     std::vector<double> v;
                     for (const Sample& s : c.samples) v.push_back(s.client_cores);
                     return v;
                   }()));
-      if (p.pg) {
-        std::printf("%.2f xacts, %.2f WAL flushes, %.0f WAL bytes\n", PerCall(c.samples, "xact"),
-                    PerCall(c.samples, "wal_sync"), PerCall(c.samples, "wal_bytes"));
-      } else {
-        std::printf("%.2f cmds incl. in scripts (evalsha %.2f, xadd %.2f), %.1f us server CPU, %.2f server cores\n",
-                    PerCall(c.samples, "all"), PerCall(c.samples, "evalsha"),
-                    PerCall(c.samples, "xadd"), 1e6 * PerCall(c.samples, "cpu"),
-                    Cores(c.samples, "cpu"));
-      }
+      std::printf("%s\n", ServerPerCall(c.samples, p.pg).c_str());
     }
   }
   for (const Pair& p : pairs) {
@@ -547,56 +589,175 @@ void RunMainCases(const Options& o) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scale
+// Scale: stores preloaded with N completed records
 
-// Writes n completed records into database `db` of the Redis server, in the layout of
-// redis_codec.cc / redis_scripts.cc (a hash PREFIXidem:{default:KEY}:r), pipelined.
-void PreloadRedis(const std::string& url, int db, const std::string& prefix, uint64_t n) {
+// Preloaded record k (0 <= k < N) is the record Ledger::Run leaves behind after completing
+// PreloadedCall(k) with kBody. Its fingerprint is the hex SHA-256 of "preload k", which
+// PostgreSQL computes itself (encode(sha256(...), 'hex')) in its INSERT ... SELECT; its owner
+// token is the fingerprint's second half.
+std::string PreloadedFingerprint(uint64_t k) {
+  const std::string text = "preload " + std::to_string(k);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : digest) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  return hex;
+}
+
+idem::Call PreloadedCall(uint64_t k) { return CallWith(PreloadedFingerprint(k)); }
+
+// The times of the preloaded records, as the stores write them under the default policy: each
+// completed 50 ms after its claim, at some moment of the hour before the preload, with the
+// policy's lease, and kept for the policy's ttl after its completion.
+struct PreloadTimes {
+  int64_t now_ms = WallMillis();
+  int64_t lease_ms = idem::Policy{}.lease.count();
+  int64_t ttl_ms = idem::Policy{}.ttl.count();
+
+  int64_t CompletedAt(uint64_t k, uint64_t n) const {
+    return now_ms - 3'600'000 + static_cast<int64_t>(k * 3'600'000 / n);
+  }
+  // Every preloaded record expires by then; every record a case adds expires later.
+  int64_t LastExpiry() const { return now_ms + ttl_ms; }
+};
+
+// Ledger::Run on preloaded records 0, n/2 and n-1 must replay kBody without running fn, and
+// Store::Get must read them back as they were written (completed, fingerprint, owner, times):
+// the preload wrote records that the store reads as its own.
+void CheckPreloaded(idem::Store& store, uint64_t n, const PreloadTimes& times,
+                    const std::string& where) {
+  idem::Ledger ledger(store, idem::SystemClock::Default(),
+                      idem::LedgerOptions{.instance = "store_bench", .reconcile = nullptr});
+  for (uint64_t k : {uint64_t{0}, n / 2, n - 1}) {
+    const idem::Call call = PreloadedCall(k);
+    std::atomic<bool> executed{false};
+    if (!Replayed(ledger, call, executed) || executed) {
+      Die(where + ": preloaded record " + std::to_string(k) + " was not replayed");
+    }
+    auto record = store.Get(call.id);
+    if (!record || !*record) {
+      Die(where + ": preloaded record " + std::to_string(k) +
+          " does not read back: " + (record ? "absent" : record.error().ToString()));
+    }
+    const idem::Record& r = **record;
+    const int64_t completed = idem::ToUnixMillis(r.completed_at);
+    if (r.state != idem::RecordState::kCompleted || r.fingerprint != call.fingerprint ||
+        r.fence == 0 || r.owner != call.fingerprint.substr(32) ||
+        completed < times.CompletedAt(0, n) || completed > times.now_ms ||
+        idem::ToUnixMillis(r.expires_at) != completed + times.ttl_ms) {
+      Die(where + ": preloaded record " + std::to_string(k) +
+          " reads back with other fields than it was written with");
+    }
+  }
+}
+
+// The margin the Redis store adds to a record's native TTL (kGcMargin in redis_store.cc).
+constexpr int64_t kRedisGcMarginMs = 60'000;
+
+redisReply* RedisCommandOrDie(redisContext* c, const std::string& what, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  auto* r = static_cast<redisReply*>(redisvCommand(c, format, args));
+  va_end(args);
+  if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
+    Die("redis: " + what + ": " + (r ? std::string(r->str, r->len) : std::string(c->errstr)));
+  }
+  return r;
+}
+
+// The value of `field` in INFO `section` ("" if absent).
+std::string RedisInfoField(redisContext* c, const char* section, const std::string& field) {
+  const std::string info = RedisInfo(c, section);
+  const size_t at = info.find("\n" + field + ":");
+  if (at == std::string::npos) return "";
+  const size_t start = at + field.size() + 2;
+  return info.substr(start, info.find_first_of("\r\n", start) - start);
+}
+
+// Writes n preloaded records into database `db` of the Redis server: per record the HSET of
+// every field the store's scripts write (redis_codec.h: RecordFieldNames, KeysOf) and the
+// PEXPIRE their keep() sets, pipelined 10 000 records per round trip. The AOF is off while
+// it runs, then rewritten from the data (CONFIG SET appendonly yes) before measuring.
+void PreloadRedis(const std::string& url, int db, const std::string& prefix, uint64_t n,
+                  const PreloadTimes& times) {
   const auto [host, port] = HostPorts(url).front();
   redisContext* c = RedisConnect(host, port);
-  freeReplyObject(redisCommand(c, "SELECT %d", db));
-  freeReplyObject(redisCommand(c, "FLUSHDB"));
-  // The preload is not measured: no fsync per event-loop pass while it runs.
-  freeReplyObject(redisCommand(c, "CONFIG SET appendfsync no"));
-  const int64_t now = WallMillis();
+  freeReplyObject(RedisCommandOrDie(c, "SELECT", "SELECT %d", db));
+  freeReplyObject(RedisCommandOrDie(c, "FLUSHDB", "FLUSHDB"));
+  freeReplyObject(RedisCommandOrDie(c, "AOF off", "CONFIG SET appendonly no"));
+  const std::vector<std::string> names = idem::redis::RecordFieldNames(/*with_body=*/true);
   const std::string st(idem::RecordStateName(idem::RecordState::kCompleted));
   const std::string oc(idem::OutcomeClassName(idem::OutcomeClass::kSuccess));
-  const std::string cr = std::to_string(now - 1000), le = std::to_string(now + 29000),
-                    co = std::to_string(now), ex = std::to_string(now + 365LL * 86400000);
-  constexpr uint64_t kBatch = 10000;
+  constexpr uint64_t kBatch = 10'000;
   for (uint64_t i = 0; i < n;) {
     const uint64_t end = std::min(n, i + kBatch);
-    for (uint64_t j = i; j < end; ++j) {
-      const std::string fp = FingerprintOf(j);
-      const std::string key = prefix + "idem:{default:v1t.turn.charge." + fp + "}:r";
-      const char* argv[] = {"HSET", key.c_str(), "st", st.c_str(), "fp", fp.c_str(), "tool",
-                            "charge", "turn", "turn", "fence", "1", "cr", cr.c_str(), "le",
-                            le.c_str(), "co", co.c_str(), "ex", ex.c_str(), "oc", oc.c_str(), "ob",
-                            kBody.c_str()};
-      size_t lens[std::size(argv)];
-      for (size_t a = 0; a < std::size(argv); ++a) lens[a] = std::strlen(argv[a]);
-      redisAppendCommandArgv(c, static_cast<int>(std::size(argv)), argv, lens);
+    for (uint64_t k = i; k < end; ++k) {
+      const idem::Call call = PreloadedCall(k);
+      const std::string key = idem::redis::KeysOf(prefix, call.id).record;
+      const int64_t co = times.CompletedAt(k, n), cr = co - 50, ex = co + times.ttl_ms;
+      const std::map<std::string, std::string> value = {
+          {"st", st},
+          {"fp", call.fingerprint},
+          {"tool", call.tool},
+          {"turn", call.turn},
+          {"fence", std::to_string(cr * 1000)},  // the claim script's fence: now in us
+          {"cr", std::to_string(cr)},
+          {"le", std::to_string(cr + times.lease_ms)},
+          {"co", std::to_string(co)},
+          {"ex", std::to_string(ex)},
+          {"oc", oc},
+          {"ow", call.fingerprint.substr(32)},
+          {"ob", kBody}};
+      std::vector<const char*> argv = {"HSET", key.c_str()};
+      std::vector<size_t> lens = {4, key.size()};
+      for (const std::string& name : names) {
+        const auto v = value.find(name);
+        if (v == value.end() || value.size() != names.size()) {
+          Die("redis preload: the store's record fields changed (" + name + "): update it");
+        }
+        argv.insert(argv.end(), {name.c_str(), v->second.c_str()});
+        lens.insert(lens.end(), {name.size(), v->second.size()});
+      }
+      redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+      const std::string ttl = std::to_string(ex - times.now_ms + kRedisGcMarginMs);
+      redisAppendCommand(c, "PEXPIRE %b %b", key.data(), key.size(), ttl.data(), ttl.size());
     }
-    for (uint64_t j = i; j < end; ++j) {
-      void* r = nullptr;
-      if (redisGetReply(c, &r) != REDIS_OK) Die("redis preload");
-      freeReplyObject(r);
+    for (uint64_t r = 0; r < 2 * (end - i); ++r) {
+      void* reply = nullptr;
+      if (redisGetReply(c, &reply) != REDIS_OK) Die("redis preload: " + std::string(c->errstr));
+      if (static_cast<redisReply*>(reply)->type == REDIS_REPLY_ERROR) Die("redis preload: error");
+      freeReplyObject(reply);
     }
     i = end;
   }
-  freeReplyObject(redisCommand(c, "CONFIG SET appendfsync always"));
+  freeReplyObject(RedisCommandOrDie(c, "AOF on", "CONFIG SET appendonly yes"));
+  const auto give_up = SteadyClock::now() + std::chrono::minutes(30);
+  while (RedisInfoField(c, "persistence", "aof_rewrite_in_progress") != "0" ||
+         RedisInfoField(c, "persistence", "aof_rewrite_scheduled") != "0" ||
+         RedisInfoField(c, "persistence", "aof_enabled") != "1") {
+    if (SteadyClock::now() > give_up) Die("redis: the AOF rewrite after the preload never ended");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // polling, not timing
+  }
+  if (RedisInfoField(c, "persistence", "aof_last_bgrewrite_status") != "ok") {
+    Die("redis: the AOF rewrite after the preload failed");
+  }
   redisFree(c);
 }
 
+// Deletes the records a case made.
 void RedisDelete(const std::string& url, int db, const std::string& prefix,
                  const std::vector<std::vector<idem::RecordId>>& made) {
   const auto [host, port] = HostPorts(url).front();
   redisContext* c = RedisConnect(host, port);
-  freeReplyObject(redisCommand(c, "SELECT %d", db));
+  freeReplyObject(RedisCommandOrDie(c, "SELECT", "SELECT %d", db));
   size_t pending = 0;
   for (const auto& ids : made) {
     for (const idem::RecordId& id : ids) {
-      const std::string key = prefix + "idem:{" + id.tenant + ":" + id.key + "}:r";
+      const std::string key = idem::redis::KeysOf(prefix, id).record;
       redisAppendCommand(c, "DEL %b", key.data(), key.size());
       ++pending;
     }
@@ -609,79 +770,154 @@ void RedisDelete(const std::string& url, int db, const std::string& prefix,
   redisFree(c);
 }
 
-void PreloadPostgres(const std::string& url, const std::string& schema, uint64_t n) {
-  Psql(url, "DROP SCHEMA IF EXISTS " + schema + " CASCADE");
-  OpenOrDie(url + "?schema=" + schema).reset();  // creates the schema, as the store does
-  const int64_t now = WallMillis();
-  const std::string st(idem::RecordStateName(idem::RecordState::kCompleted));
-  const std::string oc(idem::OutcomeClassName(idem::OutcomeClass::kSuccess));
-  // Keys spread like hashes (md5), fence 1 (measured records get sequence fences, far above).
-  Psql(url, "INSERT INTO " + schema +
-                ".idemgate_records (tenant, key, state, fingerprint, tool, turn, fence, "
-                "created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms, "
-                "outcome_class, outcome_body) SELECT 'default', 'v1t.turn.charge.' || h, '" +
-                st + "', h, 'charge', 'turn', 1, " + std::to_string(now - 1000) + ", " +
-                std::to_string(now + 29000) + ", " + std::to_string(now) + ", " +
-                std::to_string(now + 365LL * 86400000) + ", '" + oc +
-                "', convert_to(repeat('x', 200), 'UTF8') FROM (SELECT md5(i::text) || "
-                "md5((-i)::text) AS h FROM generate_series(1, " +
-                std::to_string(n) + ") i) s");
-  Psql(url, "VACUUM ANALYZE " + schema + ".idemgate_records");
+int64_t RedisUsedMemory(const std::string& url) {
+  const auto [host, port] = HostPorts(url).front();
+  redisContext* c = RedisConnect(host, port);
+  const int64_t bytes = std::atoll(RedisInfoField(c, "memory", "used_memory").c_str());
+  redisFree(c);
+  return bytes;
 }
 
-void PostgresTrim(const std::string& url, const std::string& schema) {
-  Psql(url, "DELETE FROM " + schema + ".idemgate_records WHERE fence > 1");
-  Psql(url, "DELETE FROM " + schema + ".idemgate_attempts");
+void RedisFlush(const std::string& url, int db) {
+  const auto [host, port] = HostPorts(url).front();
+  redisContext* c = RedisConnect(host, port);
+  freeReplyObject(RedisCommandOrDie(c, "SELECT", "SELECT %d", db));
+  freeReplyObject(RedisCommandOrDie(c, "FLUSHDB", "FLUSHDB"));
+  redisFree(c);
+}
+
+// Fills the store's own table (made by its migrations, in schema `schema`) with n preloaded
+// records in one INSERT ... SELECT, in key order so that both indexes fill from the right,
+// fences from the store's sequence; then VACUUM ANALYZE (hint bits and the visibility map, as
+// autovacuum would have left an old table) and a CHECKPOINT, so that neither falls into a
+// measurement.
+void PreloadPostgres(const std::string& url, const std::string& schema, uint64_t n,
+                     const PreloadTimes& times) {
+  Psql(url, "DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+  OpenOrDie(url + "?schema=" + schema).reset();
+  std::string body;
+  for (char ch : kBody) body += ch == '\'' ? std::string("''") : std::string(1, ch);
+  const std::string s = schema + ".";
+  Psql(url,
+       "SET work_mem = '256MB'; INSERT INTO " + s +
+           "idemgate_records (tenant, key, state, fingerprint, tool, turn, fence, created_at_ms, "
+           "lease_expires_at_ms, completed_at_ms, expires_at_ms, outcome_class, outcome_body, "
+           "owner) SELECT 'default', 'v1t.turn.charge.' || fp, '" +
+           std::string(idem::RecordStateName(idem::RecordState::kCompleted)) +
+           "', fp, 'charge', 'turn', nextval('" + s + "idemgate_fences'), co - 50, co - 50 + " +
+           std::to_string(times.lease_ms) + ", co, co + " + std::to_string(times.ttl_ms) + ", '" +
+           std::string(idem::OutcomeClassName(idem::OutcomeClass::kSuccess)) + "', convert_to('" +
+           body + "', 'UTF8'), substr(fp, 33) FROM (SELECT fp, " + std::to_string(times.now_ms) +
+           " - 3600000 + (row_number() OVER (ORDER BY fp) - 1) * 3600000 / " + std::to_string(n) +
+           " AS co FROM (SELECT encode(sha256(convert_to('preload ' || k, 'UTF8')), 'hex') AS fp "
+           "FROM generate_series(0, " +
+           std::to_string(n - 1) + ") AS k) AS f) AS s ORDER BY fp");
+  Psql(url, "VACUUM ANALYZE " + s + "idemgate_records");
+  Psql(url, "CHECKPOINT");
+}
+
+// Deletes what a case added: the records made after the preload (they expire after every
+// preloaded one, so the expiry index finds them) and the audit log.
+void PostgresTrim(const std::string& url, const std::string& schema, const PreloadTimes& times) {
+  Psql(url, "DELETE FROM " + schema + ".idemgate_records WHERE expires_at_ms > " +
+                std::to_string(times.LastExpiry()) + "; DELETE FROM " + schema +
+                ".idemgate_attempts");
   Psql(url, "VACUUM " + schema + ".idemgate_records");
+}
+
+std::string PostgresSize(const std::string& url, const std::string& schema) {
+  const std::string t = "'" + schema + ".idemgate_records'";
+  std::string out =
+      Psql(url, "SELECT pg_size_pretty(pg_total_relation_size(" + t +
+                    ")) || ' (table ' || pg_size_pretty(pg_relation_size(" + t +
+                    ")) || ', indexes ' || pg_size_pretty(pg_indexes_size(" + t + ")) || ')'");
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+// Replay on preloaded records drawn at random from all n.
+Sample ReplayPreloaded(idem::Store& store, int callers, double seconds, uint64_t n) {
+  idem::Ledger ledger(store, idem::SystemClock::Default(), LedgerOptionsFor());
+  const uint64_t salt = static_cast<uint64_t>(WallMillis()) << 20;
+  std::atomic<bool> executed{false};
+  Sample s = TimeCallers(callers, seconds, [&](int t, uint64_t i) {
+    const uint64_t k = SplitMix64(salt + (static_cast<uint64_t>(t) << 40) + i) % n;
+    return Replayed(ledger, PreloadedCall(k), executed);
+  });
+  if (executed) Die("replay ran fn");
+  return s;
 }
 
 void RunScaleCases(const Options& o) {
   struct Point {
     std::string backend;
-    uint64_t records;
-    std::function<Sample()> measure;
-    std::vector<Sample> samples;
+    uint64_t records = 0;
+    Case claim_complete, replay;  // with the server's counters
+    std::function<void()> trim;   // after each case, not measured: deletes what it added
     double preload_seconds = 0;
+    std::string memory;
   };
   std::vector<Point> points;
+  std::vector<std::function<void()>> cleanups;
   const int n = o.callers;
-  for (size_t k = 0; k < o.scale.size(); ++k) {
-    const uint64_t records = o.scale[k];
+  int64_t redis_memory = o.redis.empty() ? 0 : RedisUsedMemory(o.redis);
+  for (size_t i = 0; i < o.scale.size(); ++i) {
+    const uint64_t records = o.scale[i];
+    const PreloadTimes times;
     if (!o.redis.empty()) {
-      const int db = static_cast<int>(k) + 1;
-      const std::string url = o.redis, prefix = "sbs:";
+      const int db = static_cast<int>(i) + 1;
+      const std::string prefix = "sbs:";
+      const std::string store_url = o.redis + "/" + std::to_string(db) + "?prefix=" + prefix;
+      const std::string url = o.redis;
       const auto start = SteadyClock::now();
-      PreloadRedis(url, db, prefix, records);
-      Point p{"redis", records, [=] {
-                std::vector<std::vector<idem::RecordId>> made;
-                Sample s;
-                {
-                  auto store = OpenOrDie(url + "/" + std::to_string(db) + "?prefix=" + prefix);
-                  s = ClaimComplete(*store, n, o.seconds, &made);
-                }
-                RedisDelete(url, db, prefix, made);
-                return s;
-              }};
+      PreloadRedis(url, db, prefix, records, times);
+      Point p{.backend = "redis", .records = records};
       p.preload_seconds = SecondsSince(start);
-      std::fprintf(stderr, "store_bench: redis db %d: %llu records in %.1f s\n", db,
-                   static_cast<unsigned long long>(records), p.preload_seconds);
+      CheckPreloaded(*OpenOrDie(store_url), records, times, "redis db " + std::to_string(db));
+      const int64_t used = RedisUsedMemory(url);
+      char memory[160];
+      std::snprintf(memory, sizeof memory, "used_memory %.2f GiB, +%.0f B per record",
+                    used / 1073741824.0, static_cast<double>(used - redis_memory) / records);
+      p.memory = memory;
+      redis_memory = used;
+      auto counters = [url] { return RedisCounters(url); };
+      auto made = std::make_shared<std::vector<std::vector<idem::RecordId>>>();
+      p.claim_complete = {
+          "claim->complete",
+          [=] { return ClaimComplete(*OpenOrDie(store_url), n, o.seconds, &*made); }, counters};
+      p.trim = [=] {
+        RedisDelete(url, db, prefix, *made);
+        made->clear();
+      };
+      p.replay = {"replay",
+                  [=] { return ReplayPreloaded(*OpenOrDie(store_url), n, o.seconds, records); },
+                  counters};
+      cleanups.push_back([=] { RedisFlush(url, db); });
+      std::fprintf(stderr, "store_bench: redis db %d: %llu records in %.1f s, %s\n", db,
+                   static_cast<unsigned long long>(records), p.preload_seconds, memory);
       points.push_back(std::move(p));
     }
     if (!o.postgres.empty()) {
       const std::string url = o.postgres, schema = "store_bench_scale_" + std::to_string(records);
+      const std::string store_url =
+          url + "?schema=" + schema + (o.postgres_options.empty() ? "" : "&" + o.postgres_options);
       const auto start = SteadyClock::now();
-      PreloadPostgres(url, schema, records);
-      Point p{"postgres", records, [=] {
-                Sample s = ClaimComplete(
-                    *OpenOrDie(url + "?schema=" + schema +
-                               (o.postgres_options.empty() ? "" : "&" + o.postgres_options)),
-                    n, o.seconds);
-                PostgresTrim(url, schema);
-                return s;
-              }};
+      PreloadPostgres(url, schema, records, times);
+      Point p{.backend = "postgres", .records = records};
       p.preload_seconds = SecondsSince(start);
-      std::fprintf(stderr, "store_bench: postgres %s: %llu records in %.1f s\n", schema.c_str(),
-                   static_cast<unsigned long long>(records), p.preload_seconds);
+      CheckPreloaded(*OpenOrDie(store_url), records, times, "postgres " + schema);
+      p.memory = PostgresSize(url, schema);
+      auto counters = [url] { return PgCounters(url); };
+      p.claim_complete = {"claim->complete",
+                          [=] { return ClaimComplete(*OpenOrDie(store_url), n, o.seconds); },
+                          counters};
+      p.replay = {"replay",
+                  [=] { return ReplayPreloaded(*OpenOrDie(store_url), n, o.seconds, records); },
+                  counters};
+      p.trim = [=] { PostgresTrim(url, schema, times); };
+      cleanups.push_back([=] { Psql(url, "DROP SCHEMA " + schema + " CASCADE"); });
+      std::fprintf(stderr, "store_bench: postgres %s: %llu records in %.1f s, %s\n", schema.c_str(),
+                   static_cast<unsigned long long>(records), p.preload_seconds, p.memory.c_str());
       points.push_back(std::move(p));
     }
   }
@@ -689,19 +925,35 @@ void RunScaleCases(const Options& o) {
     std::fprintf(stderr, "store_bench: scale round %d/%d\n", round + 1, o.rounds);
     for (size_t k = 0; k < points.size(); ++k) {
       Point& p = points[round % 2 == 0 ? k : points.size() - 1 - k];
-      p.samples.push_back(p.measure());
-      std::fprintf(stderr, "store_bench:   %s %llu: %.0f calls/s\n", p.backend.c_str(),
-                   static_cast<unsigned long long>(p.records), p.samples.back().calls_per_second);
+      for (Case* c : {&p.claim_complete, &p.replay}) {
+        c->samples.push_back(MeasureCase(*c));
+        p.trim();
+      }
+      std::fprintf(stderr, "store_bench:   %s %llu: claim->complete %.0f, replay %.0f calls/s\n",
+                   p.backend.c_str(), static_cast<unsigned long long>(p.records),
+                   p.claim_complete.samples.back().calls_per_second,
+                   p.replay.samples.back().calls_per_second);
     }
   }
-  std::printf("\nscale: claim->complete calls/s with %d callers on stores preloaded with N "
-              "records, median of %d rounds\n",
-              n, o.rounds);
-  std::printf("%-10s %10s %10s %12s\n", "backend", "N", "calls/s", "preload s");
+  for (auto& cleanup : cleanups) cleanup();
+  std::printf(
+      "\nscale: calls/s with %d callers on stores preloaded with N completed records "
+      "(replay: random preloaded records), median of %d rounds\n",
+      n, o.rounds);
+  std::printf("%-10s %10s %16s %10s %10s  %s\n", "backend", "N", "claim->complete", "replay",
+              "preload s", "memory / size");
   for (const Point& p : points) {
-    std::printf("%-10s %10llu %10.0f %12.1f\n", p.backend.c_str(),
-                static_cast<unsigned long long>(p.records), MedianRate(p.samples),
-                p.preload_seconds);
+    std::printf("%-10s %10llu %16.0f %10.0f %10.1f  %s\n", p.backend.c_str(),
+                static_cast<unsigned long long>(p.records), MedianRate(p.claim_complete.samples),
+                MedianRate(p.replay.samples), p.preload_seconds, p.memory.c_str());
+  }
+  std::printf("server, per call (median):\n");
+  for (const Point& p : points) {
+    for (const Case* c : {&p.claim_complete, &p.replay}) {
+      std::printf("%-10s %10llu %-16s %s\n", p.backend.c_str(),
+                  static_cast<unsigned long long>(p.records), c->name.c_str(),
+                  ServerPerCall(c->samples, p.backend == "postgres").c_str());
+    }
   }
   for (const char* backend : {"redis", "postgres"}) {
     const Point* small = nullptr;
@@ -711,11 +963,13 @@ void RunScaleCases(const Options& o) {
       if (!small || p.records < small->records) small = &p;
       if (!large || p.records > large->records) large = &p;
     }
-    if (small && large && small != large) {
-      PrintRatio(std::string(backend) + " at " + std::to_string(large->records) + " / at " +
-                     std::to_string(small->records),
-                 large->samples, small->samples, ">= 0.8");
-    }
+    if (!small || !large || small == large) continue;
+    const std::string sizes =
+        " at " + std::to_string(large->records) + " / at " + std::to_string(small->records);
+    PrintRatio(std::string(backend) + " claim->complete" + sizes, large->claim_complete.samples,
+               small->claim_complete.samples, ">= 0.8");
+    PrintRatio(std::string(backend) + " replay" + sizes, large->replay.samples,
+               small->replay.samples, ">= 0.8");
   }
 }
 

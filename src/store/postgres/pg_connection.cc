@@ -147,6 +147,11 @@ std::optional<int64_t> Rows::Int(int row, int col) const {
   return static_cast<int64_t>(be64toh(be));
 }
 
+std::optional<bool> Rows::Bool(int row, int col) const {
+  if (IsNull(row, col) || PQgetlength(result_, row, col) != 1) return std::nullopt;
+  return *PQgetvalue(result_, row, col) != 0;
+}
+
 Connection::Connection(PGconn* conn, std::string where) : conn_(conn), where_(std::move(where)) {}
 
 Connection::~Connection() { PQfinish(conn_); }

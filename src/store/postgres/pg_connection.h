@@ -73,6 +73,8 @@ class Rows {
   std::string_view Bytes(int row, int col) const;
   // A bigint column; nullopt if the value is not 8 bytes (not a bigint).
   std::optional<int64_t> Int(int row, int col) const;
+  // A boolean column; nullopt if the value is not 1 byte (not a boolean).
+  std::optional<bool> Bool(int row, int col) const;
 
  private:
   PGresult* result_;

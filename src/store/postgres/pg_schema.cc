@@ -71,6 +71,12 @@ CREATE INDEX idemgate_attempts_by_outcome ON idemgate_attempts (outcome, at_ms, 
 -- constant default: no table rewrite.
 ALTER TABLE idemgate_records ADD COLUMN owner text NOT NULL DEFAULT '';
 )sql"},
+    {3, R"sql(
+-- Set by an instance that waits for the record to change (WaitForChange), so
+-- that a completion is announced to the other instances (NOTIFY) only when
+-- one of them may be waiting for it. A constant default: no table rewrite.
+ALTER TABLE idemgate_records ADD COLUMN watched boolean NOT NULL DEFAULT false;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion);

@@ -131,12 +131,26 @@ Result<T> PostgresStore::Run(Retry retry, Fn fn) {
   }
 }
 
-void PostgresStore::Changed(const RecordId& id) {
+void PostgresStore::Changed(const RecordId& id, bool announce) {
   hub_->Notify(ChangeHub::KeyOf(id));
   // Other instances hear of it through the announcer, batched and off this
   // request's path: the change has committed; waking them is best effort
   // (their waiters also re-read on their poll).
-  announcer_->Announce(ChangePayload(url_->schema, id));
+  if (announce) announcer_->Announce(ChangePayload(url_->schema, id));
+}
+
+Result<void> PostgresStore::MarkWatched(const RecordId& id, const Record& seen) {
+  // Marking twice is harmless: safe to re-run.
+  return Run<void>(Retry::kSafe, [&](Connection& conn) -> Result<void> {
+    Params p;
+    p.Text(id.tenant)
+        .Text(id.key)
+        .Int(static_cast<int64_t>(seen.fence))
+        .Text(RecordStateName(seen.state));
+    auto rows = conn.Execute(postgres::kMarkWatched, p, "watching " + Describe(id));
+    if (!rows) return std::unexpected(std::move(rows.error()));
+    return {};
+  });
 }
 
 Error PostgresStore::WhyNotWritten(Connection& conn, const RecordId& id, uint64_t fence,
@@ -247,6 +261,7 @@ Result<TimePoint> PostgresStore::Heartbeat(const RecordId& id, uint64_t fence, D
 Result<Record> PostgresStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                                        Duration retention) {
   const TimePoint now = clock_.Now();
+  bool watched = false;
   auto done = Run<Record>(Retry::kUnsafe, [&](Connection& conn) -> Result<Record> {
     Params p;
     p.Text(id.tenant)
@@ -262,9 +277,12 @@ Result<Record> PostgresStore::Complete(const RecordId& id, uint64_t fence, const
     if (rows->size() == 0) {
       return std::unexpected(WhyNotWritten(conn, id, fence, now, kCompleteRule));
     }
+    watched = rows->Bool(0, postgres::kCompleteWatchedColumn).value_or(true);
     return postgres::DecodeRecord(*rows, 0, id, url_->where);
   });
-  if (done) Changed(id);
+  // The common case, a call without duplicates, sends no announcement: no
+  // other instance waits for this record unless it marked it watched.
+  if (done) Changed(id, watched);
   return done;
 }
 
@@ -396,11 +414,20 @@ Result<void> PostgresStore::WaitForChange(const RecordId& id, const Record& seen
   // Subscribe before the first read, so a change committed in between wakes
   // the wait instead of being missed.
   auto watch = hub_->Subscribe(id);
+  bool marked = false;
   for (;;) {
     auto current = Get(id);
     if (!current) return std::unexpected(std::move(current.error()));
     if (!*current || (*current)->fence != seen.fence || (*current)->state != seen.state) {
       return {};
+    }
+    if (!marked) {
+      // A completion is announced to other instances only if the record is
+      // marked watched. One that committed between the read above and the
+      // mark did not see it, so read again after marking.
+      if (auto ok = MarkWatched(id, seen); !ok) return ok;
+      marked = true;
+      continue;
     }
     const TimePoint now = clock_.Now();
     if (now >= deadline) return {};

@@ -41,8 +41,9 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url, Clock& cl
 // passed to every statement as a parameter, never by the server's now().
 // Each state change is announced on the channel idemgate_changes
 // (pg_notify) once it has committed, batched off the request path by a
-// ChangeAnnouncer; one LISTEN connection per store wakes this process's
-// waiters for changes made by any instance. Waiters also re-read the record: every
+// ChangeAnnouncer; a completion only if a waiter marked the record watched
+// (so a call without duplicates sends none). One LISTEN connection per store
+// wakes this process's waiters for changes made by any instance. Waiters also re-read the record: every
 // options.poll_interval while the LISTEN connection is down, at most once a
 // second while it is up. Durability is the
 // server's: with PostgreSQL's defaults (fsync, synchronous_commit on) a
@@ -94,7 +95,14 @@ class PostgresStore final : public Store {
   Error WhyNotWritten(postgres::Connection& conn, const RecordId& id, uint64_t fence, TimePoint now,
                       const postgres::WriteRule& rule);
 
-  void Changed(const RecordId& id);
+  // Wakes this process's waiters on `id` and, unless `announce` is false,
+  // those of other instances (after the commit, batched: ChangeAnnouncer). A
+  // completion of a record no instance marked watched skips the second.
+  void Changed(const RecordId& id, bool announce = true);
+
+  // Marks the record watched if it still has seen's fence and state, so that
+  // its completion is announced to this instance (kMarkWatched).
+  Result<void> MarkWatched(const RecordId& id, const Record& seen);
 
   const std::unique_ptr<postgres::PostgresUrl> url_;
   Clock& clock_;

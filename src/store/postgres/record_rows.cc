@@ -39,7 +39,8 @@ const Statement kClaimReplace{
     "WITH claimed AS (UPDATE idemgate_records SET state = 'in_progress', fingerprint = $3, "
     "tool = $4, turn = $5, fence = nextval('idemgate_fences'), created_at_ms = $6, "
     "lease_expires_at_ms = $7, completed_at_ms = 0, expires_at_ms = $8, outcome_class = NULL, "
-    "outcome_body = NULL, owner = $10 WHERE tenant = $1 AND key = $2 AND expires_at_ms <= $6 "
+    "outcome_body = NULL, owner = $10, watched = false "
+    "WHERE tenant = $1 AND key = $2 AND expires_at_ms <= $6 "
     "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("claimed", "$9")};
 
 const Statement kSelectRecord{"idem_select_record",
@@ -59,7 +60,16 @@ const Statement kComplete{
     "WITH done AS (UPDATE idemgate_records SET state = 'completed', outcome_class = $4, "
     "outcome_body = $5, completed_at_ms = $6, expires_at_ms = $7 "
     "WHERE tenant = $1 AND key = $2 AND fence = $3 AND state IN ('in_progress', 'unknown') "
-    "AND expires_at_ms > $6 RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("done", "$8")};
+    "AND expires_at_ms > $6 RETURNING " IDEM_RECORD_COLUMNS ", watched) SELECT " IDEM_RECORD_COLUMNS
+    ", $8::text, watched FROM done"};
+static_assert(kCompleteWatchedColumn == 13);  // 12 record columns, the payload, watched
+
+// Row locks order this against kComplete: either the completion sees the
+// mark, or the mark finds the record no longer in the state the waiter saw.
+const Statement kMarkWatched{
+    "idem_mark_watched",
+    "UPDATE idemgate_records SET watched = true WHERE tenant = $1 AND key = $2 AND fence = $3 "
+    "AND state = $4 AND NOT watched"};
 
 const Statement kRelease{
     "idem_release",

@@ -1,8 +1,7 @@
 // How records are laid out in idemgate_records (schema in pg_schema.cc) and
 // the prepared statements that read and write them. Each statement is one
-// atomic SQL statement; the ones that change a record's state or fence also
-// pg_notify() the change in that same statement, so the notification is sent
-// exactly when the change commits.
+// atomic SQL statement. Changes are announced to other instances after they
+// commit, by kAnnounceChanges (PostgresStore::Changed).
 #pragma once
 
 #include <optional>
@@ -31,8 +30,14 @@ extern const Statement kSelectRecord;
 extern const Statement kHeartbeat;
 // tenant, key, fence, outcome class, outcome body, now, expiry, payload →
 // the record's columns if the live record was in progress or unknown with
-// `fence`.
+// `fence`, and in column kCompleteWatchedColumn (a bool) whether an instance
+// waits for the record (kMarkWatched), so that the completion must be
+// announced.
 extern const Statement kComplete;
+inline constexpr int kCompleteWatchedColumn = 13;
+// tenant, key, fence, state → marks the record watched if it still has
+// that fence and state; affected() is 0 if it had not, or was marked already.
+extern const Statement kMarkWatched;
 // tenant, key, fence, now, payload → one row if the live in-progress or
 // unknown record with `fence` was deleted.
 extern const Statement kRelease;
