@@ -291,6 +291,11 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
                            ec.message() + ")";
       return Finish(ex, std::move(r), false);
     }
+    // An interim answer (102 Processing, 103 Early Hints, an unasked-for 100):
+    // the final one follows on the same connection. 101 is final, and never
+    // asked for: Upgrade is not forwarded.
+    const unsigned status = ex->parser->get().result_int();
+    if (status >= 100 && status < 200 && status != 101) return Read(ex);
     const bool reusable = ex->parser->keep_alive();
     bhttp::response<bhttp::string_body> res = ex->parser->release();
     UpstreamResult r;

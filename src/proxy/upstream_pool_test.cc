@@ -20,7 +20,8 @@ using tcp = net::ip::tcp;
 
 // A blocking HTTP/1.1 server on loopback whose behaviour is chosen by the
 // request path: /ok answers (keep-alive), /close reads the request and
-// closes, /hang reads it and never answers, /big answers 4 KiB.
+// closes, /hang reads it and never answers, /big answers 4 KiB,
+// /early-hints sends 103 and 102 interim answers before answering.
 class TestServer {
  public:
   TestServer() : acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
@@ -82,6 +83,12 @@ class TestServer {
       if (target == "/close") {
         s.shutdown(tcp::socket::shutdown_both, ec);
         return;
+      }
+      if (target == "/early-hints") {  // two interim answers before the final one
+        net::write(s,
+                   net::buffer(std::string_view("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+                                                "HTTP/1.1 102 Processing\r\n\r\n")),
+                   ec);
       }
       if (target == "/hang") {
         char c;
@@ -219,6 +226,19 @@ TEST(UpstreamPoolTest, BodyOverTheLimitIsMaybeSentTooLargeWithItsStatus) {
   EXPECT_EQ(r.response.status, 201);
   // The pool still works.
   EXPECT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+}
+
+// 1xx answers are interim (RFC 9110 §15.2): the final answer is the one
+// relayed and stored, never a 103 Early Hints.
+TEST(UpstreamPoolTest, InterimAnswersAreSkippedForTheFinalOne) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Exchange(*pool, "/early-hints");
+  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  EXPECT_EQ(r.response.status, 201);
+  EXPECT_EQ(r.response.body, "hello");
+  EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201) << "the connection stays usable";
+  EXPECT_EQ(server.connections(), 1);
 }
 
 TEST(UpstreamPoolTest, BaseUrlPathIsPrefixed) {
