@@ -3,11 +3,15 @@
 //  - LineFramer gives the same frames however the stream is chunked, with a
 //    small limit as with the default one;
 //  - the frames are the stream's lines without one trailing CR, blank
-//    lines skipped, one oversize frame per line over the limit (ModelFrames);
+//    lines skipped, one oversize frame per line over the limit, carrying
+//    the id found in the line's first limit + 1 bytes (ModelFrames);
 //  - FrameLine(frame) framed again gives the frame back (CR/LF as spaces);
-//  - ParseMessage refuses with kInvalidArgument or classifies as the JSON
-//    says, and idemgate's own answers to a request parse as responses with
-//    the same id.
+//  - ParseMessage refuses with kInvalidArgument (kResourceExhausted: too
+//    deep) or classifies as the JSON says, and idemgate's own answers to a
+//    request parse as responses with the same id (a refused one's: the id
+//    RecoverIdText finds, a string or a number, else null);
+//  - JsonRpcEnvelopeProblem accepts exactly what a plain model of JSON-RPC
+//    2.0 as MCP uses it accepts.
 //
 // The stream is the whole input; the chunking and the small limit are drawn
 // from a hash of it, so corpus files are plain newline-delimited JSON.
@@ -16,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +69,7 @@ void CheckSameFrames(const std::vector<LineFramer::Frame>& a,
   for (size_t i = 0; i < a.size(); ++i) {
     FUZZ_CHECK_EQ(a[i].oversize, b[i].oversize);
     FUZZ_CHECK_EQ(a[i].message, b[i].message);
+    FUZZ_CHECK_EQ(a[i].id_text, b[i].id_text);
   }
 }
 
@@ -76,9 +82,10 @@ std::vector<LineFramer::Frame> ModelFrames(std::string_view stream, size_t max) 
   while (!stream.empty()) {
     const size_t nl = stream.find('\n');
     std::string_view line = stream.substr(0, nl);
+    const std::string_view head = line.substr(0, max + 1);
     if (line.ends_with('\r')) line.remove_suffix(1);
     if (line.size() > max) {
-      out.push_back(LineFramer::Frame{{}, true});
+      out.push_back(LineFramer::Frame{{}, true, idem::mcp::RecoverIdText(head)});
     } else if (!IsBlank(line)) {
       out.push_back(LineFramer::Frame{std::string(line), false});
     }
@@ -88,19 +95,51 @@ std::vector<LineFramer::Frame> ModelFrames(std::string_view stream, size_t max) 
   return out;
 }
 
+// JSON-RPC 2.0 as MCP uses it, plainly: a request or notification has
+// "jsonrpc": "2.0", a string "method", an object "params" if any, a string or
+// number "id" if any; anything without "method" is a response if it has an
+// "id" and a "result" or an "error".
+void CheckEnvelope(const boost::json::value& json) {
+  const std::optional<std::string> problem = idem::mcp::JsonRpcEnvelopeProblem(json);
+  const boost::json::object* o = json.if_object();
+  bool usable = false;
+  if (o != nullptr && !o->contains("method")) {
+    usable = o->contains("id") && (o->contains("result") || o->contains("error"));
+  } else if (o != nullptr) {
+    const auto* version = o->if_contains("jsonrpc");
+    const auto* id = o->if_contains("id");
+    const auto* params = o->if_contains("params");
+    usable = o->at("method").is_string() && version != nullptr && version->is_string() &&
+             version->get_string() == "2.0" &&
+             (id == nullptr || id->is_string() || id->is_number()) &&
+             (params == nullptr || params->is_object());
+  }
+  FUZZ_CHECK_EQ(!problem.has_value(), usable);
+  if (problem) FUZZ_CHECK(!problem->empty());
+}
+
 void CheckClassified(const std::string& text) {
   auto m = idem::mcp::ParseMessage(text);
   if (!m) {
-    FUZZ_CHECK(m.error().code == idem::ErrorCode::kInvalidArgument);
+    FUZZ_CHECK(m.error().code == idem::ErrorCode::kInvalidArgument ||
+               m.error().code == idem::ErrorCode::kResourceExhausted);
     FUZZ_CHECK(!m.error().message.empty());
-    // The parse-error answer is one valid JSON-RPC error with id null.
-    auto answer = idem::mcp::ParseMessage(idem::mcp::ParseErrorResponse(m.error().message));
+    // The parse-error answer is one valid JSON-RPC error, for the id that
+    // could be found: a string or a number, else null.
+    const std::string id = idem::mcp::RecoverIdText(text);
+    if (id != "null") {
+      boost::system::error_code ec;
+      boost::json::value v = boost::json::parse(id, ec);
+      FUZZ_CHECK(!ec && (v.is_string() || v.is_number()));
+    }
+    auto answer = idem::mcp::ParseMessage(idem::mcp::ParseErrorResponse(id, m.error().message));
     FUZZ_CHECK(answer.has_value());
     FUZZ_CHECK(answer->kind == Message::Kind::kError);
-    FUZZ_CHECK_EQ(answer->id_text, std::string("null"));
+    FUZZ_CHECK_EQ(answer->id_text, id);
     return;
   }
   const boost::json::value& json = m->json;
+  CheckEnvelope(json);
   switch (m->kind) {
     case Message::Kind::kBatch:
       FUZZ_CHECK(json.is_array());

@@ -4,7 +4,7 @@
 // ReverseProxy behind WithAdmin → HttpListener.
 //
 //   idemgate http --upstream URL [--listen HOST:PORT] [--store URL] [--config FILE]
-//                 [--insecure-no-auth] [-v]
+//                 [--insecure-no-auth] [listener limits…] [-v]
 //
 // Runs until SIGINT or SIGTERM, then stops gracefully: no new connections;
 // requests in flight get their answers and their outcomes stored (up to
@@ -22,6 +22,7 @@
 #include "front_core.h"
 #include "http/http_listener.h"
 #include "idem/ledger.h"
+#include "listener_flags.h"
 #include "proxy/reverse_proxy.h"
 #include "proxy/route_reconcile.h"
 #include "proxy/upstream_pool.h"
@@ -33,13 +34,9 @@ namespace {
 constexpr char kDefaultListen[] = "127.0.0.1:8788";
 
 struct HttpFlags {
-  std::string listen;    // empty: [listen] address, else kDefaultListen
-  std::string upstream;  // required
-  bool insecure_no_auth = false;
+  ListenerFlags listener;  // --listen (default kDefaultListen), limits, timeouts, --threads
+  std::string upstream;    // required
   bool verbose = false;
-  std::string drain_timeout = "15s";
-  size_t max_connections = 1024;
-  int threads = 2;
 };
 
 void LogLine(std::string_view line) { fmt::print(stderr, "idemgate http: {}\n", line); }
@@ -47,14 +44,6 @@ void LogLine(std::string_view line) { fmt::print(stderr, "idemgate http: {}\n", 
 int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   if (flags.upstream.empty()) {
     return UsageError("http", "give the API to put idemgate in front of: --upstream URL");
-  }
-  Result<Duration> drain = ParseDuration(flags.drain_timeout);
-  if (!drain || drain->count() <= 0) {
-    return UsageError("http", "--drain-timeout: " + (drain ? std::string("must be more than zero")
-                                                           : drain.error().message));
-  }
-  if (flags.threads < 1 || flags.max_connections < 1) {
-    return UsageError("http", "--threads and --max-connections must be at least 1");
   }
 
   // Stopping is by sigwait below. Block the signals before any thread starts
@@ -68,6 +57,9 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
 
   Result<Config> config = LoadConfigFor(globals);
   if (!config) return Fail("http", config.error());
+  Result<ListenerSetup> setup = ListenerSetupFor(flags.listener, *config, "http", kDefaultListen);
+  if (!setup) return UsageError("http", setup.error().message);
+  const Duration drain = setup->drain_timeout;
 
   proxy::UpstreamOptions upstream_options;
   upstream_options.url = flags.upstream;
@@ -78,7 +70,7 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   upstream_options.max_response_bytes = config->http.max_response_bytes;
   upstream_options.verify_tls = config->http.upstream_verify_tls;
   upstream_options.ca_file = config->http.upstream_ca_file;
-  upstream_options.threads = flags.threads;
+  upstream_options.threads = setup->options.threads;
   Result<std::unique_ptr<proxy::UpstreamPool>> upstream =
       proxy::UpstreamPool::Create(upstream_options);
   if (!upstream) {
@@ -86,23 +78,6 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
       return UsageError("http", upstream.error().message);
     }
     return Fail("http", upstream.error());
-  }
-
-  http::ListenerOptions options;
-  options.name = "http";
-  options.insecure_no_auth = flags.insecure_no_auth;
-  options.max_connections = flags.max_connections;
-  options.threads = flags.threads;
-  options.max_body_bytes = config->limits.max_body_bytes;
-  options.listen = !flags.listen.empty()             ? flags.listen
-                   : !config->listen.address.empty() ? config->listen.address
-                                                     : kDefaultListen;
-  if (!config->tenants.empty()) {
-    options.authenticate = [&config](std::string_view token) -> std::optional<http::Principal> {
-      const Tenant* tenant = config->TenantForToken(token);
-      if (tenant == nullptr) return std::nullopt;
-      return http::Principal{tenant->name, tenant->admin};
-    };
   }
 
   auto core = OpenFrontCore(globals, *config, "http",
@@ -128,7 +103,7 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   admin.ready = [&core] { return (*core)->probe->Check(); };
   admin.metrics = [&core] { return (*core)->metrics->Render(); };
   auto listener =
-      http::HttpListener::Start(options, http::WithAdmin(admin, reverse_proxy.AsHandler()));
+      http::HttpListener::Start(setup->options, http::WithAdmin(admin, reverse_proxy.AsHandler()));
   if (!listener) {
     if (listener.error().code == ErrorCode::kInvalidArgument) {
       return UsageError("http", listener.error().message);
@@ -140,8 +115,8 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   LogLine(fmt::format("stopping on {}: finishing requests in flight (up to {})",
-                      sig == SIGINT ? "SIGINT" : "SIGTERM", FormatDuration(*drain)));
-  if (!(*listener)->Drain(*drain) || !reverse_proxy.Drain(*drain)) {
+                      sig == SIGINT ? "SIGINT" : "SIGTERM", FormatDuration(drain)));
+  if (!(*listener)->Drain(drain) || !reverse_proxy.Drain(drain)) {
     LogLine(
         "some requests were still running after --drain-timeout; their answers are dropped "
         "and their records settle as their leases run out");
@@ -173,20 +148,7 @@ void AddHttpCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("--upstream", flags->upstream,
                   "The API to proxy: http(s)://HOST[:PORT][/PATH] (required)")
       ->option_text("URL");
-  cmd->add_option("--listen", flags->listen,
-                  std::string("Address to serve; default: the config's [listen] address, else ") +
-                      kDefaultListen)
-      ->option_text("HOST:PORT");
-  cmd->add_flag("--insecure-no-auth", flags->insecure_no_auth,
-                "Allow a non-loopback address without [[tenant]] tokens configured");
-  cmd->add_option("--drain-timeout", flags->drain_timeout,
-                  "On SIGINT/SIGTERM, how long requests in flight may take to finish")
-      ->capture_default_str();
-  cmd->add_option("--max-connections", flags->max_connections,
-                  "Concurrent client connections; more get 503")
-      ->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "I/O threads, each for clients and the upstream")
-      ->capture_default_str();
+  AddListenerFlags(cmd, flags->listener, kDefaultListen);  // --threads: the upstream's too
   cmd->add_flag("-v,--verbose", flags->verbose, "Log one line per gated request on stderr");
   cmd->callback(
       [&cli, flags] { cli.action = [&cli, flags] { return RunHttp(cli.globals, *flags); }; });

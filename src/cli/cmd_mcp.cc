@@ -27,6 +27,7 @@
 #include "cli_common.h"
 #include "front_core.h"
 #include "idem/ledger.h"
+#include "listener_flags.h"  // ParsePositiveDuration
 #include "mcp/child_channel.h"
 #include "mcp/http_channels.h"
 #include "mcp/mcp_session.h"
@@ -40,6 +41,7 @@ struct McpFlags {
   std::vector<std::string> command;  // the MCP server to run, after --
   std::string listen;                // --listen HOST:PORT
   std::string upstream_url;          // --upstream-url URL
+  std::string read_timeout = "30s";  // --read-timeout, with --listen
   bool insecure_no_auth = false;
   bool verbose = false;
 };
@@ -156,9 +158,9 @@ class HttpSessions {
 
 // Serves Streamable HTTP clients until SIGINT or SIGTERM, with /readyz
 // (`probe`) and /metrics (`metrics`) beside /mcp.
-int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
-                    mcp::SessionOptions options, UpstreamFactory make_upstream,
-                    GatewayMetrics& metrics, StoreProbe& probe) {
+int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger,
+                    const Config& config, mcp::SessionOptions options,
+                    UpstreamFactory make_upstream, GatewayMetrics& metrics, StoreProbe& probe) {
   // Signals are taken by sigwait below, not delivered to a random thread.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -170,8 +172,9 @@ int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
   mcp::HttpServerOptions server_options;
   server_options.listen = flags.listen;
   server_options.max_body_bytes = config.limits.max_body_bytes;
-  server_options.max_json_depth = config.limits.max_depth + 8;
+  server_options.max_json_depth = config.limits.max_depth + mcp::kEnvelopeDepth;
   server_options.insecure_no_auth = flags.insecure_no_auth;
+  server_options.read_timeout = read_timeout;
   if (!config.tenants.empty()) {
     server_options.authenticate = [&config](std::string_view token) -> std::optional<std::string> {
       const Tenant* tenant = config.TenantForToken(token);
@@ -203,7 +206,9 @@ int RunHttpListener(const McpFlags& flags, Ledger& ledger, const Config& config,
 // the upstream goes away.
 int RunStdio(Ledger& ledger, const Config& config, const mcp::SessionOptions& options,
              std::shared_ptr<mcp::Channel> upstream) {
-  mcp::StdioChannel client;
+  mcp::StdioOptions stdio;
+  stdio.max_message_bytes = config.limits.max_body_bytes;
+  mcp::StdioChannel client(stdio);
   mcp::SessionEnd end;
   {
     mcp::McpSession session(client, *upstream, ledger, config, options);
@@ -226,6 +231,8 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   if (!flags.command.empty() && !flags.upstream_url.empty()) {
     return UsageError("mcp", "give either a command after -- or --upstream-url, not both");
   }
+  Result<Duration> read_timeout = ParsePositiveDuration("--read-timeout", flags.read_timeout);
+  if (!read_timeout) return UsageError("mcp", read_timeout.error().message);
 
   // A client or child that closes its pipe gives EPIPE, not a dead proxy;
   // children are reaped by their channel.
@@ -272,8 +279,8 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     make_upstream = [url = flags.upstream_url]() { return mcp::ConnectHttpUpstream(url); };
   }
   if (!flags.listen.empty()) {
-    int code = RunHttpListener(flags, ledger, *config, options, make_upstream, *(*core)->metrics,
-                               *(*core)->probe);
+    int code = RunHttpListener(flags, *read_timeout, ledger, *config, options, make_upstream,
+                               *(*core)->metrics, *(*core)->probe);
     ledger.Flush();
     return code;
   }
@@ -309,6 +316,10 @@ void AddMcpCommand(CLI::App& app, Cli& cli) {
       ->option_text("URL");
   cmd->add_flag("--insecure-no-auth", flags->insecure_no_auth,
                 "With --listen: allow a non-loopback address without tenant tokens configured");
+  cmd->add_option("--read-timeout", flags->read_timeout,
+                  "With --listen: a whole request must arrive within this (idle keep-alive "
+                  "included); a slower client is disconnected")
+      ->capture_default_str();
   cmd->add_flag("-v,--verbose", flags->verbose, "Log one line per gated tool call on stderr");
   cmd->callback(
       [&cli, flags] { cli.action = [&cli, flags] { return RunMcp(cli.globals, *flags); }; });

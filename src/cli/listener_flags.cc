@@ -3,9 +3,8 @@
 #include <CLI/CLI.hpp>
 
 namespace idem::cli {
-namespace {
 
-Result<Duration> PositiveDuration(std::string_view flag, const std::string& text) {
+Result<Duration> ParsePositiveDuration(std::string_view flag, const std::string& text) {
   Result<Duration> d = ParseDuration(text);
   if (!d)
     return MakeError(ErrorCode::kInvalidArgument, std::string(flag) + ": " + d.error().message);
@@ -14,8 +13,6 @@ Result<Duration> PositiveDuration(std::string_view flag, const std::string& text
   }
   return d;
 }
-
-}  // namespace
 
 void AddListenerFlags(CLI::App* cmd, ListenerFlags& flags, std::string_view default_listen) {
   cmd->add_option("--listen", flags.listen,
@@ -67,7 +64,7 @@ Result<ListenerSetup> ListenerSetupFor(const ListenerFlags& flags, Config& confi
        {std::tuple{"--read-timeout", &flags.read_timeout, &o.read_timeout},
         std::tuple{"--write-timeout", &flags.write_timeout, &o.write_timeout},
         std::tuple{"--drain-timeout", &flags.drain_timeout, &setup.drain_timeout}}) {
-    Result<Duration> d = PositiveDuration(flag, *text);
+    Result<Duration> d = ParsePositiveDuration(flag, *text);
     if (!d) return std::unexpected(d.error());
     *out = *d;
   }

@@ -42,6 +42,10 @@ struct ListenerSetup {
   Duration drain_timeout{15'000};
 };
 
+// The duration `text` of flag `flag` ("--read-timeout"), which must be
+// longer than zero; kInvalidArgument naming the flag otherwise.
+Result<Duration> ParsePositiveDuration(std::string_view flag, const std::string& text);
+
 // The listener's options from the flags and `config`, named `name` in its log
 // lines. With --max-body-bytes, config.limits.max_body_bytes is set to it too
 // (the fronts read their limits from the config). options.authenticate reads

@@ -7,6 +7,7 @@
 #include "idem/canonical_json.h"
 #include "idem/key.h"
 #include "mcp/http_protocol.h"  // PrintableExcerpt
+#include "mcp/json_rpc.h"       // DescribeJsonError
 #include "mcp/json_text.h"
 #include "mcp/tool_gate.h"  // FormatIsoTime
 
@@ -128,7 +129,13 @@ Answer<Body> ParseBody(Request& request, const Config& config) {
   opts.max_depth = config.limits.max_depth + 2;
   boost::system::error_code ec;
   json::value v = json::parse(body.text, ec, {}, opts);
-  if (ec) return std::unexpected(BadRequest("the body is not valid JSON: " + ec.message()));
+  if (ec) {
+    std::string why = "the body is " + mcp::DescribeJsonError(body.text, ec, opts.max_depth);
+    if (ec == json::error::too_deep) {
+      why += " (\"args\" may nest limits.max_depth levels; the request adds 2)";
+    }
+    return std::unexpected(BadRequest(why));
+  }
   if (!v.is_object()) return std::unexpected(BadRequest("the body must be a JSON object"));
   auto members = json_text::ObjectMembers(body.text);
   if (!members) return std::unexpected(BadRequest("the body: " + members.error().message));

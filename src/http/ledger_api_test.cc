@@ -137,5 +137,20 @@ TEST_F(LedgerApiTest, BadInputNamesTheField) {
   EXPECT_EQ(Send("GET", "/v1/attempts?since=1h&limit=5").status, 200);
 }
 
+// Regression: Boost.JSON's "syntax error" and "too deep" were the whole
+// answer to invalid UTF-8 and to deep nesting.
+TEST_F(LedgerApiTest, UnparseableBodiesSayWhereAndWhy) {
+  Response utf8 = Send("POST", "/v1/calls/begin", "{\"tool\":\"x\",\"args\":{\"a\":\"\xC3(\"}}");
+  EXPECT_EQ(utf8.status, 400);
+  EXPECT_NE(utf8.body.find("not valid JSON at byte 25: invalid UTF-8"), std::string::npos)
+      << utf8.body;
+  Response deep = Send(
+      "POST", "/v1/calls/begin",
+      R"({"tool":"x","args":{"a":)" + std::string(10'000, '[') + std::string(10'000, ']') + "}}");
+  EXPECT_EQ(deep.status, 400);
+  EXPECT_NE(deep.body.find("nested deeper than 130 levels"), std::string::npos) << deep.body;
+  EXPECT_NE(deep.body.find("limits.max_depth"), std::string::npos) << deep.body;
+}
+
 }  // namespace
 }  // namespace idem::http

@@ -77,6 +77,10 @@ struct HttpSessionInfo {
 using HttpSessionFactory =
     std::function<void(std::shared_ptr<Channel> client, const HttpSessionInfo& info)>;
 
+// Nesting levels a message adds around a tools/call's arguments (message,
+// params, arguments), with room to spare.
+inline constexpr size_t kEnvelopeDepth = 8;
+
 struct HttpServerOptions {
   // HOST:PORT to bind. Port 0 picks a free port (see bound_address()).
   // Default: loopback on an OS-chosen port.
@@ -89,8 +93,10 @@ struct HttpServerOptions {
   size_t max_body_bytes = 1 << 20;
   // Largest accepted request header block; larger → 431. Default 16 KiB.
   size_t max_header_bytes = 16 * 1024;
-  // JSON nesting accepted in a body (config limits.max_depth, plus the
-  // JSON-RPC envelope). Default 136.
+  // Most header fields in one request; more → 431. Default 100.
+  size_t max_header_count = 100;
+  // JSON nesting accepted in a body: config limits.max_depth, plus
+  // kEnvelopeDepth for the JSON-RPC envelope. Default 136.
   size_t max_json_depth = 136;
   // A whole request (headers and body) must arrive within this, counted from
   // the first moment the server waits for it, including keep-alive idle time.

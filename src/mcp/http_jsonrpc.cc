@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "mcp/http_protocol.h"
+#include "mcp/json_rpc.h"  // DescribeJsonError, JsonRpcEnvelopeProblem
 
 namespace idem::mcp {
 namespace {
@@ -75,6 +76,7 @@ const json::value* Member(const json::object& o, std::string_view name) {
 MessageInfo Classify(const json::value& v, std::string_view raw) {
   MessageInfo info;
   info.raw = std::string(raw);
+  if (std::optional<std::string> problem = JsonRpcEnvelopeProblem(v)) info.problem = *problem;
   const json::object* o = v.if_object();
   if (o == nullptr) return info;
   const json::value* method = Member(*o, "method");
@@ -125,9 +127,9 @@ Result<json::value> Parse(std::string_view text, size_t max_depth) {
   boost::system::error_code ec;
   json::value v = json::parse(text, ec, json::storage_ptr(), options);
   if (ec) {
-    return MakeError(ErrorCode::kInvalidArgument, "the body is not valid JSON (" + ec.message() +
-                                                      "; at most " + std::to_string(max_depth) +
-                                                      " levels of nesting are accepted)");
+    return MakeError(
+        ec == json::error::too_deep ? ErrorCode::kResourceExhausted : ErrorCode::kInvalidArgument,
+        "the body is " + DescribeJsonError(text, ec, max_depth));
   }
   return v;
 }

@@ -45,6 +45,9 @@ struct MessageInfo {
   std::string meta_protocol_version;
   // result.protocolVersion of a response (the initialize result); empty if absent.
   std::string result_protocol_version;
+  // Why the message is not JSON-RPC 2.0 a peer can act on
+  // (JsonRpcEnvelopeProblem); empty if it is. Always set for kInvalid.
+  std::string problem;
 
   bool is_request() const { return kind == MessageKind::kRequest; }
   bool is_response() const { return kind == MessageKind::kResponse; }
@@ -56,8 +59,9 @@ struct MessageBatch {
   std::vector<MessageInfo> messages;  // in body order; never empty on success
 };
 
-// Parses one HTTP body. kInvalidArgument if it is not JSON, nests deeper than
-// `max_depth`, is an empty batch, or an element is not an object.
+// Parses one HTTP body. kInvalidArgument if it is not JSON (saying where and
+// why: DescribeJsonError), is an empty batch, or an element is not an
+// object; kResourceExhausted if it nests deeper than `max_depth`.
 Result<MessageBatch> InspectBody(std::string_view body, size_t max_depth);
 
 // Parses one message (not a batch). kInvalidArgument as InspectBody; a batch

@@ -74,7 +74,28 @@ TEST(InspectBody, RefusesNonJsonAndDeepNesting) {
   deep += std::string(100, ']');
   auto r = InspectBody(R"({"id":1,"method":"x","params":)" + deep + "}", 64);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(r.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_EQ(r.error().message, "the body is nested deeper than 64 levels");
+  auto utf8 = InspectBody("{\"id\":1,\"method\":\"\xFF\"}", 64);
+  ASSERT_FALSE(utf8);
+  EXPECT_EQ(utf8.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(utf8.error().message.rfind("the body is not valid JSON at byte 18: invalid UTF-8", 0),
+            0)
+      << utf8.error().message;
+}
+
+TEST(InspectBody, NamesWhyAMessageIsNotJsonRpc) {
+  auto b = InspectBody(R"([{"jsonrpc":"2.0","id":1,"method":"ping"},)"
+                       R"({"jsonrpc":"2.0","id":[2],"method":"ping"},{"jsonrpc":"2.0","id":3}])",
+                       64);
+  ASSERT_TRUE(b);
+  ASSERT_EQ(b->messages.size(), 3u);
+  EXPECT_EQ(b->messages[0].problem, "");
+  EXPECT_EQ(b->messages[1].kind, MessageKind::kRequest);
+  EXPECT_EQ(b->messages[1].problem,
+            "a request's \"id\" must be a string or a number, not an array");
+  EXPECT_EQ(b->messages[2].kind, MessageKind::kInvalid);
+  EXPECT_NE(b->messages[2].problem.find("neither a request"), std::string::npos);
 }
 
 TEST(InspectBody, EqualIdsGiveEqualKeys) {

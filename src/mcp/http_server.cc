@@ -249,6 +249,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnHeader(beast::error_code ec, size_t) {
     if (ec) return OnReadError(ec);
     auto& req = parser_->get();
+    if (size_t count = std::distance(req.begin(), req.end()); count > options_.max_header_count) {
+      keep_alive_ = false;
+      return SendError(http::status::request_header_fields_too_large, kJsonRpcInvalidRequest,
+                       "idemgate: the request has " + std::to_string(count) +
+                           " header fields; at most " + std::to_string(options_.max_header_count) +
+                           " are accepted: send fewer");
+    }
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       // The deadline set in DoRead still covers the whole request.
       continue_.assign("HTTP/1.1 100 Continue\r\n\r\n");
@@ -292,7 +299,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec == http::error::header_limit) {
       return SendError(http::status::request_header_fields_too_large, kJsonRpcInvalidRequest,
                        "idemgate: the request headers are larger than " +
-                           std::to_string(options_.max_header_bytes) + " bytes");
+                           std::to_string(options_.max_header_bytes) +
+                           " bytes: send smaller headers");
     }
     if (ec.category() == beast::error_code(http::error::end_of_stream).category()) {
       return SendError(http::status::bad_request, kJsonRpcInvalidRequest,
@@ -469,21 +477,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     Result<MessageBatch> batch = InspectBody(request_.body(), options_.max_json_depth);
     if (!batch) {
-      return SendError(http::status::bad_request, kJsonRpcParseError,
-                       "idemgate: " + batch.error().message);
+      std::string why = "idemgate: " + batch.error().message;
+      if (batch.error().code == ErrorCode::kResourceExhausted) {
+        why += " (tool arguments may nest limits.max_depth levels; the JSON-RPC envelope adds " +
+               std::to_string(kEnvelopeDepth) + ")";
+      }
+      return SendError(http::status::bad_request, kJsonRpcParseError, why);
     }
     bool has_initialize = false;
     bool has_discover = false;
     bool has_request = false;
     std::string meta_version;
     for (const MessageInfo& m : batch->messages) {
-      if (m.kind == MessageKind::kInvalid) {
+      // A peer drops a message that is not JSON-RPC without answering: the
+      // POST would wait for ever.
+      if (!m.problem.empty()) {
         return SendError(http::status::bad_request, kJsonRpcInvalidRequest,
-                         "idemgate: the body is not a JSON-RPC request, notification or response");
-      }
-      if (m.is_request() && m.id_key == "null") {
-        return SendError(http::status::bad_request, kJsonRpcInvalidRequest,
-                         "idemgate: a request id must not be null");
+                         "idemgate: not a JSON-RPC 2.0 message: " + m.problem);
       }
       has_request = has_request || m.is_request();
       has_initialize = has_initialize || (m.is_request() && m.method == "initialize");

@@ -273,6 +273,52 @@ TEST_F(HttpServerTest, OversizedHeaderIs431) {
   EXPECT_EQ(r.status, 431);
 }
 
+// Regression: the MCP listener limited only the header block's size, not the
+// number of fields (DESIGN.md §8), unlike the other HTTP fronts.
+TEST_F(HttpServerTest, TooManyHeaderFieldsIs431) {
+  HttpServerOptions options;
+  options.max_header_count = 20;
+  StartServer(options);
+  Headers many;
+  for (int i = 0; i < 30; ++i) many.emplace_back("X-H" + std::to_string(i), "v");
+  RawClient c(port_);
+  RawResponse r = c.Request(http::verb::get, "/healthz", many);
+  EXPECT_EQ(r.status, 431);
+  EXPECT_NE(r.body.find("at most 20 are accepted"), std::string::npos) << r.body;
+  many.resize(10);
+  RawClient c2(port_);
+  EXPECT_EQ(c2.Request(http::verb::get, "/healthz", many).status, 200);
+}
+
+// Regression: a request that is JSON but not JSON-RPC 2.0 (an object id, a
+// string params, another "jsonrpc") reached the upstream, which dropped it
+// without answering, and the POST never ended.
+TEST_F(HttpServerTest, MessagesThatAreNotJsonRpcAre400AndNeverForwarded) {
+  StartServer();
+  RawClient c(port_);
+  std::string session = Initialize(c);
+  ASSERT_TRUE(echo_.WaitReceived("notifications/initialized"));
+  size_t forwarded = echo_.received().size();
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"jsonrpc":"2.0","id":{"a":1},"method":"ping"})", "must be a string or a number"},
+      {R"({"jsonrpc":"2.0","id":9,"method":"tools/call","params":"x"})", "must be an object"},
+      {R"({"jsonrpc":"1.0","id":10,"method":"ping"})", "(JSON-RPC 2.0)"},
+      {R"({"jsonrpc":"2.0","id":null,"method":"ping"})", "not null"},
+      {R"({"jsonrpc":"2.0","id":11,"method":42})", "must be a string, not a number"},
+  };
+  for (const auto& [body, says] : cases) {
+    RawResponse r = c.Request(http::verb::post, "/mcp", McpHeaders(session, kVersion), body);
+    EXPECT_EQ(r.status, 400) << body;
+    EXPECT_NE(r.body.find("-32600"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find(says), std::string::npos) << r.body;
+  }
+  RawResponse bad_utf8 = c.Request(http::verb::post, "/mcp", McpHeaders(session, kVersion),
+                                   "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"p\xC3\"}");
+  EXPECT_EQ(bad_utf8.status, 400);
+  EXPECT_NE(bad_utf8.body.find("at byte 36: invalid UTF-8"), std::string::npos) << bad_utf8.body;
+  EXPECT_EQ(echo_.received().size(), forwarded);
+}
+
 TEST_F(HttpServerTest, DnsRebindingIsRefused) {
   StartServer();
   RawClient c(port_);

@@ -2,7 +2,10 @@
 
 #include <boost/json.hpp>
 #include <cmath>
+#include <limits>
 
+#include "idem/canonical_json.h"
+#include "mcp/http_jsonrpc.h"  // FindTopLevelMember
 #include "mcp/json_text.h"
 
 namespace idem::mcp {
@@ -15,6 +18,24 @@ bool IsBlank(std::string_view s) {
   return true;
 }
 
+// "a boolean", "an object", …: what a JSON value is, for error messages.
+const char* KindName(const boost::json::value& v) {
+  switch (v.kind()) {
+    case boost::json::kind::null:
+      return "null";
+    case boost::json::kind::bool_:
+      return "a boolean";
+    case boost::json::kind::object:
+      return "an object";
+    case boost::json::kind::array:
+      return "an array";
+    case boost::json::kind::string:
+      return "a string";
+    default:
+      return "a number";
+  }
+}
+
 }  // namespace
 
 void LineFramer::Complete(std::vector<Frame>& out) {
@@ -25,7 +46,7 @@ void LineFramer::Complete(std::vector<Frame>& out) {
   }
   if (!partial_.empty() && partial_.back() == '\r') partial_.pop_back();
   if (partial_.size() > max_) {
-    out.push_back(Frame{{}, true});
+    out.push_back(Frame{{}, true, RecoverIdText(partial_)});
   } else if (!IsBlank(partial_)) {
     out.push_back(Frame{std::move(partial_), false});
   }
@@ -40,10 +61,13 @@ std::vector<LineFramer::Frame> LineFramer::Feed(std::string_view bytes) {
     if (!discarding_) {
       // "+ 1" leaves room for a CR that the newline will strip.
       if (partial_.size() + piece.size() > max_ + 1) {
+        // The head, up to the limit, may name the request to answer.
+        partial_.append(piece.substr(0, max_ + 1 - partial_.size()));
+        std::string id_text = RecoverIdText(partial_);
         discarding_ = true;
         partial_.clear();
         partial_.shrink_to_fit();
-        out.push_back(Frame{{}, true});
+        out.push_back(Frame{{}, true, std::move(id_text)});
       } else {
         partial_.append(piece);
       }
@@ -96,7 +120,9 @@ Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
   Message m;
   m.json = boost::json::parse(text, ec, {}, options);
   if (ec) {
-    return MakeError(ErrorCode::kInvalidArgument, "not valid JSON: " + ec.message());
+    return MakeError(ec == boost::json::error::too_deep ? ErrorCode::kResourceExhausted
+                                                        : ErrorCode::kInvalidArgument,
+                     DescribeJsonError(text, ec, max_depth));
   }
   if (m.json.is_array()) {
     m.kind = Message::Kind::kBatch;
@@ -124,6 +150,67 @@ Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
   return m;
 }
 
+std::string DescribeJsonError(std::string_view text, boost::system::error_code error,
+                              size_t max_depth) {
+  if (error == boost::json::error::too_deep) {
+    return "nested deeper than " + std::to_string(max_depth) + " levels";
+  }
+  // Only on this error path: the canonicalizer's parser names the byte and
+  // the reason. Its messages start "invalid JSON at byte N: ". It builds a
+  // tree of the text, so a huge text (an upstream's) keeps the short answer.
+  constexpr size_t kMaxDescribedBytes = size_t{8} << 20;
+  if (text.size() > kMaxDescribedBytes) return "not valid JSON (" + error.message() + ")";
+  CanonOptions options;
+  options.max_bytes = text.size();
+  options.max_depth = std::numeric_limits<size_t>::max();
+  Result<std::string> canonical = Canonicalize(text, options);
+  constexpr std::string_view kPrefix = "invalid JSON ";
+  if (!canonical && canonical.error().message.starts_with(kPrefix)) {
+    return "not valid JSON " + canonical.error().message.substr(kPrefix.size());
+  }
+  return "not valid JSON (" + error.message() + ")";
+}
+
+std::optional<std::string> JsonRpcEnvelopeProblem(const boost::json::value& message) {
+  const boost::json::object* o = message.if_object();
+  if (o == nullptr) {
+    return std::string(
+               "a JSON-RPC message must be a JSON object (a batch: an array of them), "
+               "not ") +
+           KindName(message);
+  }
+  const boost::json::value* method = o->if_contains("method");
+  const boost::json::value* id = o->if_contains("id");
+  if (method == nullptr) {
+    if (id != nullptr && (o->contains("result") || o->contains("error"))) return std::nullopt;
+    return "the message is neither a request (\"method\" and \"id\"), a notification "
+           "(\"method\") nor a response (\"id\" and \"result\" or \"error\")";
+  }
+  if (!method->is_string())
+    return std::string("\"method\" must be a string, not ") + KindName(*method);
+  const boost::json::value* version = o->if_contains("jsonrpc");
+  if (version == nullptr || !version->is_string() || version->get_string() != "2.0") {
+    return "\"jsonrpc\" must be \"2.0\" (JSON-RPC 2.0)";
+  }
+  if (id != nullptr && !id->is_string() && !id->is_number()) {
+    return std::string("a request's \"id\" must be a string or a number, not ") + KindName(*id);
+  }
+  if (const boost::json::value* params = o->if_contains("params"); params && !params->is_object()) {
+    return std::string("\"params\" must be an object, not ") + KindName(*params);
+  }
+  return std::nullopt;
+}
+
+std::string RecoverIdText(std::string_view text) {
+  std::optional<std::string_view> id = FindTopLevelMember(text, "id");
+  // A value that reaches the end of `text` may have been cut short.
+  if (!id || id->data() + id->size() >= text.data() + text.size()) return "null";
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(*id, ec);
+  if (ec || !(v.is_string() || v.is_number())) return "null";
+  return std::string(*id);
+}
+
 std::string ErrorResponse(std::string_view id_text, int code, std::string_view message,
                           std::string_view data_json) {
   std::string out = R"({"jsonrpc":"2.0","id":)";
@@ -149,10 +236,9 @@ std::string ResultResponse(std::string_view id_text, std::string_view result_jso
   return out;
 }
 
-std::string ParseErrorResponse(std::string_view detail) {
-  return ErrorResponse("null", kRpcParseError,
-                       "Parse error: the message is " + std::string(detail) +
-                           "; send one JSON-RPC message per line");
+std::string ParseErrorResponse(std::string_view id_text, std::string_view detail) {
+  return ErrorResponse(id_text, kRpcParseError,
+                       "Parse error: the message is " + std::string(detail));
 }
 
 }  // namespace idem::mcp

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <boost/json/value.hpp>
+#include <boost/system/error_code.hpp>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,7 +50,9 @@ inline constexpr size_t kMaxMessageDepth = 1024;
 // Splits a byte stream into newline-delimited messages (MCP stdio: "messages
 // are delimited by newlines, and MUST NOT contain embedded newlines"). A
 // trailing "\r" is dropped (CRLF peers); blank lines are skipped. A message
-// longer than the limit is dropped whole and reported once.
+// longer than the limit is dropped whole and reported once, as soon as it
+// passes the limit: the framer never holds more than the limit (plus one
+// byte) of it.
 class LineFramer {
  public:
   explicit LineFramer(size_t max_message_bytes = kDefaultMaxMessageBytes)
@@ -57,6 +61,9 @@ class LineFramer {
   struct Frame {
     std::string message;    // one JSON text, without the newline
     bool oversize = false;  // true: a message was dropped; `message` is empty
+    // Of a dropped message: its "id" if the part read before the limit
+    // holds it whole (RecoverIdText), else "null".
+    std::string id_text = "null";
   };
 
   // Appends `bytes` (any chunking) and returns the frames completed by them,
@@ -97,10 +104,35 @@ struct Message {
   std::string id_key;       // IdKey(id): requests and responses match on it
 };
 
-// Parses and classifies one message. kInvalidArgument (with the parser's
-// reason) if `text` is not JSON or nests deeper than `max_depth`, or if a
-// member that routing depends on ("id", "method") appears twice.
+// Parses and classifies one message. kInvalidArgument (with the reason and
+// its byte offset, DescribeJsonError) if `text` is not JSON or if a member
+// that routing depends on ("id", "method") appears twice; kResourceExhausted
+// if it nests deeper than `max_depth`.
 Result<Message> ParseMessage(std::string_view text, size_t max_depth = kMaxMessageDepth);
+
+// Why Boost.JSON refused `text` (`error`, from a parse limited to
+// `max_depth`), as a phrase that completes "the message is …": "nested
+// deeper than 136 levels", or where and how the text breaks the JSON
+// grammar, as the canonicalizer finds it ("not valid JSON at byte 61:
+// invalid UTF-8 (byte that cannot start a character); send the text as
+// UTF-8"). Boost.JSON says neither where nor what ("syntax error").
+std::string DescribeJsonError(std::string_view text, boost::system::error_code error,
+                              size_t max_depth);
+
+// Why the parsed message `message` is not a JSON-RPC 2.0 message an MCP peer
+// can act on, or nullopt if it is. A request or notification needs
+// "jsonrpc": "2.0", a string "method", an object "params" if any, and (a
+// request) a string or number "id"; anything else needs an "id" and a
+// "result" or "error" (responses are not checked further). A peer drops a
+// message that breaks these without answering, so whoever sent a request
+// would wait for ever: the proxy answers it instead.
+std::optional<std::string> JsonRpcEnvelopeProblem(const boost::json::value& message);
+
+// The "id" of a message that could not be parsed or was cut short (`text`
+// may be any prefix of it): the JSON text of its top-level "id" member when
+// that is whole within `text` and a string or a number, else "null". Lets an
+// error answer reach the request it is about.
+std::string RecoverIdText(std::string_view text);
 
 // A key that is equal for equal ids however they are spelled: "s:" + the
 // string, "n:" + an integer (1, 1.0 and 1e0 agree), "j:" + the JSON of
@@ -113,7 +145,8 @@ std::string ErrorResponse(std::string_view id_text, int code, std::string_view m
                           std::string_view data_json = {});
 // {"jsonrpc":"2.0","id":<id_text>,"result":<result_json>}.
 std::string ResultResponse(std::string_view id_text, std::string_view result_json);
-// The -32700 answer to a line that is not JSON (id null).
-std::string ParseErrorResponse(std::string_view detail);
+// The -32700 answer to a message that could not be parsed, for the request
+// `id_text` ("null" when unknown); `detail` completes "the message is …".
+std::string ParseErrorResponse(std::string_view id_text, std::string_view detail);
 
 }  // namespace idem::mcp

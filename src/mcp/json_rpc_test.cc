@@ -119,11 +119,100 @@ TEST(ParseMessageTest, EqualIdsHaveEqualKeysHoweverSpelled) {
 TEST(ParseMessageTest, InvalidJsonIsRefusedAndAnsweredWithParseError) {
   auto m = ParseMessage(R"({"jsonrpc":"2.0","id":1,"method":)");
   ASSERT_FALSE(m);
-  std::string answer = ParseErrorResponse(m.error().message);
+  std::string answer = ParseErrorResponse("null", m.error().message);
   auto parsed = boost::json::parse(answer);
   EXPECT_EQ(parsed.at("id"), nullptr);
   EXPECT_EQ(parsed.at("error").at("code").as_int64(), -32700);
   EXPECT_EQ(parsed.at("jsonrpc"), "2.0");
+}
+
+// Boost.JSON says "syntax error" and "too deep"; a client needs where and what.
+TEST(ParseMessageTest, RefusalsSayWhereAndWhy) {
+  auto utf8 = ParseMessage("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\xC3\"}");
+  ASSERT_FALSE(utf8);
+  EXPECT_EQ(utf8.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(utf8.error().message.rfind("not valid JSON at byte 38: invalid UTF-8", 0), 0)
+      << utf8.error().message;
+
+  auto cut = ParseMessage(R"({"jsonrpc":"2.0","id":1,"method":)");
+  ASSERT_FALSE(cut);
+  EXPECT_NE(cut.error().message.find("at byte 33: unexpected end of input"), std::string::npos)
+      << cut.error().message;
+
+  std::string deep = R"({"id":1,"method":"x","params":)" + std::string(10'000, '[') +
+                     std::string(10'000, ']') + "}";
+  auto too_deep = ParseMessage(deep, 100);
+  ASSERT_FALSE(too_deep);
+  EXPECT_EQ(too_deep.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_EQ(too_deep.error().message, "nested deeper than 100 levels");
+}
+
+TEST(ParseMessageTest, ParseErrorsAnswerTheRequestWhenItsIdCanBeFound) {
+  EXPECT_EQ(RecoverIdText("{\"id\":7,\"method\":\"a\xFF\"}"), "7");
+  EXPECT_EQ(RecoverIdText(R"({"method":"x","params":{"a":[1,{"id":9}]},"id":"r-1"})"), "\"r-1\"");
+  EXPECT_EQ(RecoverIdText(R"({"params":{"id":9},"method":"x"})"), "null");  // not top level
+  EXPECT_EQ(RecoverIdText(R"({"id":{"a":1},"method":"x"})"), "null");       // not usable as an id
+  EXPECT_EQ(RecoverIdText(R"({"id":true})"), "null");
+  EXPECT_EQ(RecoverIdText("[1]"), "null");
+  // A prefix: the id counts only when it is whole.
+  EXPECT_EQ(RecoverIdText(R"({"jsonrpc":"2.0","id":123,"params":{"blob":"aaa)"), "123");
+  EXPECT_EQ(RecoverIdText(R"({"jsonrpc":"2.0","id":12)"), "null");  // maybe 123…
+  EXPECT_EQ(RecoverIdText(R"({"jsonrpc":"2.0","id":"ab)"), "null");
+  EXPECT_EQ(RecoverIdText(R"({"params":{"blob":"aaa)"), "null");  // the id comes after
+  auto answer = boost::json::parse(ParseErrorResponse("7", "not valid JSON at byte 3: x"));
+  EXPECT_EQ(answer.at("id"), 7);
+  EXPECT_EQ(answer.at("error").at("code"), kRpcParseError);
+}
+
+TEST(EnvelopeTest, MessagesAPeerWouldDropSilentlyAreNamed) {
+  auto problem = [](std::string_view text) {
+    return JsonRpcEnvelopeProblem(boost::json::parse(text)).value_or("<ok>");
+  };
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":1,"method":"ping"})"), "<ok>");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":"a","method":"x","params":{}})"), "<ok>");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","method":"notifications/initialized"})"), "<ok>");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":1,"result":{}})"), "<ok>");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}})"), "<ok>");
+
+  EXPECT_EQ(problem("42"),
+            "a JSON-RPC message must be a JSON object (a batch: an array of them), not a number");
+  EXPECT_NE(problem(R"({"foo":1})").find("neither a request"), std::string::npos);
+  EXPECT_NE(problem(R"({"jsonrpc":"2.0","id":7})").find("neither a request"), std::string::npos);
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":8,"method":42})"),
+            "\"method\" must be a string, not a number");
+  EXPECT_EQ(problem(R"({"jsonrpc":"1.0","id":1,"method":"ping"})"),
+            "\"jsonrpc\" must be \"2.0\" (JSON-RPC 2.0)");
+  EXPECT_EQ(problem(R"({"id":1,"method":"ping"})"), "\"jsonrpc\" must be \"2.0\" (JSON-RPC 2.0)");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":{"a":1},"method":"ping"})"),
+            "a request's \"id\" must be a string or a number, not an object");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":null,"method":"ping"})"),
+            "a request's \"id\" must be a string or a number, not null");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":true,"method":"ping"})"),
+            "a request's \"id\" must be a string or a number, not a boolean");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":9,"method":"tools/call","params":"x"})"),
+            "\"params\" must be an object, not a string");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","method":"x","params":[1]})"),
+            "\"params\" must be an object, not an array");
+}
+
+TEST(LineFramerTest, AnOversizeMessageKeepsTheIdFromItsHead) {
+  LineFramer framer(64);
+  std::vector<LineFramer::Frame> frames = framer.Feed(
+      R"({"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"arguments":{"blob":")");
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_TRUE(frames[0].oversize);
+  EXPECT_EQ(frames[0].id_text, "41");
+  EXPECT_TRUE(framer.Feed(std::string(1 << 20, 'a')).empty());  // still the same line
+  frames = framer.Feed("\"}}}\n{\"id\":42}\n");
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].message, R"({"id":42})");
+
+  // The id after a long params is beyond the limit: null.
+  frames = framer.Feed(R"({"method":"tools/call","params":{"arguments":{"blob":")" +
+                       std::string(100, 'a') + "\"}}},\"id\":43}\n");
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_TRUE(frames[0].oversize);
+  EXPECT_EQ(frames[0].id_text, "null");
 }
 
 TEST(ParseMessageTest, DuplicateIdIsRefused) {

@@ -254,10 +254,30 @@ class SessionLookup final : public ReconcileLookup {
 void McpSession::Core::OnClientMessage(std::string text) {
   auto parsed = ParseMessage(text);
   if (!parsed) {
-    client_.Send(ParseErrorResponse(parsed.error().message));
+    std::string detail = parsed.error().message;
+    if (parsed.error().code == ErrorCode::kResourceExhausted) {
+      detail += "; tool arguments may nest at most " + std::to_string(config_.limits.max_depth) +
+                " levels (limits.max_depth)";
+    } else {
+      detail += "; send one JSON-RPC message per line";
+    }
+    client_.Send(ParseErrorResponse(RecoverIdText(text), detail));
     return;
   }
   Message& msg = *parsed;
+  // A peer drops a message that is not JSON-RPC without a word, and the
+  // client would wait for ever: answer it here, and forward nothing.
+  std::optional<std::string> problem;
+  if (msg.kind != Message::Kind::kBatch) {
+    problem = JsonRpcEnvelopeProblem(msg.json);
+  } else if (msg.json.get_array().empty()) {
+    problem = "an empty batch";
+  }
+  if (problem) {
+    client_.Send(ErrorResponse(RecoverIdText(text), kRpcInvalidRequest,
+                               "Invalid Request: " + *problem + "; nothing was forwarded"));
+    return;
+  }
   switch (msg.kind) {
     case Message::Kind::kBatch:
       HandleClientBatch(std::move(text), msg);

@@ -388,6 +388,69 @@ TEST_F(McpSessionTest, InvalidJsonFromTheClientIsAnsweredWithParseError) {
   EXPECT_TRUE(upstream_.sent().empty());
 }
 
+// Regression: a message that is JSON but not JSON-RPC 2.0 was forwarded, the
+// upstream (the official SDK) dropped it without a word, and the client
+// waited for ever.
+TEST_F(McpSessionTest, MessagesThatAreNotJsonRpcAreAnsweredAndNotForwarded) {
+  StartSession();
+  struct Case {
+    std::string message;
+    json::value id;
+    std::string says;
+  };
+  const Case cases[] = {
+      {"42", nullptr, "must be a JSON object"},
+      {"[]", nullptr, "an empty batch"},
+      {R"({"foo":1})", nullptr, "neither a request"},
+      {R"({"jsonrpc":"2.0","id":8,"method":42})", 8, "\"method\" must be a string"},
+      {R"({"jsonrpc":"1.0","id":9,"method":"ping"})", 9, "\"jsonrpc\" must be \"2.0\""},
+      {R"({"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"create_ticket"}})",
+       nullptr, "\"id\" must be a string or a number, not an object"},
+      {R"({"jsonrpc":"2.0","id":"p","method":"tools/call","params":"x"})", "p",
+       "\"params\" must be an object"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const Case& c = cases[i];
+    client_.Inject(c.message);
+    client_.AwaitDelivered();  // answered from inside the handler
+    ASSERT_EQ(client_.sent().size(), i + 1) << c.message;
+    json::value v = json::parse(client_.sent().back());
+    EXPECT_EQ(v.at("id"), c.id) << c.message;
+    EXPECT_EQ(v.at("error").at("code").as_int64(), kRpcInvalidRequest) << c.message;
+    std::string message(v.at("error").at("message").as_string());
+    EXPECT_NE(message.find(c.says), std::string::npos) << message;
+    EXPECT_NE(message.find("nothing was forwarded"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(upstream_.sent().empty());
+}
+
+TEST_F(McpSessionTest, UnparseableRequestsAreAnsweredWithTheirIdAndSayWhy) {
+  StartSession();
+  client_.Inject(
+      "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"create_ticket\",\"arguments\":{\"title\":\"a\xFF\"}}}");
+  client_.AwaitDelivered();
+  ASSERT_EQ(client_.sent().size(), 1u);
+  json::value v = json::parse(client_.sent().back());
+  EXPECT_EQ(v.at("id"), 5);
+  EXPECT_EQ(v.at("error").at("code").as_int64(), kRpcParseError);
+  std::string message(v.at("error").at("message").as_string());
+  EXPECT_NE(message.find("at byte 102: invalid UTF-8"), std::string::npos) << message;
+
+  std::string deep = R"({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"x",)"
+                     R"("arguments":{"a":)" +
+                     std::string(10'000, '[') + std::string(10'000, ']') + "}}}";
+  client_.Inject(deep);
+  client_.AwaitDelivered();
+  ASSERT_EQ(client_.sent().size(), 2u);
+  v = json::parse(client_.sent().back());
+  EXPECT_EQ(v.at("id"), 6);
+  message = std::string(v.at("error").at("message").as_string());
+  EXPECT_NE(message.find("nested deeper than"), std::string::npos) << message;
+  EXPECT_NE(message.find("(limits.max_depth)"), std::string::npos) << message;
+  EXPECT_TRUE(upstream_.sent().empty());
+}
+
 TEST_F(McpSessionTest, ToolsListIsRewrittenSoTheModelKnowsWhatIsSafeToRetry) {
   config_.tools.push_back(ToolRule{.match = "delete_all", .gated = false});
   StartSession();

@@ -4,6 +4,18 @@
 #include <unistd.h>
 
 namespace idem::mcp {
+namespace {
+
+// The answer to a message over the limit, which was never held whole.
+std::string OversizeAnswer(std::string_view id_text, size_t limit) {
+  return ErrorResponse(id_text, kRpcInvalidRequest,
+                       "Invalid Request: the message is larger than the limit of " +
+                           std::to_string(limit) +
+                           " bytes (limits.max_body_bytes); it was dropped unread and nothing in "
+                           "it was executed: send smaller arguments, or raise the limit");
+}
+
+}  // namespace
 
 StdioChannel::StdioChannel(StdioOptions options) : options_(options) {
   int out = ::fcntl(options_.out_fd, F_DUPFD_CLOEXEC, 3);
@@ -22,30 +34,28 @@ StdioChannel::~StdioChannel() {
 
 void StdioChannel::Start(std::function<void(std::string message)> on_message,
                          std::function<void(std::string reason)> on_closed) {
-  reader_ = std::thread([this, on_message = std::move(on_message),
-                         on_closed = std::move(on_closed)] {
-    LineFramer framer(options_.max_message_bytes);
-    auto on_frame = [&](LineFramer::Frame frame) {
-      if (frame.oversize) {
-        Send(ErrorResponse("null", kRpcInvalidRequest,
-                           "a message larger than " + std::to_string(framer.max_message_bytes()) +
-                               " bytes was dropped; nothing in it was executed"));
-        return;
-      }
-      on_message(std::move(frame.message));
-    };
-    std::string error;
-    switch (ReadFrames(options_.in_fd, wake_.read_fd(), framer, on_frame, &error)) {
-      case ReadEnd::kEof:
-        on_closed("client closed stdin");
-        break;
-      case ReadEnd::kError:
-        on_closed("cannot read stdin: " + error);
-        break;
-      case ReadEnd::kWoken:
-        break;  // the channel is being destroyed
-    }
-  });
+  reader_ =
+      std::thread([this, on_message = std::move(on_message), on_closed = std::move(on_closed)] {
+        LineFramer framer(options_.max_message_bytes);
+        auto on_frame = [&](LineFramer::Frame frame) {
+          if (frame.oversize) {
+            Send(OversizeAnswer(frame.id_text, framer.max_message_bytes()));
+            return;
+          }
+          on_message(std::move(frame.message));
+        };
+        std::string error;
+        switch (ReadFrames(options_.in_fd, wake_.read_fd(), framer, on_frame, &error)) {
+          case ReadEnd::kEof:
+            on_closed("client closed stdin");
+            break;
+          case ReadEnd::kError:
+            on_closed("cannot read stdin: " + error);
+            break;
+          case ReadEnd::kWoken:
+            break;  // the channel is being destroyed
+        }
+      });
 }
 
 bool StdioChannel::Send(std::string message) {

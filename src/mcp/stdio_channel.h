@@ -2,7 +2,9 @@
 // `idemgate mcp` when an agent host starts it (MCP stdio transport).
 //
 // Messages are newline-delimited JSON (json_rpc.h). A message over the size
-// limit is dropped and answered with a JSON-RPC error (id null). stdout
+// limit is dropped unread (never held in memory whole) and answered with a
+// JSON-RPC error that names the limit and its setting (with the message's id
+// when it comes before the limit, else null). stdout
 // carries only MCP messages: the channel writes through its own copy of
 // fd 1 and, by default, points fd 1 at stderr, so a stray write to stdout
 // by any library lands in the log instead of corrupting the stream.
@@ -23,8 +25,10 @@
 namespace idem::mcp {
 
 struct StdioOptions {
-  // Largest message accepted from the client. Default 64 MiB.
-  size_t max_message_bytes = kDefaultMaxMessageBytes;
+  // Largest message accepted from the client: [limits] max_body_bytes,
+  // which the error for a larger message names. Default 1 MiB, that
+  // setting's default.
+  size_t max_message_bytes = size_t{1} << 20;
   // Point fd 1 at stderr once the channel holds its own copy of stdout.
   // Default true.
   bool protect_stdout = true;

@@ -122,8 +122,11 @@ RequestPlan PlanRequest(const http::Request& request, const Config& config,
 
   Result<std::string> fingerprint = RequestFingerprint(request, options);
   if (!fingerprint) {
-    return Refuse(fingerprint.error().code == ErrorCode::kResourceExhausted ? 413 : 400,
-                  "invalid-json-body", "Invalid JSON body",
+    // 413 is for size only; nesting past max_depth (also kResourceExhausted)
+    // is a body the client must change, like any other malformed one: 400.
+    const bool too_large = fingerprint.error().code == ErrorCode::kResourceExhausted &&
+                           request.body.size() > CanonFor(options).max_bytes;
+    return Refuse(too_large ? 413 : 400, "invalid-json-body", "Invalid JSON body",
                   "the body is labelled JSON but " + fingerprint.error().message +
                       "; fix the body or send it with a non-JSON Content-Type");
   }

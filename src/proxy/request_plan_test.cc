@@ -127,6 +127,17 @@ TEST(RequestPlanTest, RefusesInvalidJsonOnlyWhenLabelledJson) {
   EXPECT_NE(p.refusal.detail.find("duplicate"), std::string::npos) << p.refusal.detail;
 }
 
+// Regression: nesting past max_depth was answered 413 Content Too Large, as
+// if the body were too big; it is a body the client must change: 400.
+TEST(RequestPlanTest, NestingPastTheLimitIs400AndSaysSo) {
+  std::string deep = R"({"a":)" + std::string(10'000, '[') + std::string(10'000, ']') + "}";
+  RequestPlan p = PlanRequest(Post("/a", deep, {{"Idempotency-Key", "k"}}), Config{}, {});
+  ASSERT_EQ(p.kind, RequestPlan::Kind::kRefuse);
+  EXPECT_EQ(p.refusal.status, 400);
+  EXPECT_NE(p.refusal.detail.find("nesting deeper than 128 levels"), std::string::npos)
+      << p.refusal.detail;
+}
+
 TEST(RequestPlanTest, ExplicitRouteRequiresAKey) {
   Config c = WithRoutes(R"(
 [[route]]
