@@ -5,7 +5,8 @@
 #include <limits>
 
 #include "idem/canonical_json.h"
-#include "mcp/http_jsonrpc.h"  // FindTopLevelMember
+#include "mcp/http_jsonrpc.h"   // FindTopLevelMember
+#include "mcp/http_protocol.h"  // PrintableExcerpt
 #include "mcp/json_text.h"
 
 namespace idem::mcp {
@@ -34,6 +35,13 @@ const char* KindName(const boost::json::value& v) {
     default:
       return "a number";
   }
+}
+
+// False for a number Boost.JSON read as NaN or infinity ("0e4001",
+// "1e400"): it serializes as null and equals nothing, so an answer could not
+// carry it back. Everything else is representable.
+bool Representable(const boost::json::value& v) {
+  return !v.is_double() || std::isfinite(v.get_double());
 }
 
 }  // namespace
@@ -138,6 +146,12 @@ Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
 
   const boost::json::object& obj = m.json.get_object();
   m.id_text = *id ? std::string((*id)->value.In(text)) : "null";
+  if (*id && !Representable(obj.at("id"))) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "not usable: its \"id\" " + PrintableExcerpt(m.id_text, 40) +
+                         " is a number beyond what a double holds; use a string or a smaller "
+                         "number");
+  }
   if (*id) m.id_key = IdKey(obj.at("id"));
   if (const auto* meth = obj.if_contains("method"); meth && meth->is_string()) {
     m.method = std::string(meth->get_string());
@@ -207,7 +221,7 @@ std::string RecoverIdText(std::string_view text) {
   if (!id || id->data() + id->size() >= text.data() + text.size()) return "null";
   boost::system::error_code ec;
   boost::json::value v = boost::json::parse(*id, ec);
-  if (ec || !(v.is_string() || v.is_number())) return "null";
+  if (ec || !(v.is_string() || v.is_number()) || !Representable(v)) return "null";
   return std::string(*id);
 }
 

@@ -219,6 +219,22 @@ TEST(ParseMessageTest, DuplicateIdIsRefused) {
   EXPECT_FALSE(ParseMessage(R"({"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call"})"));
 }
 
+// Found by fuzzing: Boost.JSON reads "0e4001" as NaN, which serializes as
+// null and equals nothing, so no answer could carry the id back.
+TEST(ParseMessageTest, IdBeyondADoubleIsRefusedAndNotRecovered) {
+  for (std::string id : {"0e4001", "1e400", "-1e400"}) {
+    const std::string text = R"({"jsonrpc":"2.0","id":)" + id + R"(,"method":"tools/call"})";
+    auto m = ParseMessage(text);
+    ASSERT_FALSE(m) << id;
+    EXPECT_NE(m.error().message.find("beyond what a double holds"), std::string::npos)
+        << m.error().message;
+    EXPECT_EQ(RecoverIdText(text), "null") << id;
+  }
+  auto big = ParseMessage(R"({"jsonrpc":"2.0","id":1e300,"method":"tools/call"})");
+  ASSERT_TRUE(big) << "a large but finite id is an id";
+  EXPECT_EQ(big->id_text, "1e300");
+}
+
 TEST(ParseMessageTest, DeepButBoundedNestingIsAccepted) {
   std::string deep = R"({"jsonrpc":"2.0","method":"x","params":)" + std::string(200, '[') +
                      std::string(200, ']') + "}";
