@@ -1,8 +1,10 @@
 #include "sqlite_store.h"
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -47,8 +49,25 @@ Result<void> CheckOptions(const StoreOptions& options) {
   return {};
 }
 
-Result<void> EnableWal(Connection& conn) {
-  auto mode = conn.QueryText("PRAGMA journal_mode = WAL", "switching the file to WAL mode");
+// Switches the file to WAL mode, waiting up to `busy_timeout` for other
+// openers. The switch upgrades a shared lock; when another connection is
+// upgrading too, SQLite answers SQLITE_BUSY at once rather than call the busy
+// handler (waiting could deadlock), so the retry is here: the failed
+// statement drops its lock, and one of the openers gets through.
+Result<void> EnableWal(Connection& conn, Duration busy_timeout) {
+  const auto give_up = std::chrono::steady_clock::now() + busy_timeout;
+  auto pause = std::chrono::microseconds(100);
+  Result<std::string> mode;
+  for (;;) {
+    mode = conn.QueryText("PRAGMA journal_mode = WAL", "switching the file to WAL mode");
+    const int rc = sqlite3_errcode(conn.handle()) & 0xff;
+    if (mode || (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) ||
+        std::chrono::steady_clock::now() >= give_up) {
+      break;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20'000));
+  }
   if (!mode) return std::unexpected(std::move(mode.error()));
   if (*mode != "wal") {
     return MakeError(ErrorCode::kUnavailable,
@@ -141,7 +160,9 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
 
   auto conn = Connection::Open(path, options.sqlite_busy_timeout);
   if (!conn) return std::unexpected(std::move(conn.error()));
-  if (auto ok = EnableWal(**conn); !ok) return std::unexpected(std::move(ok.error()));
+  if (auto ok = EnableWal(**conn, options.sqlite_busy_timeout); !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
   if (auto ok = (*conn)->Exec(*synchronous, "setting PRAGMA synchronous"); !ok) {
     return std::unexpected(std::move(ok.error()));
   }
@@ -159,8 +180,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
   }
   ChangeHub* hub = store->hub_.get();
   store->writer_ = std::make_unique<sqlite::GroupCommitWriter>(
-      std::move(*conn), options.max_batch,
-      [hub](const std::vector<RecordId>& changed) {
+      std::move(*conn), options.max_batch, [hub](const std::vector<RecordId>& changed) {
         for (const RecordId& id : changed) hub->Notify(ChangeHub::KeyOf(id));
       });
   return store;
