@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,30 +30,23 @@ Result<std::unique_ptr<ChildChannel>> ChildChannel::Spawn(const std::vector<std:
         "no upstream command: give it after --, e.g. `idemgate mcp -- node server.js`");
   }
   const std::string& command = argv[0];
-  // Unix stream socket pairs rather than pipes, as Node's child_process
-  // gives its children: a Node upstream reading a pipe is woken about twice
-  // per message and spends markedly more CPU per call (bench/README.md).
-  // [0] is the child's end, [1] ours.
   int in[2], out[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
+  if (::pipe2(in, O_CLOEXEC) != 0) {
     return MakeError(ErrorCode::kUnavailable,
-                     "cannot start `" + command + "`: socketpair: " + std::strerror(errno));
+                     "cannot start `" + command + "`: pipe: " + std::strerror(errno));
   }
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, out) != 0) {
+  if (::pipe2(out, O_CLOEXEC) != 0) {
     int err = errno;
     ::close(in[0]);
     ::close(in[1]);
     return MakeError(ErrorCode::kUnavailable,
-                     "cannot start `" + command + "`: socketpair: " + std::strerror(err));
+                     "cannot start `" + command + "`: pipe: " + std::strerror(err));
   }
-  // One direction each: the child only reads stdin and only writes stdout.
-  ::shutdown(in[1], SHUT_RD);
-  ::shutdown(out[1], SHUT_WR);
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out[0], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
   // Nothing else of ours reaches the child: not other sessions' pipes, and
   // above all not the HTTP listener's sockets. A child holding a client's
   // connection or the listening port would keep both open after idemgate
@@ -84,15 +76,15 @@ Result<std::unique_ptr<ChildChannel>> ChildChannel::Spawn(const std::vector<std:
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(in[0]);
-  ::close(out[0]);
+  ::close(out[1]);
   if (rc != 0) {
     ::close(in[1]);
-    ::close(out[1]);
+    ::close(out[0]);
     return MakeError(ErrorCode::kUnavailable,
                      "cannot start the upstream command `" + command + "`: " + std::strerror(rc));
   }
   return std::unique_ptr<ChildChannel>(
-      new ChildChannel(pid, in[1], out[1], command, std::move(options)));
+      new ChildChannel(pid, in[1], out[0], command, std::move(options)));
 }
 
 ChildChannel::ChildChannel(pid_t pid, int stdin_fd, int stdout_fd, std::string name,
