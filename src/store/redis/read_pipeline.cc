@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 
@@ -61,6 +62,11 @@ void ReadPipeline::Run() {
       done(std::unexpected(e));
     }
   };
+  // After a failed connect, batches fail at once until reconnect_at, so
+  // that a server that is down costs each read no connect timeout of its own.
+  Clock::time_point reconnect_at{};
+  std::chrono::milliseconds backoff{0};
+  std::string connect_error;
   std::vector<Queued> batch;
   for (;;) {
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn ? conn->fd() : -1, POLLIN, 0}};
@@ -84,12 +90,21 @@ void ReadPipeline::Run() {
       batch.swap(queued_);
     }
     if (!batch.empty()) {
-      if (!conn) {
+      if (!conn && Clock::now() >= reconnect_at) {
         auto opened = Connection::Open(node_, options_);
-        if (opened) conn = std::move(*opened);
+        if (opened) {
+          conn = std::move(*opened);
+          backoff = std::chrono::milliseconds(0);
+        } else {
+          connect_error = opened.error().message;
+          backoff = std::clamp(backoff * 2, std::chrono::milliseconds(10),
+                               std::chrono::milliseconds(1000));
+          reconnect_at = Clock::now() + backoff;
+        }
       }
       if (!conn) {
-        for (Queued& q : batch) q.second(std::unexpected(Failure("cannot connect")));
+        const Error e = Failure("cannot connect: " + connect_error);
+        for (Queued& q : batch) q.second(std::unexpected(e));
       } else {
         if (in_flight.empty()) progress = Clock::now();
         for (Queued& q : batch) {

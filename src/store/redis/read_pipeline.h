@@ -7,7 +7,9 @@
 //
 // The connection is opened on the first command and again after an error;
 // an error (I/O, timeout, a server that cannot be reached) fails every read
-// in flight with kUnavailable and drops the connection. Reads only: a
+// in flight with kUnavailable and drops the connection. After a failed
+// connect, reads fail at once for a backoff (10 ms doubling to 1 s) instead
+// of each waiting for a connect timeout. Reads only: a
 // command is never resent, and nothing here writes. Thread-safe.
 #pragma once
 
