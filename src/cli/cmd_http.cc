@@ -46,13 +46,8 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
     return UsageError("http", "give the API to put idemgate in front of: --upstream URL");
   }
 
-  // Stopping is by sigwait below. Block the signals before any thread starts
-  // (threads inherit the mask), or one of them could take the signal and die.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Before any thread starts (BlockStopSignals).
+  const sigset_t stop_signals = BlockStopSignals();
   ::signal(SIGPIPE, SIG_IGN);
 
   Result<Config> config = LoadConfigFor(globals);
@@ -112,10 +107,8 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   }
   LogLine(fmt::format("proxying to {}", flags.upstream));
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
   LogLine(fmt::format("stopping on {}: finishing requests in flight (up to {})",
-                      sig == SIGINT ? "SIGINT" : "SIGTERM", FormatDuration(drain)));
+                      WaitForStopSignal(stop_signals), FormatDuration(drain)));
   if (!(*listener)->Drain(drain) || !reverse_proxy.Drain(drain)) {
     LogLine(
         "some requests were still running after --drain-timeout; their answers are dropped "

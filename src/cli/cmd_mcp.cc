@@ -161,12 +161,8 @@ class HttpSessions {
 int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger,
                     const Config& config, mcp::SessionOptions options,
                     UpstreamFactory make_upstream, GatewayMetrics& metrics, StoreProbe& probe) {
-  // Signals are taken by sigwait below, not delivered to a random thread.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // The set RunMcp blocked before any thread started; blocking again is a no-op.
+  const sigset_t stop_signals = BlockStopSignals();
 
   HttpSessions sessions(ledger, config, std::move(options), std::move(make_upstream));
   mcp::HttpServerOptions server_options;
@@ -194,9 +190,7 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
         sessions.Open(std::move(client), info);
       });
   if (!server) return Fail("mcp", server.error());
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  LogLine(fmt::format("stopping on {}", sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  LogLine(fmt::format("stopping on {}", WaitForStopSignal(stop_signals)));
   (*server)->Stop();  // every client session ends; their upstreams are closed
   sessions.AwaitAllEnded();
   return kExitOk;
@@ -244,11 +238,7 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     // mask), or the kernel may hand the signal to one of those threads and
     // its default action would kill the process without a clean stop.
     // Children reset their mask (ChildChannel).
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    BlockStopSignals();
   }
 
   Result<Config> config = LoadConfigFor(globals);

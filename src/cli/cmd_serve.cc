@@ -32,13 +32,8 @@ constexpr char kDefaultListen[] = "127.0.0.1:8787";
 void LogLine(std::string_view line) { fmt::print(stderr, "idemgate serve: {}\n", line); }
 
 int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
-  // Stopping is by sigwait below. Block the signals before any thread starts
-  // (threads inherit the mask), or one of them could take the signal and die.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Before any thread starts (BlockStopSignals).
+  const sigset_t stop_signals = BlockStopSignals();
   ::signal(SIGPIPE, SIG_IGN);
 
   Result<Config> config = LoadConfigFor(globals);
@@ -65,10 +60,8 @@ int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
     return Fail("serve", listener.error());
   }
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
   LogLine(fmt::format("stopping on {}: finishing requests in flight (up to {})",
-                      sig == SIGINT ? "SIGINT" : "SIGTERM", FormatDuration(setup->drain_timeout)));
+                      WaitForStopSignal(stop_signals), FormatDuration(setup->drain_timeout)));
   if (!(*listener)->Drain(setup->drain_timeout)) {
     LogLine("some requests were still running after --drain-timeout; their answers are dropped");
   }
