@@ -30,6 +30,20 @@ Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(
 
 }  // namespace
 
+void ExpectOwnerlessRecordAndOwnedClaims(Store& store) {
+  const RecordId old_id{"default", "old"};
+  auto old = store.Get(old_id);
+  ASSERT_TRUE(old && old->has_value()) << (old ? "" : old.error().ToString());
+  EXPECT_EQ((*old)->state, RecordState::kInProgress);
+  EXPECT_EQ((*old)->owner, "");
+  EXPECT_EQ(store.Abandon(old_id, "anyone").error().code, ErrorCode::kAborted);
+  const ClaimRequest fresh = Req("new", "fp1", "default", "owner-new");
+  auto c = store.Claim(fresh);
+  ASSERT_TRUE(c && c->claimed);
+  EXPECT_EQ(c->record.owner, "owner-new");
+  ASSERT_TRUE(store.Abandon(fresh.id, "owner-new"));
+}
+
 TEST_P(StoreContractTest, ClaimCreatesInProgressWithLease) {
   auto c = store_->Claim(Req("k"));
   ASSERT_TRUE(c) << c.error().ToString();

@@ -32,3 +32,8 @@ class StoreContractTest : public testing::TestWithParam<StoreContractParam> {
   idem::FakeClock clock_;
   std::unique_ptr<idem::Store> store_;
 };
+
+// For the backends' migration tests: `store` holds the in-progress record
+// default/"old" written before claims carried owner tokens. It reads with no
+// owner and no token abandons it; a new claim carries its owner, who can.
+void ExpectOwnerlessRecordAndOwnedClaims(idem::Store& store);

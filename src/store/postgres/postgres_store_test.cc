@@ -256,17 +256,7 @@ TEST_F(PostgresStoreTest, VersionOneSchemaMigratesAndItsRecordsHaveNoOwner) {
                   schema_));
   auto store = Open(clock_);
   ASSERT_NE(store, nullptr);
-  auto old = store->Get(RecordId{"default", "old"});
-  ASSERT_TRUE(old && old->has_value()) << (old ? "" : old.error().ToString());
-  EXPECT_EQ((*old)->state, RecordState::kInProgress);
-  EXPECT_EQ((*old)->owner, "");
-  EXPECT_EQ(store->Abandon(RecordId{"default", "old"}, "anyone").error().code, ErrorCode::kAborted);
-  ClaimRequest fresh = Req("new");
-  fresh.owner = "owner-new";
-  auto c = store->Claim(fresh);
-  ASSERT_TRUE(c && c->claimed);
-  EXPECT_EQ(c->record.owner, "owner-new");
-  ASSERT_TRUE(store->Abandon(fresh.id, "owner-new"));
+  ExpectOwnerlessRecordAndOwnedClaims(*store);
   EXPECT_EQ(Admin(base_).Exec(fmt::format(
                 "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
             std::to_string(postgres::kSchemaVersion));

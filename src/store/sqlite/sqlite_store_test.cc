@@ -235,15 +235,7 @@ TEST_F(SqliteStoreTest, VersionOneFileMigratesAndItsRecordsHaveNoOwner) {
   }
   auto store = Open();
   ASSERT_NE(store, nullptr);
-  auto old = store->Get(RecordId{"default", "old"});
-  ASSERT_TRUE(old && old->has_value()) << (old ? "" : old.error().ToString());
-  EXPECT_EQ((*old)->state, RecordState::kInProgress);
-  EXPECT_EQ((*old)->owner, "");
-  EXPECT_EQ(store->Abandon(RecordId{"default", "old"}, "anyone").error().code, ErrorCode::kAborted);
-  ClaimRequest fresh = Req("new");
-  fresh.owner = "owner-new";
-  ASSERT_TRUE(store->Claim(fresh));
-  ASSERT_TRUE(store->Abandon(fresh.id, "owner-new"));
+  ExpectOwnerlessRecordAndOwnedClaims(*store);
   RawDb raw(path_);
   EXPECT_EQ(raw.Exec("SELECT owner FROM records"), SQLITE_OK);
 }
