@@ -13,8 +13,7 @@ namespace idem::redis {
 ReadPipeline::ReadPipeline(NodeAddress node, ConnectOptions options)
     : node_(std::move(node)),
       options_(std::move(options)),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      thread_([this] { Run(); }) {}
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 ReadPipeline::~ReadPipeline() {
   {
@@ -23,11 +22,14 @@ ReadPipeline::~ReadPipeline() {
   }
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof one);
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   close(wake_fd_);
 }
 
 void ReadPipeline::Submit(Command command, Done done) {
+  // The thread starts with the first read: a store opened by a command that
+  // never reads this way (inspect, audit) costs no thread.
+  std::call_once(started_, [this] { thread_ = std::thread([this] { Run(); }); });
   bool wake;
   {
     std::lock_guard g(mu_);

@@ -52,7 +52,8 @@ class ReadPipeline {
   std::vector<Queued> queued_;  // guarded by mu_
   bool stopping_ = false;       // guarded by mu_
 
-  std::thread thread_;  // last: starts after everything above exists
+  std::once_flag started_;
+  std::thread thread_;  // started by the first Submit
 };
 
 }  // namespace idem::redis
