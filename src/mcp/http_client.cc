@@ -32,6 +32,7 @@
 #include <set>
 #include <thread>
 
+#include "mcp/client_conn.h"
 #include "mcp/http_channels.h"
 #include "mcp/http_jsonrpc.h"
 #include "mcp/http_message_pump.h"
@@ -127,38 +128,7 @@ Result<Target> ParseTarget(const std::string& url) {
   return t;
 }
 
-// One connection to the upstream, plain or TLS.
-struct Conn {
-  std::optional<beast::tcp_stream> plain;
-  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
-  beast::flat_buffer buffer;
-  Clock::time_point idle_since;
-
-  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
-  template <class F>
-  void With(F&& f) {
-    if (tls) {
-      f(*tls);
-    } else {
-      f(*plain);
-    }
-  }
-  void Close() {
-    beast::error_code ignored;
-    lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
-    lowest().close();
-  }
-  // True if the peer has not closed an idle connection. A plain connection
-  // with unread bytes is also unusable; on TLS they may be session tickets.
-  bool Alive() {
-    if (!lowest().socket().is_open() || buffer.size() > 0) return false;
-    char c;
-    ssize_t n = ::recv(lowest().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return false;
-    if (n > 0) return tls.has_value();
-    return errno == EAGAIN || errno == EWOULDBLOCK;
-  }
-};
+using Conn = ClientConn;
 
 // One HTTP exchange.
 struct Op {

@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 
+#include "mcp/client_conn.h"
+
 #ifndef IDEM_VERSION
 #define IDEM_VERSION "dev"
 #endif
@@ -64,39 +66,7 @@ Result<Origin> ParseOrigin(const std::string& url) {
   return o;
 }
 
-// One connection to the upstream, plain or TLS, on its own strand.
-struct Conn {
-  std::optional<beast::tcp_stream> plain;
-  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
-  beast::flat_buffer buffer;
-  SteadyClock::time_point idle_since;
-
-  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
-  template <class F>
-  void With(F&& f) {
-    if (tls) {
-      f(*tls);
-    } else {
-      f(*plain);
-    }
-  }
-  void Close() {
-    beast::error_code ignored;
-    lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
-    lowest().close();
-  }
-  // True if the peer has not closed the idle connection. Unread bytes on a
-  // plain connection make it unusable (a stray answer); on TLS they may be
-  // session tickets.
-  bool Alive() {
-    if (!lowest().socket().is_open() || buffer.size() > 0) return false;
-    char c;
-    ssize_t n = ::recv(lowest().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return false;
-    if (n > 0) return tls.has_value();
-    return errno == EAGAIN || errno == EWOULDBLOCK;
-  }
-};
+using Conn = mcp::ClientConn;
 
 // One request and its answer.
 struct Exchange {
