@@ -67,6 +67,7 @@
 #include "idem/record.h"
 #include "idem/store.h"
 #include "redis_codec.h"
+#include "redis_url.h"
 #include "run_callers.h"
 
 namespace {
@@ -689,9 +690,11 @@ void PreloadRedis(const std::string& url, int db, const std::string& prefix, uin
   freeReplyObject(RedisCommandOrDie(c, "SELECT", "SELECT %d", db));
   freeReplyObject(RedisCommandOrDie(c, "FLUSHDB", "FLUSHDB"));
   freeReplyObject(RedisCommandOrDie(c, "AOF off", "CONFIG SET appendonly no"));
-  const std::vector<std::string> names = idem::redis::RecordFieldNames(/*with_body=*/true);
+  const std::vector<std::string> names = idem::redis::RecordFieldNames();
   const std::string st(idem::RecordStateName(idem::RecordState::kCompleted));
-  const std::string oc(idem::OutcomeClassName(idem::OutcomeClass::kSuccess));
+  // As the complete script writes it, with the store's default body_field_bytes.
+  const idem::redis::OutcomeFields outcome = idem::redis::EncodeOutcome(
+      {idem::OutcomeClass::kSuccess, kBody}, idem::redis::RedisConfig().body_field_bytes);
   constexpr uint64_t kBatch = 10'000;
   for (uint64_t i = 0; i < n;) {
     const uint64_t end = std::min(n, i + kBatch);
@@ -709,9 +712,8 @@ void PreloadRedis(const std::string& url, int db, const std::string& prefix, uin
           {"le", std::to_string(cr + times.lease_ms)},
           {"co", std::to_string(co)},
           {"ex", std::to_string(ex)},
-          {"oc", oc},
-          {"ow", call.fingerprint.substr(32)},
-          {"ob", kBody}};
+          {"oc", outcome.cls},
+          {"ow", call.fingerprint.substr(32)}};
       std::vector<const char*> argv = {"HSET", key.c_str()};
       std::vector<size_t> lens = {4, key.size()};
       for (const std::string& name : names) {
@@ -721,6 +723,10 @@ void PreloadRedis(const std::string& url, int db, const std::string& prefix, uin
         }
         argv.insert(argv.end(), {name.c_str(), v->second.c_str()});
         lens.insert(lens.end(), {name.size(), v->second.size()});
+      }
+      for (const std::string& part : outcome.pairs) {
+        argv.push_back(part.c_str());
+        lens.push_back(part.size());
       }
       redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
       const std::string ttl = std::to_string(ex - times.now_ms + kRedisGcMarginMs);

@@ -1,5 +1,6 @@
 #include "redis_codec.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace idem::redis {
@@ -61,46 +62,119 @@ std::string AttemptStreamKey(std::string_view prefix) {
   return std::string(prefix) + "idem:attempts";
 }
 
-std::vector<std::string> RecordFieldNames(bool with_body) {
-  std::vector<std::string> f = {"st", "fp", "tool", "turn", "fence", "cr",
-                                "le", "co", "ex",   "oc",   "ow"};
-  if (with_body) f.push_back("ob");
-  return f;
+std::vector<std::string> RecordFieldNames() {
+  return {"st", "fp", "tool", "turn", "fence", "cr", "le", "co", "ex", "oc", "ow"};
 }
 
-Result<std::optional<Record>> DecodeRecord(const RecordId& id, const redisReply& fields) {
-  if (fields.type != REDIS_REPLY_ARRAY || fields.elements < 11) {
-    return std::unexpected(Corrupt(id, "an unexpected shape"));
-  }
-  auto at = [&](size_t i) -> const redisReply& { return *fields.element[i]; };
-  if (at(0).type == REDIS_REPLY_NIL) return std::optional<Record>();  // absent, or a tombstone
+namespace {
+
+constexpr std::string_view kSplitSuffix = "/fields";
+
+// The values of one record's fields, as RecordFieldNames orders them, and
+// its body: 'ob', or the o1, o2, … fields of a split one.
+struct RecordFields {
+  std::optional<std::string_view> named[11];
+  std::optional<std::string_view> whole_body;
+  std::vector<std::pair<size_t, std::string_view>> body_parts;  // (n of "o<n>", value)
+};
+
+std::optional<std::string_view> Value(const redisReply& r) {
+  if (r.type == REDIS_REPLY_NIL) return std::nullopt;
+  return Bytes(r);
+}
+
+Result<std::optional<Record>> Decode(const RecordId& id, const RecordFields& f, bool with_body) {
+  auto at = [&](size_t i) { return f.named[i].value_or(std::string_view()); };
+  if (!f.named[0]) return std::optional<Record>();  // absent, or a tombstone
   Record r;
   r.id = id;
-  auto state = ParseRecordState(Bytes(at(0)));
+  auto state = ParseRecordState(at(0));
   if (!state) return std::unexpected(Corrupt(id, "an unknown state"));
   r.state = *state;
-  r.fingerprint = std::string(Bytes(at(1)));
-  r.tool = std::string(Bytes(at(2)));
-  r.turn = std::string(Bytes(at(3)));
-  if (!ToNumber(Bytes(at(4)), &r.fence)) return std::unexpected(Corrupt(id, "no fence"));
+  r.fingerprint = std::string(at(1));
+  r.tool = std::string(at(2));
+  r.turn = std::string(at(3));
+  if (!ToNumber(at(4), &r.fence)) return std::unexpected(Corrupt(id, "no fence"));
   int64_t ms[4];
   for (int i = 0; i < 4; ++i) {
-    if (!ToNumber(Bytes(at(5 + i)), &ms[i])) return std::unexpected(Corrupt(id, "a bad time"));
+    if (!ToNumber(at(5 + i), &ms[i])) return std::unexpected(Corrupt(id, "a bad time"));
   }
   r.created_at = FromUnixMillis(ms[0]);
   r.lease_expires_at = FromUnixMillis(ms[1]);
   r.completed_at = FromUnixMillis(ms[2]);
   r.expires_at = FromUnixMillis(ms[3]);
-  r.owner = std::string(Bytes(at(10)));  // nil (a record older than owner tokens): none
-  if (at(9).type != REDIS_REPLY_NIL) {
-    auto cls = ParseOutcomeClass(Bytes(at(9)));
-    if (!cls) return std::unexpected(Corrupt(id, "an unknown outcome class"));
-    Outcome o;
-    o.cls = *cls;
-    if (fields.elements > 11) o.body = std::string(Bytes(at(11)));
-    r.outcome = std::move(o);
+  r.owner = std::string(at(10));  // none in a record older than owner tokens
+  if (!f.named[9]) return std::optional<Record>(std::move(r));
+  std::string_view cls_name = *f.named[9];
+  const bool split = cls_name.ends_with(kSplitSuffix);
+  if (split) cls_name.remove_suffix(kSplitSuffix.size());
+  auto cls = ParseOutcomeClass(cls_name);
+  if (!cls) return std::unexpected(Corrupt(id, "an unknown outcome class"));
+  Outcome o;
+  o.cls = *cls;
+  if (with_body && !split) {
+    o.body = std::string(f.whole_body.value_or(std::string_view()));
+  } else if (with_body) {
+    std::vector<std::pair<size_t, std::string_view>> parts = f.body_parts;
+    std::sort(parts.begin(), parts.end());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].first != i + 1) return std::unexpected(Corrupt(id, "a body with a gap"));
+      o.body += parts[i].second;
+    }
   }
+  r.outcome = std::move(o);
   return std::optional<Record>(std::move(r));
+}
+
+}  // namespace
+
+OutcomeFields EncodeOutcome(const Outcome& outcome, size_t field_bytes) {
+  OutcomeFields out;
+  out.cls = std::string(OutcomeClassName(outcome.cls));
+  const std::string& body = outcome.body;
+  if (field_bytes == 0 || body.size() > kMaxBodyFields * field_bytes) {
+    out.pairs = {"ob", body};
+    return out;
+  }
+  out.cls += kSplitSuffix;
+  for (size_t at = 0, n = 1; at < body.size(); at += field_bytes, ++n) {
+    out.pairs.push_back("o" + std::to_string(n));
+    out.pairs.push_back(body.substr(at, field_bytes));
+  }
+  return out;
+}
+
+Result<std::optional<Record>> DecodeRecord(const RecordId& id, const redisReply& fields) {
+  RecordFields f;
+  if (fields.type != REDIS_REPLY_ARRAY || fields.elements != std::size(f.named)) {
+    return std::unexpected(Corrupt(id, "an unexpected shape"));
+  }
+  for (size_t i = 0; i < fields.elements; ++i) f.named[i] = Value(*fields.element[i]);
+  return Decode(id, f, /*with_body=*/false);
+}
+
+Result<std::optional<Record>> DecodeRecordHash(const RecordId& id, const redisReply& hash) {
+  if (hash.type != REDIS_REPLY_ARRAY || hash.elements % 2 != 0) {
+    return std::unexpected(Corrupt(id, "an unexpected shape"));
+  }
+  static const std::vector<std::string> kNames = RecordFieldNames();
+  RecordFields f;
+  for (size_t i = 0; i < hash.elements; i += 2) {
+    const std::string_view name = Bytes(*hash.element[i]);
+    const std::string_view value = Bytes(*hash.element[i + 1]);
+    if (name == "ob") {
+      f.whole_body = value;
+      continue;
+    }
+    size_t n = 0;
+    if (name.starts_with('o') && ToNumber(name.substr(1), &n)) {
+      f.body_parts.emplace_back(n, value);
+      continue;
+    }
+    const auto known = std::find(kNames.begin(), kNames.end(), name);
+    if (known != kNames.end()) f.named[known - kNames.begin()] = value;
+  }
+  return Decode(id, f, /*with_body=*/true);
 }
 
 std::vector<std::string> EncodeAttempt(const Attempt& a) {

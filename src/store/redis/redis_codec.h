@@ -28,12 +28,35 @@ std::string RecordKeyPattern(std::string_view prefix);
 // The audit stream.
 std::string AttemptStreamKey(std::string_view prefix);
 
-// HMGET field order of a record: st fp tool turn fence cr le co ex oc ow [ob].
-std::vector<std::string> RecordFieldNames(bool with_body);
+// HMGET field order of a record without its outcome body: st fp tool turn
+// fence cr le co ex oc ow.
+std::vector<std::string> RecordFieldNames();
 
-// Decodes an HMGET-shaped array (see RecordFieldNames). nullopt if the
-// record is absent (no state). kDataLoss if a field is missing or unreadable.
+// How an outcome is laid out in the record hash. Redis keeps a small hash as
+// one compact listpack only while every value has at most
+// hash-max-listpack-value bytes (64 by default) and it has at most
+// hash-max-listpack-entries fields (128); one longer value turns the hash into
+// a hashtable, about twice the memory (measured 1377 against 721 bytes per
+// record) and more cache misses per read. So a body of at most
+// kMaxBodyFields × field_bytes bytes is split into the fields o1, o2, … of at
+// most field_bytes bytes each, and the class is written "<class>/fields". A
+// longer body, whose hash could not stay a listpack anyway, or field_bytes 0,
+// keeps the whole body in the field 'ob', as records written before this
+// layout do. The suffix makes an older idemgate, which reads only 'ob', refuse
+// a split record as corrupt instead of replaying an empty body.
+inline constexpr size_t kMaxBodyFields = 100;
+struct OutcomeFields {
+  std::string cls;                 // the value of 'oc'
+  std::vector<std::string> pairs;  // field, value, field, value, …: the body
+};
+OutcomeFields EncodeOutcome(const Outcome& outcome, size_t field_bytes);
+
+// Decodes an HMGET-shaped array (see RecordFieldNames): the record without
+// its outcome body. nullopt if the record is absent (no state). kDataLoss if a
+// field is missing or unreadable.
 Result<std::optional<Record>> DecodeRecord(const RecordId& id, const redisReply& fields);
+// Decodes an HGETALL reply: the whole record, body included.
+Result<std::optional<Record>> DecodeRecordHash(const RecordId& id, const redisReply& hash);
 
 // The 9 values the append script stores per attempt, in its order.
 std::vector<std::string> EncodeAttempt(const Attempt& a);

@@ -19,9 +19,8 @@ local function fields()
   return redis.call('HMGET', rec, 'st', 'fp', 'tool', 'turn', 'fence', 'cr', 'le', 'co', 'ex', 'oc',
                     'ow')
 end
-local function fields_and_body()
-  return redis.call('HMGET', rec, 'st', 'fp', 'tool', 'turn', 'fence', 'cr', 'le', 'co', 'ex', 'oc',
-                    'ow', 'ob')
+local function whole()
+  return redis.call('HGETALL', rec)
 end
 local function changed(what)
   redis.call('PUBLISH', string.sub(rec, 1, -2) .. 'c', what)
@@ -57,7 +56,7 @@ end
 constexpr char kClaim[] = R"lua(
 local lease, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
 local cur = redis.call('HMGET', rec, 'st', 'ex', 'fence')
-if cur[1] and tonumber(cur[2]) > now then return {'exists', fields_and_body()} end
+if cur[1] and tonumber(cur[2]) > now then return {'exists', whole()} end
 local fence = next_fence(cur[3])
 local expires = now + math.max(retention, lease)
 redis.call('DEL', rec)
@@ -66,7 +65,7 @@ redis.call('HSET', rec, 'st', 'in_progress', 'fp', ARGV[6], 'tool', ARGV[7], 'tu
            'ex', n2s(expires), 'ow', ARGV[9])
 keep(expires)
 changed('in_progress ' .. n2s(fence))
-return {'claimed', fields_and_body()}
+return {'claimed', whole()}
 )lua";
 
 constexpr char kHeartbeat[] = R"lua(
@@ -83,8 +82,9 @@ constexpr char kComplete[] = R"lua(
 local r, refusal = owned(ARGV[4], {in_progress = true, unknown = true})
 if not r then return refusal end
 local ex = now + tonumber(ARGV[5])
-redis.call('HSET', rec, 'st', 'completed', 'oc', ARGV[6], 'ob', ARGV[7], 'co', n2s(now),
-           'ex', n2s(ex))
+-- ARGV[7] on: the body's field/value pairs (redis_codec.h EncodeOutcome).
+redis.call('HSET', rec, 'st', 'completed', 'oc', ARGV[6], 'co', n2s(now), 'ex', n2s(ex),
+           unpack(ARGV, 7))
 keep(ex)
 changed('completed ' .. r[2])
 return {'ok', fields()}

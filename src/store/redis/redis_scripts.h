@@ -35,17 +35,17 @@ struct Script {
   std::string sha1;  // lowercase hex, for EVALSHA
 };
 
-// The record's fields, in the order every script and Get return them:
-// st fp tool turn fence cr le co ex oc ow [ob]. 'ow' is the claim's owner
-// token (absent in records written before it existed: no owner).
-inline constexpr int kRecordFieldCount = 12;  // with the outcome body
+// "fields" below: the record without its outcome body, an HMGET in the
+// order of redis_codec.h RecordFieldNames; "the hash": HGETALL, body
+// included (redis_codec.h DecodeRecordHash).
 
 // ARGV[4..] lease_ms retention_ms fingerprint tool turn owner.
-// → {'claimed', fields+body} or {'exists', fields+body}.
+// → {'claimed', the hash} or {'exists', the hash}.
 const Script& ClaimScript();
 // ARGV[4..] fence lease_ms. → {'ok', lease_expires_at_ms}.
 const Script& HeartbeatScript();
-// ARGV[4..] fence retention_ms outcome_class outcome_body. → {'ok', fields}.
+// ARGV[4..] fence retention_ms 'oc', then the body's field/value pairs
+// (redis_codec.h EncodeOutcome). → {'ok', fields}.
 const Script& CompleteScript();
 // ARGV[4..] fence. → {'ok'}.
 const Script& ReleaseScript();

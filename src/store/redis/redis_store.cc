@@ -73,7 +73,7 @@ class RedisStore final : public Store {
     if ((status != "claimed" && status != "exists") || r.elements < 2) {
       return std::unexpected(Unexpected("claim", status));
     }
-    auto record = redis::DecodeRecord(req.id, *r.element[1]);
+    auto record = redis::DecodeRecordHash(req.id, *r.element[1]);
     if (!record) return std::unexpected(record.error());
     if (!*record) return std::unexpected(Unexpected("claim", "no record"));
     if (status == "claimed") listener_.Notify(keys.channel);
@@ -97,9 +97,11 @@ class RedisStore final : public Store {
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                           Duration retention) override {
     const auto keys = redis::KeysOf(prefix_, id);
-    auto reply = RunScript(redis::CompleteScript(), keys, clock_.Now(),
-                           {std::to_string(fence), Ms(retention),
-                            std::string(OutcomeClassName(outcome.cls)), outcome.body});
+    redis::OutcomeFields stored = redis::EncodeOutcome(outcome, client_->config().body_field_bytes);
+    std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls)};
+    args.insert(args.end(), std::make_move_iterator(stored.pairs.begin()),
+                std::make_move_iterator(stored.pairs.end()));
+    auto reply = RunScript(redis::CompleteScript(), keys, clock_.Now(), std::move(args));
     if (!reply) return std::unexpected(reply.error());
     auto record = RecordFrom(id, fence, **reply, "complete");
     if (!record) return record;
@@ -320,14 +322,12 @@ class RedisStore final : public Store {
 
  private:
   static redis::Command ReadRecord(const redis::RecordKeys& keys) {
-    redis::Command cmd = {"HMGET", keys.record};
-    for (std::string& f : redis::RecordFieldNames(true)) cmd.push_back(std::move(f));
-    return cmd;
+    return {"HGETALL", keys.record};
   }
 
-  // The record in an HMGET reply of ReadRecord, unless past retention.
-  Result<std::optional<Record>> Live(const RecordId& id, const redisReply& fields) {
-    auto record = redis::DecodeRecord(id, fields);
+  // The record in a reply of ReadRecord, unless past retention.
+  Result<std::optional<Record>> Live(const RecordId& id, const redisReply& hash) {
+    auto record = redis::DecodeRecordHash(id, hash);
     if (!record) return std::unexpected(record.error());
     if (*record && (*record)->expires_at <= clock_.Now()) return std::optional<Record>();
     return record;

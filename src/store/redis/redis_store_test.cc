@@ -290,6 +290,45 @@ TEST(RedisSingleTest, BinaryOutcomeAndFieldsSurviveAcrossInstances) {
   EXPECT_EQ(seen->record.outcome->body, body) << "Claim must return the outcome to replay";
 }
 
+// The encoding Redis chose for a record's hash.
+std::string Encoding(const redis::RedisConfig& config, const RecordId& id) {
+  auto conn = Connect(config.nodes.front());
+  if (!conn) return "(no connection)";
+  auto r = RunCmd(*conn, {"OBJECT", "ENCODING", redis::KeysOf(config.prefix, id).record});
+  return r ? std::string(redis::Text(*r)) : "(no reply)";
+}
+
+// A 200-byte outcome (a typical tool result) keeps the record a listpack on a
+// server with default settings; in one field it would make it a hashtable.
+// Either layout replays, whichever instance wrote it.
+TEST(RedisSingleTest, OutcomeInListpackSizedFieldsKeepsTheRecordCompact) {
+  const std::string prefix = "prefix=" + UniquePrefix("compact");
+  const std::string split_url = WithOptions(ServerUrl("IDEM_REDIS_URL_FILE"), prefix);
+  const std::string whole_url = WithOptions(split_url, "body_field_bytes=0");
+  auto config = redis::ParseRedisUrl(split_url);
+  ASSERT_TRUE(config) << config.error().ToString();
+  FakeClock clock;
+  auto split = OpenOrFail(split_url, clock);
+  auto whole = OpenOrFail(whole_url, clock);
+  ASSERT_TRUE(split && whole);
+  const std::string body(200, 'r');
+  for (auto [writer, encoding] : {std::pair{split.get(), "listpack"}, {whole.get(), "hashtable"}}) {
+    const std::string key = std::string("compact-") + encoding;
+    auto c = writer->Claim(Req(key));
+    ASSERT_TRUE(c && c->claimed);
+    ASSERT_TRUE(writer->Complete(c->record.id, c->record.fence, Ok(body), 1h));
+    EXPECT_EQ(Encoding(*config, c->record.id), encoding);
+    for (Store* reader : {split.get(), whole.get()}) {
+      auto got = reader->Get(c->record.id);
+      ASSERT_TRUE(got && got->has_value() && (**got).outcome) << key;
+      EXPECT_EQ((**got).outcome->body, body) << key;
+      auto again = reader->Claim(Req(key));
+      ASSERT_TRUE(again && !again->claimed && again->record.outcome) << key;
+      EXPECT_EQ(again->record.outcome->body, body) << key;
+    }
+  }
+}
+
 // A record written before claims carried owner tokens has no 'ow' field: it
 // stays readable, with no owner, and no Abandon can delete it.
 TEST(RedisSingleTest, RecordWithoutOwnerFieldIsReadableAndCannotBeAbandoned) {

@@ -1,6 +1,8 @@
 // Tests of the parts that do no I/O: URLs, cluster slots, key names, decoding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cluster_slots.h"
 #include "redis_codec.h"
 #include "redis_url.h"
@@ -27,6 +29,10 @@ TEST(RedisUrlTest, SingleServerWithEverything) {
   EXPECT_EQ(c->wait_replicas, 1);
   EXPECT_EQ(c->wait_timeout, Duration(250));
   EXPECT_EQ(c->fence_floor_keep, Duration(86'400'000));
+  EXPECT_EQ(c->body_field_bytes, 64u);
+  auto split = ParseRedisUrl("redis://h?body_field_bytes=0");
+  ASSERT_TRUE(split) << split.error().ToString();
+  EXPECT_EQ(split->body_field_bytes, 0u);
 }
 
 TEST(RedisUrlTest, Defaults) {
@@ -65,7 +71,8 @@ TEST(RedisUrlTest, Refusals) {
        {"redis://", "redis://h:0", "redis://h:x", "redis://h/abc", "redis://a,b",
         "redis+cluster://a:1/2", "redis://h?nope=1", "redis://h?timeout=fast", "redis://h?pool=0",
         "redis://h?prefix=%7Bx", "redis://h?timeout", "redis+cluster://a:1,",
-        "redis://h?wait_replicas=1&wait_timeout=5s&timeout=2s", "http://h"}) {
+        "redis://h?wait_replicas=1&wait_timeout=5s&timeout=2s", "http://h",
+        "redis://h?body_field_bytes=-1", "redis://h?body_field_bytes=99999999"}) {
     auto c = ParseRedisUrl(bad);
     EXPECT_FALSE(c) << bad;
     if (!c) {
@@ -106,6 +113,108 @@ TEST(RedisCodecTest, KeyNamesNeverCollideAcrossTenants) {
   EXPECT_EQ(RecordKeyPattern("a*b:"), "a\\*b:idem:{*}:r");
 }
 
+// A reply of strings, as hiredis would build it (the strings must outlive it).
+class FlatReply {
+ public:
+  explicit FlatReply(const std::vector<std::string>& values) : values_(values) {
+    items_.reserve(values_.size());
+    for (std::string& v : values_) {
+      items_.push_back(redisReply{REDIS_REPLY_STRING, 0, v.size(), v.data(), 0, nullptr});
+    }
+    for (redisReply& item : items_) ptrs_.push_back(&item);
+    array_ = redisReply{REDIS_REPLY_ARRAY, 0, 0, nullptr, ptrs_.size(), ptrs_.data()};
+  }
+  const redisReply& get() const { return array_; }
+
+ private:
+  std::vector<std::string> values_;
+  std::vector<redisReply> items_;
+  std::vector<redisReply*> ptrs_;
+  redisReply array_{};
+};
+
+// HGETALL of a completed record whose outcome EncodeOutcome laid out.
+std::vector<std::string> CompletedHash(const Outcome& o, size_t field_bytes) {
+  std::vector<std::string> hash = {"st", "completed", "fp", "f",  "tool", "charge", "turn",
+                                   "t",  "fence",     "7",  "cr", "1",    "le",     "2",
+                                   "co", "3",         "ex", "4",  "ow",   "o"};
+  OutcomeFields fields = EncodeOutcome(o, field_bytes);
+  hash.insert(hash.end(), {"oc", fields.cls});
+  // HGETALL gives no order: put the body first and backwards.
+  for (size_t i = fields.pairs.size(); i >= 2; i -= 2) {
+    hash.insert(hash.begin(), {fields.pairs[i - 2], fields.pairs[i - 1]});
+  }
+  return hash;
+}
+
+TEST(RedisCodecTest, BodySplitIntoListpackSizedFieldsComesBackWhole) {
+  std::string body;
+  for (int i = 0; i < 200; ++i) body += static_cast<char>(i);
+  const Outcome o{OutcomeClass::kSuccess, body};
+  OutcomeFields fields = EncodeOutcome(o, 64);
+  EXPECT_EQ(fields.cls, "success/fields");
+  ASSERT_EQ(fields.pairs.size(), 8u);  // 64 + 64 + 64 + 8 bytes
+  EXPECT_EQ(fields.pairs[0], "o1");
+  EXPECT_EQ(fields.pairs[6], "o4");
+  EXPECT_EQ(fields.pairs[7].size(), 8u);
+  FlatReply hash(CompletedHash(o, 64));
+  auto r = DecodeRecordHash({"t", "k"}, hash.get());
+  ASSERT_TRUE(r && r->has_value()) << (r ? "absent" : r.error().ToString());
+  ASSERT_TRUE((*r)->outcome);
+  EXPECT_EQ((*r)->outcome->cls, OutcomeClass::kSuccess);
+  EXPECT_EQ((*r)->outcome->body, body);
+  EXPECT_EQ((*r)->fence, 7u);
+  EXPECT_EQ((*r)->owner, "o");
+}
+
+TEST(RedisCodecTest, EmptyAndLongBodiesAndTheOldLayout) {
+  const Outcome empty{OutcomeClass::kToolError, ""};
+  EXPECT_TRUE(EncodeOutcome(empty, 64).pairs.empty());
+  FlatReply e(CompletedHash(empty, 64));
+  auto r = DecodeRecordHash({"t", "k"}, e.get());
+  ASSERT_TRUE(r && r->has_value() && (*r)->outcome);
+  EXPECT_EQ((*r)->outcome->cls, OutcomeClass::kToolError);
+  EXPECT_EQ((*r)->outcome->body, "");
+  // Too long to stay a listpack anyway, or splitting turned off: one field,
+  // as every record written before the split layout has.
+  const Outcome long_body{OutcomeClass::kSuccess, std::string(kMaxBodyFields * 64 + 1, 'x')};
+  for (const auto& [o, bytes] : {std::pair{long_body, size_t{64}}, std::pair{long_body, size_t{0}},
+                                 std::pair{Outcome{OutcomeClass::kSuccess, "abc"}, size_t{0}}}) {
+    OutcomeFields fields = EncodeOutcome(o, bytes);
+    EXPECT_EQ(fields.cls, "success");
+    ASSERT_EQ(fields.pairs.size(), 2u);
+    EXPECT_EQ(fields.pairs[0], "ob");
+    FlatReply hash(CompletedHash(o, bytes));
+    auto back = DecodeRecordHash({"t", "k"}, hash.get());
+    ASSERT_TRUE(back && back->has_value() && (*back)->outcome);
+    EXPECT_EQ((*back)->outcome->body, o.body);
+  }
+}
+
+TEST(RedisCodecTest, SplitBodyWithAGapIsCorruptAndHmgetLeavesItOut) {
+  std::vector<std::string> fields =
+      CompletedHash({OutcomeClass::kSuccess, std::string(130, 'y')}, 64);
+  const auto o2 = std::find(fields.begin(), fields.end(), "o2");
+  ASSERT_NE(o2, fields.end());
+  fields.erase(o2, o2 + 2);
+  FlatReply gap(fields);
+  auto r = DecodeRecordHash({"t", "k"}, gap.get());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kDataLoss);
+  // The scripts' HMGET of the fields without the body: the class is read
+  // through the suffix.
+  FlatReply hmget(
+      {"completed", "f", "charge", "t", "7", "1", "2", "3", "4", "success/fields", "o"});
+  auto h = DecodeRecord({"t", "k"}, hmget.get());
+  ASSERT_TRUE(h && h->has_value() && (*h)->outcome) << (h ? "" : h.error().ToString());
+  EXPECT_EQ((*h)->outcome->cls, OutcomeClass::kSuccess);
+  // A tombstone holds only the fence: no record.
+  FlatReply tombstone({"fence", "9"});
+  auto t = DecodeRecordHash({"t", "k"}, tombstone.get());
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->has_value());
+}
+
 TEST(RedisCodecTest, AttemptRoundTrip) {
   Attempt a;
   a.at = FromUnixMillis(1'767'225'600'123);
@@ -121,21 +230,11 @@ TEST(RedisCodecTest, AttemptRoundTrip) {
                          "outcome", "latency", "instance", "detail"};
   std::vector<std::string> values = EncodeAttempt(a);
   ASSERT_EQ(values.size(), 9u);
-  // Build the reply a stream entry would carry.
-  std::vector<redisReply> items(18);
-  std::vector<redisReply*> ptrs;
-  std::vector<std::string> storage;
-  storage.reserve(18);
-  for (int i = 0; i < 9; ++i) {
-    storage.push_back(names[i]);
-    storage.push_back(values[i]);
-  }
-  for (int i = 0; i < 18; ++i) {
-    items[i] = redisReply{REDIS_REPLY_STRING, 0, storage[i].size(), storage[i].data(), 0, nullptr};
-    ptrs.push_back(&items[i]);
-  }
-  redisReply array{REDIS_REPLY_ARRAY, 0, 0, nullptr, ptrs.size(), ptrs.data()};
-  auto back = DecodeAttempt(array);
+  // The reply a stream entry would carry.
+  std::vector<std::string> entry;
+  for (int i = 0; i < 9; ++i) entry.insert(entry.end(), {names[i], values[i]});
+  FlatReply array(entry);
+  auto back = DecodeAttempt(array.get());
   ASSERT_TRUE(back) << back.error().ToString();
   EXPECT_EQ(back->at, a.at);
   EXPECT_EQ(back->outcome, AttemptOutcome::kDrift);

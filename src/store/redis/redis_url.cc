@@ -10,7 +10,10 @@ namespace {
 constexpr std::string_view kForms =
     "write redis://[[user]:password@]host[:port][/db][?options] or "
     "redis+cluster://host:port,host:port,…[?options]; options: connect_timeout, timeout, prefix, "
-    "pool, attempts_maxlen, wait_replicas, wait_timeout, fence_floor_keep";
+    "pool, attempts_maxlen, wait_replicas, wait_timeout, fence_floor_keep, body_field_bytes";
+
+// More than any hash-max-listpack-value worth setting.
+constexpr size_t kMaxBodyFieldBytes = 1 << 20;
 
 Error Invalid(std::string_view url, std::string_view why) {
   return Error{ErrorCode::kInvalidArgument, "invalid redis store URL \"" + std::string(url) +
@@ -99,6 +102,14 @@ Result<void> ApplyOption(std::string_view url, std::string_view name, const std:
   if (name == "fence_floor_keep") return duration(&cfg.fence_floor_keep);
   if (name == "pool") return count(&cfg.pool);
   if (name == "attempts_maxlen") return count(&cfg.attempts_maxlen);
+  if (name == "body_field_bytes") {
+    if (auto ok = count(&cfg.body_field_bytes); !ok) return ok;
+    if (cfg.body_field_bytes > kMaxBodyFieldBytes) {
+      return std::unexpected(
+          Invalid(url, "body_field_bytes must be at most " + std::to_string(kMaxBodyFieldBytes)));
+    }
+    return {};
+  }
   if (name == "wait_replicas") return count(&cfg.wait_replicas);
   if (name == "prefix") {
     if (value.find_first_of("{}") != std::string::npos) {

@@ -63,6 +63,12 @@ struct RedisConfig {
   // between instances whose clocks disagree. Default 7 days.
   // Query: fence_floor_keep=7d
   Duration fence_floor_keep{7LL * 24 * 3'600'000};
+  // An outcome body of up to 100 times this many bytes is stored as fields
+  // of at most this many bytes, so that the record's hash stays a compact
+  // listpack (redis_codec.h EncodeOutcome). Keep it at most the server's
+  // hash-max-listpack-value (64 by default); 0 stores every body in one
+  // field. Default 64. Query: body_field_bytes=64
+  size_t body_field_bytes = 64;
 };
 
 // True for the schemes this backend answers: redis:, rediss:, redis+cluster:,
