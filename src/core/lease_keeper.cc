@@ -33,9 +33,10 @@ uint64_t LeaseKeeper::Start(const RecordId& id, uint64_t fence, Duration lease) 
   std::lock_guard g(mu_);
   uint64_t ticket = next_ticket_++;
   Duration period = std::max(Duration(1), lease / 3);
-  leases_.emplace(ticket, Lease{id, fence, lease, clock_.Now() + period});
+  const TimePoint due = clock_.Now() + period;
+  leases_.emplace(ticket, Lease{id, fence, lease, due});
   lost_[ticket] = false;
-  cv_.notify_all();
+  if (due < wakes_at_) cv_.notify_all();
   return ticket;
 }
 
@@ -133,7 +134,9 @@ void LeaseKeeper::Loop() {
   std::unique_lock g(mu_);
   while (!stop_) {
     if (leases_.empty() && abandons_.empty()) {
+      wakes_at_ = TimePoint::max();
       cv_.wait(g);
+      wakes_at_ = TimePoint::min();
       continue;
     }
     TimePoint due = TimePoint::max();
@@ -141,7 +144,9 @@ void LeaseKeeper::Loop() {
     for (const auto& [ticket, a] : abandons_) due = std::min(due, a.next_due);
     TimePoint now = clock_.Now();
     if (now < due) {
+      wakes_at_ = due;
       clock_.WaitUntil(cv_, g, due);
+      wakes_at_ = TimePoint::min();
       continue;
     }
     std::vector<std::pair<uint64_t, Lease>> work;

@@ -86,6 +86,10 @@ class LeaseKeeper {
   std::atomic<size_t> abandons_pending_{0};
   uint64_t next_ticket_ = 1;
   uint64_t heartbeats_ = 0;
+  // When the keeper thread, waiting, wakes on its own; TimePoint::min()
+  // while it runs (it looks at every lease before it waits again). A new
+  // lease due later needs no wake-up: the common case, one per gated call.
+  TimePoint wakes_at_ = TimePoint::min();
   bool stop_ = false;
   std::thread thread_;
 };

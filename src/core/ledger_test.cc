@@ -257,6 +257,26 @@ TEST_F(LedgerTest, HeartbeatKeepsALongCallAlive) {
   EXPECT_EQ(ledger.Begin(call)->record.outcome->body, "long call");
 }
 
+// The keeper thread sleeps until the earliest renewal due; a lease due
+// sooner, started while it sleeps, must wake it. On the system clock: if the
+// keeper slept through it, the wait below would last the hour (and CTest's
+// timeout would fail the test); it returns within milliseconds.
+TEST(LeaseKeeperTest, AShorterLeaseStartedDuringALongWaitIsRenewedInTime) {
+  Clock& clock = SystemClock::Default();
+  std::unique_ptr<Store> memory = NewMemoryStore(clock);
+  testing::CountingStore counting(*memory);
+  Ledger ledger(counting, clock);
+  Call slow;
+  slow.id = RecordId{"default", "slow"};
+  slow.policy.lease = 3h;  // renewed in an hour
+  Ledger::LeaseGuard first = ledger.KeepAlive(slow, 1);
+  Call quick = slow;
+  quick.id.key = "quick";
+  quick.policy.lease = 3ms;
+  Ledger::LeaseGuard second = ledger.KeepAlive(quick, 1);
+  counting.AwaitHeartbeats(1);
+}
+
 TEST_F(LedgerTest, ToolErrorIsStoredAndReplayed) {
   Call call = MakeCall();
   ASSERT_TRUE(ledger_.Run(call, [] {
