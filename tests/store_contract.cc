@@ -92,23 +92,31 @@ TEST_P(StoreContractTest, CompleteStoresOutcomeAndGetReturnsIt) {
   EXPECT_EQ(again->record.state, RecordState::kCompleted);
 }
 
+// The value a store hands to an asynchronous operation's callback, after
+// checking that it ran exactly once; nullopt if the store declined (false).
+template <typename T, typename Start>
+std::optional<Result<T>> AwaitAsync(Start start) {
+  std::promise<Result<T>> answer;
+  auto future = answer.get_future();
+  std::atomic<int> calls{0};
+  if (!start([&](Result<T> r) {
+        ++calls;
+        answer.set_value(std::move(r));
+      })) {
+    return std::nullopt;
+  }
+  auto r = future.get();
+  EXPECT_EQ(calls.load(), 1);
+  return r;
+}
+
 // A store that reads without blocking (GetAsync true) answers exactly what
 // Get does: a completed record with its outcome, a running one, none at all,
 // and none once past retention. Stores without such a read say so.
 TEST_P(StoreContractTest, GetAsyncAgreesWithGet) {
-  auto get_async = [&](const RecordId& id) -> std::optional<Result<std::optional<Record>>> {
-    std::promise<Result<std::optional<Record>>> answer;
-    auto future = answer.get_future();
-    std::atomic<int> calls{0};
-    if (!store_->GetAsync(id, [&](Result<std::optional<Record>> r) {
-          ++calls;
-          answer.set_value(std::move(r));
-        })) {
-      return std::nullopt;
-    }
-    auto r = future.get();
-    EXPECT_EQ(calls.load(), 1);
-    return r;
+  auto get_async = [&](const RecordId& id) {
+    return AwaitAsync<std::optional<Record>>(
+        [&](auto done) { return store_->GetAsync(id, done); });
   };
   auto done = store_->Claim(Req("done"));
   auto running = store_->Claim(Req("running"));
@@ -136,6 +144,48 @@ TEST_P(StoreContractTest, GetAsyncAgreesWithGet) {
   auto expired = *get_async(done->record.id);
   ASSERT_TRUE(expired);
   EXPECT_FALSE(expired->has_value()) << "a record past retention is not live";
+}
+
+// A store that claims and completes without blocking (ClaimAsync,
+// CompleteAsync true) answers what Claim and Complete do: a claim, the
+// existing record with its outcome, the fence's refusal.
+TEST_P(StoreContractTest, ClaimAsyncAndCompleteAsyncAgreeWithClaimAndComplete) {
+  auto claim = [&](const ClaimRequest& req) {
+    return AwaitAsync<ClaimResult>([&](auto done) { return store_->ClaimAsync(req, done); });
+  };
+  auto complete = [&](const Record& r, uint64_t fence, const Outcome& o) {
+    return AwaitAsync<Record>(
+        [&](auto done) { return store_->CompleteAsync(r.id, fence, o, kTtl, done); });
+  };
+  auto first = claim(Req("k"));
+  if (!first) {
+    SUCCEED() << "this store has no asynchronous writes";
+    return;
+  }
+  ASSERT_TRUE(*first) << first->error().ToString();
+  EXPECT_TRUE((*first)->claimed);
+  const Record claimed = (*first)->record;
+  EXPECT_EQ(claimed.state, RecordState::kInProgress);
+  EXPECT_EQ(claimed.owner, "owner-1");
+  EXPECT_EQ(claimed.lease_expires_at, clock_.Now() + kLease);
+  auto stale = complete(claimed, claimed.fence + 1, Ok("not mine"));
+  ASSERT_TRUE(stale && !*stale);
+  EXPECT_EQ(stale->error().code, ErrorCode::kAborted);
+  const std::string body(300, 'b');  // split into fields by some stores
+  auto done = complete(claimed, claimed.fence, Ok(body));
+  ASSERT_TRUE(done && *done) << (done && !*done ? done->error().ToString() : "declined");
+  EXPECT_EQ((*done)->state, RecordState::kCompleted);
+  ASSERT_TRUE((*done)->outcome);
+  EXPECT_EQ((*done)->outcome->body, body);
+  auto again = claim(Req("k", "fp1", "default", "owner-2"));
+  ASSERT_TRUE(again && *again);
+  EXPECT_FALSE((*again)->claimed);
+  ASSERT_TRUE((*again)->record.outcome);
+  EXPECT_EQ((*again)->record.outcome->body, body);
+  auto sync = store_->Claim(Req("k"));
+  ASSERT_TRUE(sync);
+  EXPECT_EQ(sync->record.fence, (*again)->record.fence);
+  EXPECT_EQ(sync->record.expires_at, (*again)->record.expires_at);
 }
 
 TEST_P(StoreContractTest, OutcomeClassesRoundTrip) {

@@ -41,6 +41,9 @@ class InstrumentedStore final : public Store {
   Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
   bool GetAsync(const RecordId& id, GetDone done) override;  // timed as "get"
+  bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override;  // timed as "claim"
+  bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
+                     CompleteDone done) override;  // timed as "complete"
   Result<bool> Evict(const RecordId& id) override;
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
   Result<size_t> PurgeExpired(size_t limit) override;
@@ -74,6 +77,8 @@ class InstrumentedStore final : public Store {
   auto Measure(Op op, Fn&& fn) -> decltype(fn());
   // Records an operation that began at `start` and ended now.
   void Observe(Op op, std::chrono::steady_clock::time_point start, const Error* error);
+  template <typename T>
+  std::function<void(Result<T>)> Timed(Op op, std::function<void(Result<T>)> done);
 
   Store& target_;
   CounterFamily& errors_;

@@ -124,12 +124,30 @@ class Ledger {
   // a retry of a finished call costs one pipelined read and no claim.
   bool SettledAsync(const Call& call, std::function<void(std::optional<Decision>)> done);
 
+  // Begin's claim without blocking the caller, for stores that write
+  // asynchronously (Store::ClaimAsync): `done` runs exactly once, later, on
+  // a thread of the store's, with Begin's answer when the claim settles it
+  // (claimed: kExecute; the store's error; a pass-through under
+  // on_store_down = pass), or nullopt when the record exists and only Begin,
+  // which may wait for its owner, can answer. It must not block. False if the
+  // store has no such write, or the claim would first need a blocking one
+  // (`done` is dropped; the caller goes to Begin). `call` must stay alive
+  // until `done` has run.
+  bool BeginAsync(const Call& call, std::function<void(std::optional<Result<Decision>>)> done);
+
   // Persists the outcome of an execution. Durable before it returns; the
   // caller may answer only after it returns OK. kAborted: this owner lost the
   // record (lease expired and someone took over) and must not answer with its
   // outcome as if it were stored. Outcomes over max_result_bytes are stored
   // as a kTooLarge marker (the returned record says so).
   Result<Record> Complete(const Call& call, const Decision& d, Outcome outcome);
+  // Complete without blocking the caller (Store::CompleteAsync): `done`
+  // runs exactly once, later, on a thread of the store's, with what Complete
+  // would return; it must not block. False if the store has no such write or
+  // the call passed through unguarded (`done` is dropped; the caller uses
+  // Complete). `call` must stay alive until `done` has run.
+  bool CompleteAsync(const Call& call, const Decision& d, const Outcome& outcome,
+                     std::function<void(Result<Record>)> done);
   // Nothing happened (or an interim result): delete the record so a retry runs.
   Result<void> Release(const Call& call, const Decision& d);
   // The side effect may have happened: kUnknown until resolved or expired.
@@ -177,6 +195,10 @@ class Ledger {
   Clock& clock() { return clock_; }
 
  private:
+  std::optional<Result<Decision>> AfterClaim(const Call& call, const ClaimRequest& req,
+                                             TimePoint started, bool sent,
+                                             Result<ClaimResult>& claim);
+  Result<Record> Completed(const Call& call, TimePoint started_at, Result<Record> r);
   Result<Decision> Decide(const Call& call, Record record, TimePoint started_at);
   Result<Decision> OnOwnerGone(const Call& call, const Record& record, TimePoint started_at);
   std::optional<Decision> Final(const Call& call, Record& record, TimePoint started_at,

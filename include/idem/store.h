@@ -119,6 +119,29 @@ class Store {
     return false;
   }
 
+  // Claim and Complete without blocking the caller, as GetAsync: true if
+  // the store took the write, and `done` then runs exactly once, later, on a
+  // thread of the store's, with what Claim or Complete would return; it must
+  // not block. A write that fails in flight may still have been applied,
+  // exactly as a blocking one whose reply was lost. False (the default): the
+  // caller uses Claim or Complete.
+  using ClaimDone = std::function<void(Result<ClaimResult>)>;
+  virtual bool ClaimAsync(const ClaimRequest& req, ClaimDone done) {
+    (void)req;
+    (void)done;
+    return false;
+  }
+  using CompleteDone = std::function<void(Result<Record>)>;
+  virtual bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                             Duration retention, CompleteDone done) {
+    (void)id;
+    (void)fence;
+    (void)outcome;
+    (void)retention;
+    (void)done;
+    return false;
+  }
+
   // Removes the record whatever its state. Returns whether one existed.
   virtual Result<bool> Evict(const RecordId& id) = 0;
 

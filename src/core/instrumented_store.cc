@@ -67,13 +67,24 @@ Result<Record> InstrumentedStore::TakeOver(const RecordId& id, uint64_t fence, D
 Result<std::optional<Record>> InstrumentedStore::Get(const RecordId& id) {
   return Measure(kGet, [&] { return target_.Get(id); });
 }
+// `done`, after observing the time from now until it runs.
+template <typename T>
+std::function<void(Result<T>)> InstrumentedStore::Timed(Op op,
+                                                        std::function<void(Result<T>)> done) {
+  return [this, op, start = std::chrono::steady_clock::now(), done = std::move(done)](Result<T> r) {
+    Observe(op, start, r ? nullptr : &r.error());
+    done(std::move(r));
+  };
+}
 bool InstrumentedStore::GetAsync(const RecordId& id, GetDone done) {
-  const auto start = std::chrono::steady_clock::now();
-  return target_.GetAsync(id,
-                          [this, start, done = std::move(done)](Result<std::optional<Record>> got) {
-                            Observe(kGet, start, got ? nullptr : &got.error());
-                            done(std::move(got));
-                          });
+  return target_.GetAsync(id, Timed(kGet, std::move(done)));
+}
+bool InstrumentedStore::ClaimAsync(const ClaimRequest& req, ClaimDone done) {
+  return target_.ClaimAsync(req, Timed(kClaim, std::move(done)));
+}
+bool InstrumentedStore::CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                                      Duration retention, CompleteDone done) {
+  return target_.CompleteAsync(id, fence, outcome, retention, Timed(kComplete, std::move(done)));
 }
 Result<bool> InstrumentedStore::Evict(const RecordId& id) {
   return Measure(kEvict, [&] { return target_.Evict(id); });

@@ -53,6 +53,8 @@ class LeaseKeeper {
   Result<void> AbandonNow(const RecordId& id);
   // Abandons still pending (for tests and metrics).
   size_t pending_abandons();
+  // Whether any abandon is pending (AbandonNow may then write), without the lock.
+  bool AbandonsPending() const { return abandons_pending_.load() > 0; }
 
  private:
   struct Lease {

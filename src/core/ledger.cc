@@ -115,6 +115,29 @@ Result<Decision> Ledger::Begin(const Call& call) {
   // for it and then call a call that never ran "outcome unknown".
   auto cleared = leases_->AbandonNow(call.id);
   auto claim = cleared ? store_.Claim(req) : std::unexpected(cleared.error());
+  if (auto decided = AfterClaim(call, req, started, cleared.has_value(), claim)) {
+    return std::move(*decided);
+  }
+  auto decided = Decide(call, std::move(claim->record), started);
+  if (decided && decided->kind == Decision::Kind::kExecute) FaultPoint("after_claim");
+  return decided;
+}
+
+bool Ledger::BeginAsync(const Call& call,
+                        std::function<void(std::optional<Result<Decision>>)> done) {
+  // AbandonNow would write, blocking, before the claim.
+  if (leases_->AbandonsPending()) return false;
+  const TimePoint started = clock_.Now();
+  auto req = std::make_shared<const ClaimRequest>(ClaimOf(call));
+  return store_.ClaimAsync(
+      *req, [this, &call, started, req, done = std::move(done)](Result<ClaimResult> claim) {
+        done(AfterClaim(call, *req, started, /*sent=*/true, claim));
+      });
+}
+
+std::optional<Result<Decision>> Ledger::AfterClaim(const Call& call, const ClaimRequest& req,
+                                                   TimePoint started, bool sent,
+                                                   Result<ClaimResult>& claim) {
   if (!claim) {
     const bool pass = claim.error().code == ErrorCode::kUnavailable &&
                       call.policy.on_store_down == OnStoreDown::kPass;
@@ -123,7 +146,7 @@ Result<Decision> Ledger::Begin(const Call& call) {
     // background. Harmless if it was not applied: the token is this
     // attempt's alone. Not for a pass-through, which does execute: a retry
     // that finds the claim then rightly answers "outcome unknown".
-    if (cleared && !pass) leases_->Abandon(call.id, req.owner, ClaimEnd(req, started));
+    if (sent && !pass) leases_->Abandon(call.id, req.owner, ClaimEnd(req, started));
     if (pass) {
       Decision d;
       d.kind = Decision::Kind::kPassThrough;
@@ -134,18 +157,14 @@ Result<Decision> Ledger::Begin(const Call& call) {
     LogAttempt(call, AttemptOutcome::kError, started, claim.error().ToString());
     return std::unexpected(claim.error());
   }
-  if (claim->claimed) {
-    Decision d;
-    d.kind = Decision::Kind::kExecute;
-    d.fence = claim->record.fence;
-    d.record = std::move(claim->record);
-    d.started_at = started;
-    FaultPoint("after_claim");
-    return d;
-  }
-  auto decided = Decide(call, std::move(claim->record), started);
-  if (decided && decided->kind == Decision::Kind::kExecute) FaultPoint("after_claim");
-  return decided;
+  if (!claim->claimed) return std::nullopt;
+  Decision d;
+  d.kind = Decision::Kind::kExecute;
+  d.fence = claim->record.fence;
+  d.record = std::move(claim->record);
+  d.started_at = started;
+  FaultPoint("after_claim");
+  return d;
 }
 
 bool Ledger::SettledAsync(const Call& call, std::function<void(std::optional<Decision>)> done) {
@@ -301,9 +320,25 @@ Result<Record> Ledger::Complete(const Call& call, const Decision& d, Outcome out
   if (outcome.body.size() > call.policy.max_result_bytes) {
     outcome = Outcome{OutcomeClass::kTooLarge, {}};
   }
-  auto r = store_.Complete(call.id, d.fence, outcome, RetentionOf(call));
+  return Completed(call, d.started_at,
+                   store_.Complete(call.id, d.fence, outcome, RetentionOf(call)));
+}
+
+bool Ledger::CompleteAsync(const Call& call, const Decision& d, const Outcome& outcome,
+                           std::function<void(Result<Record>)> done) {
+  if (d.kind == Decision::Kind::kPassThrough) return false;
+  const Outcome too_large{OutcomeClass::kTooLarge, {}};
+  const bool fits = outcome.body.size() <= call.policy.max_result_bytes;
+  return store_.CompleteAsync(
+      call.id, d.fence, fits ? outcome : too_large, RetentionOf(call),
+      [this, &call, started_at = d.started_at, done = std::move(done)](Result<Record> r) {
+        done(Completed(call, started_at, std::move(r)));
+      });
+}
+
+Result<Record> Ledger::Completed(const Call& call, TimePoint started_at, Result<Record> r) {
   if (r) FaultPoint("after_persist");
-  LogAttempt(call, r ? AttemptOutcome::kExecuted : AttemptOutcome::kError, d.started_at,
+  LogAttempt(call, r ? AttemptOutcome::kExecuted : AttemptOutcome::kError, started_at,
              r ? std::string() : "outcome not stored: " + r.error().ToString());
   return r;
 }

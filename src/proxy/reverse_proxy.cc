@@ -73,6 +73,42 @@ http::Response StoreUnavailable(const Error& e) {
   return r;
 }
 
+// An answer the outcome of which is stored (then relayed): status below 500
+// and not released by errors = release.
+bool IsAnswerToStore(const UpstreamResult& r, const Call& call) {
+  if (r.kind != UpstreamResult::Kind::kResponse || r.response.status >= 500) return false;
+  return r.response.status < 400 || call.policy.errors != ErrorPolicy::kRelease;
+}
+
+// The upstream's answer as it is relayed and as it is stored: a too-large
+// marker if it does not fit max_result_bytes (with its status and headers,
+// for the problem a retry gets).
+StoredAnswer ToStore(const Call& call, http::Response upstream) {
+  StoredAnswer a;
+  a.status = upstream.status;
+  a.response = Relayed(std::move(upstream));
+  StoredResponse stored{a.status, a.response.headers, {}};
+  a.outcome.cls = a.status >= 400 ? OutcomeClass::kToolError : OutcomeClass::kSuccess;
+  const size_t head_size = EncodeStoredResponse(stored).size();
+  if (head_size + a.response.body.size() > call.policy.max_result_bytes) {
+    a.outcome = Outcome{OutcomeClass::kTooLarge, EncodeStoredResponse(stored)};
+  } else {
+    stored.body = a.response.body;
+    a.outcome.body = EncodeStoredResponse(stored);
+  }
+  return a;
+}
+
+http::Response OutcomeNotStored(const Call& call, const Error& e) {
+  return http::Problem(
+      500, "outcome-not-stored", "Outcome not stored",
+      "the upstream answered, but idemgate could not store its answer (" + e.message +
+          "), so it is withheld. The action has probably happened: do not repeat it blindly. "
+          "An operator can check with `idemgate inspect " +
+          call.id.key + "`.",
+      KeyMember(call));
+}
+
 }  // namespace
 
 struct ReverseProxy::Gated {
@@ -137,17 +173,30 @@ void ReverseProxy::Handle(http::Request request, http::Responder respond) {
   // or a slow store, so it runs on the worker pool, never on this thread.
   const Call& call = gated->plan.call;
   auto next = [this, gated](std::optional<Decision> settled) {
-    if (settled) {
-      gated->decision = *std::move(settled);
-      return Answer(gated);
-    }
-    if (!workers_.Submit([this, gated] { RunGated(gated); })) {
-      gated->Reply(http::Problem(503, "shutting-down", "Shutting down",
-                                 "idemgate is stopping; the request was not executed. Retry it."));
-      Done();
-    }
+    if (!settled) return Claim(gated);
+    gated->decision = *std::move(settled);
+    Answer(gated);
   };
   if (!ledger_.SettledAsync(call, next)) next(std::nullopt);
+}
+
+void ReverseProxy::Claim(const std::shared_ptr<Gated>& g) {
+  // With a store that claims without blocking (Redis), the claim of a fresh
+  // request needs no worker either; a worker runs Begin where it may block:
+  // other stores, and a record that exists (deciding may wait for its owner).
+  const bool async =
+      ledger_.BeginAsync(g->plan.call, [this, g](std::optional<Result<Decision>> begun) {
+        if (!begun) return ToWorkers(g);
+        Begun(g, std::move(*begun));
+      });
+  if (!async) ToWorkers(g);
+}
+
+void ReverseProxy::ToWorkers(const std::shared_ptr<Gated>& g) {
+  if (workers_.Submit([this, g] { Begun(g, ledger_.Begin(g->plan.call)); })) return;
+  g->Reply(http::Problem(503, "shutting-down", "Shutting down",
+                         "idemgate is stopping; the request was not executed. Retry it."));
+  Done();
 }
 
 void ReverseProxy::PassThrough(http::Request request, http::Responder respond) {
@@ -212,9 +261,8 @@ UpstreamRequest ReverseProxy::Forwarded(http::Request& request, const RequestPla
   return out;
 }
 
-void ReverseProxy::RunGated(const std::shared_ptr<Gated>& g) {
+void ReverseProxy::Begun(const std::shared_ptr<Gated>& g, Result<Decision> begun) {
   const Call& call = g->plan.call;
-  Result<Decision> begun = ledger_.Begin(call);
   if (!begun) {
     const Error& e = begun.error();
     g->Reply(e.code == ErrorCode::kUnavailable || e.code == ErrorCode::kAborted
@@ -324,13 +372,45 @@ void ReverseProxy::Execute(const std::shared_ptr<Gated>& g) {
   UpstreamRequest forward = Forwarded(g->request, &g->plan);
   if constexpr (kFaultPoints) forward.on_written = [] { FaultPoint("after_send"); };
   upstream_.Send(std::move(forward), [this, g](UpstreamResult result) {
-    // On an upstream I/O thread: the store writes may block, so they go to
-    // the worker pool.
+    // On an upstream I/O thread. An answer to store goes to the store's
+    // non-blocking write where it has one; any other store write may block,
+    // so it goes to the worker pool.
+    if (IsAnswerToStore(result, g->plan.call)) return StoreAnswer(g, std::move(result.response));
     auto shared = std::make_shared<UpstreamResult>(std::move(result));
     if (!workers_.Submit([this, g, shared] { Settle(g, std::move(*shared)); })) {
       Settle(g, std::move(*shared));
     }
   });
+}
+
+void ReverseProxy::StoreAnswer(const std::shared_ptr<Gated>& g, http::Response response) {
+  const Call& call = g->plan.call;
+  g->lease.reset();  // stop renewing before the final write
+  FaultPoint("after_answer");
+  auto answer = std::make_shared<StoredAnswer>(ToStore(call, std::move(response)));
+  auto relay = [this, g, answer](const Result<Record>& stored) {
+    Relay(g, std::move(*answer), stored);
+  };
+  if (ledger_.CompleteAsync(call, g->decision, answer->outcome, relay)) return;
+  auto complete = [this, g, answer, relay] {
+    relay(ledger_.Complete(g->plan.call, g->decision, answer->outcome));
+  };
+  if (!workers_.Submit(complete)) complete();
+}
+
+void ReverseProxy::Relay(const std::shared_ptr<Gated>& g, StoredAnswer answer,
+                         const Result<Record>& stored) {
+  const Call& call = g->plan.call;
+  std::string note;
+  if (stored) {
+    g->Reply(std::move(answer.response));
+    note = "executed: HTTP " + std::to_string(answer.status);
+  } else {
+    g->Reply(OutcomeNotStored(call, stored.error()));
+    note = "executed, not stored: " + stored.error().ToString();
+  }
+  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + note);
+  Done();
 }
 
 void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result) {
@@ -349,14 +429,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
   auto complete = [&](Outcome outcome) -> bool {
     auto stored = ledger_.Complete(call, d, std::move(outcome));
     if (stored) return true;
-    g->Reply(http::Problem(
-        500, "outcome-not-stored", "Outcome not stored",
-        "the upstream answered, but idemgate could not store its answer (" +
-            stored.error().message +
-            "), so it is withheld. The action has probably happened: do not repeat it blindly. "
-            "An operator can check with `idemgate inspect " +
-            call.id.key + "`.",
-        KeyMember(call)));
+    g->Reply(OutcomeNotStored(call, stored.error()));
     note = "executed, not stored: " + stored.error().ToString();
     return false;
   };
@@ -416,31 +489,13 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
         note = "outcome unknown: HTTP " + std::to_string(status);
         break;
       }
-      http::Response answer = Relayed(std::move(result.response));
-      const bool tool_error = status >= 400;
-      if (tool_error && call.policy.errors == ErrorPolicy::kRelease) {
-        if (auto r = ledger_.Release(call, d); !r) {
-          Log("could not release " + call.id.key + ": " + r.error().ToString());
-        }
-        g->Reply(std::move(answer));
-        note = "released: HTTP " + std::to_string(status) + " (errors = release)";
-        break;
+      // A tool error under errors = release (an answer to store went to
+      // StoreAnswer instead).
+      if (auto r = ledger_.Release(call, d); !r) {
+        Log("could not release " + call.id.key + ": " + r.error().ToString());
       }
-      StoredResponse stored{status, answer.headers, {}};
-      Outcome outcome{tool_error ? OutcomeClass::kToolError : OutcomeClass::kSuccess, {}};
-      const size_t head_size = EncodeStoredResponse(stored).size();
-      if (head_size + answer.body.size() > call.policy.max_result_bytes) {
-        // Keep the status and headers with the marker, for the problem a
-        // retry gets.
-        outcome = Outcome{OutcomeClass::kTooLarge, EncodeStoredResponse(stored)};
-      } else {
-        stored.body = answer.body;
-        outcome.body = EncodeStoredResponse(stored);
-      }
-      if (complete(std::move(outcome))) {
-        g->Reply(std::move(answer));
-        note = "executed: HTTP " + std::to_string(status);
-      }
+      g->Reply(Relayed(std::move(result.response)));
+      note = "released: HTTP " + std::to_string(status) + " (errors = release)";
       break;
     }
   }

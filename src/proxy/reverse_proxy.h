@@ -37,8 +37,10 @@
 //
 // Thread-safe. Handle() never blocks: it runs on the listener's I/O thread.
 // A retry of a finished request is answered from the store's non-blocking
-// read where it has one (Ledger::SettledAsync); everything else that touches
-// the store runs on the worker pool.
+// read where it has one (Ledger::SettledAsync), and a fresh request is
+// claimed and its answer stored by the store's non-blocking writes where it
+// has them (Ledger::BeginAsync, CompleteAsync: Redis on one server);
+// everything else that touches the store runs on the worker pool.
 #pragma once
 
 #include <atomic>
@@ -67,6 +69,13 @@ struct ReverseProxyOptions {
   std::function<void(std::string_view line)> log;
 };
 
+// An upstream answer whose outcome is stored before it is relayed.
+struct StoredAnswer {
+  http::Response response;  // relayed to the client
+  Outcome outcome;          // stored: the response, or a too-large marker
+  int status = 0;           // the upstream's
+};
+
 class ReverseProxy {
  public:
   // Everything must outlive the proxy.
@@ -87,10 +96,20 @@ class ReverseProxy {
 
  private:
   struct Gated;
-  void RunGated(const std::shared_ptr<Gated>& g);
+  // Claims g's call: without a worker where the store can (BeginAsync), else
+  // Begin on the worker pool (ToWorkers). Then Begun.
+  void Claim(const std::shared_ptr<Gated>& g);
+  void ToWorkers(const std::shared_ptr<Gated>& g);
+  void Begun(const std::shared_ptr<Gated>& g, Result<Decision> begun);
   // Answers g->decision: a replay or a condition here, kExecute by Execute.
   void Answer(const std::shared_ptr<Gated>& g);
   void Execute(const std::shared_ptr<Gated>& g);
+  // Stores an answer (IsAnswerToStore) without a worker where the store can
+  // (CompleteAsync), else on the worker pool; then Relay.
+  void StoreAnswer(const std::shared_ptr<Gated>& g, http::Response response);
+  void Relay(const std::shared_ptr<Gated>& g, StoredAnswer answer, const Result<Record>& stored);
+  // Every other upstream result, on the worker pool: release, mark unknown
+  // or store a too-large marker, then answer.
   void Settle(const std::shared_ptr<Gated>& g, UpstreamResult result);
   void PassThrough(http::Request request, http::Responder respond);
   UpstreamRequest Forwarded(http::Request& request, const RequestPlan* plan) const;

@@ -43,6 +43,8 @@ bool Transient(std::string_view text) {
   return false;
 }
 
+}  // namespace
+
 Error ReplyError(const NodeAddress& node, std::string_view text) {
   for (std::string_view p :
        {"BUSY", "MASTERDOWN", "READONLY", "NOREPLICAS", "OOM", "LOADING", "MISCONF", "TRYAGAIN",
@@ -62,8 +64,6 @@ Error ReplyError(const NodeAddress& node, std::string_view text) {
   return Error{ErrorCode::kInternal,
                "redis store " + node.ToString() + " answered an error: " + std::string(text)};
 }
-
-}  // namespace
 
 // NodePool ------------------------------------------------------------------
 

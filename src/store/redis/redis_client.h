@@ -103,4 +103,9 @@ class RedisClient {
   std::chrono::steady_clock::time_point last_refresh_{};
 };
 
+// An error reply of `node` as the store's error: kUnavailable for a server
+// that cannot serve now (BUSY, LOADING, READONLY, …; retryable), kDataLoss for
+// WRONGTYPE (another program's key), kInternal otherwise.
+Error ReplyError(const NodeAddress& node, std::string_view text);
+
 }  // namespace idem::redis

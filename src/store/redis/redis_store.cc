@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "change_listener.h"
-#include "read_pipeline.h"
+#include "pipeline.h"
 #include "redis_client.h"
 #include "redis_codec.h"
 #include "redis_scripts.h"
@@ -53,31 +53,33 @@ class RedisStore final : public Store {
         options_(options),
         prefix_(client_->config().prefix),
         listener_([c = client_.get()] { return c->ConnectAny(); }) {
-    // One server: GetAsync's reads share one pipelined connection. (In a
-    // cluster a read goes where its slot lives, with redirections: Get.)
+    // One server: the asynchronous operations share one pipelined
+    // connection. (In a cluster a command goes where its slot lives, with
+    // redirections: the blocking calls.) Writes only when no WAIT follows
+    // them (wait_replicas = 0).
     if (!client_->config().cluster) {
-      reads_ = std::make_unique<redis::ReadPipeline>(client_->Masters().front(),
-                                                     client_->connect_options());
+      pipeline_ =
+          std::make_unique<redis::Pipeline>(client_->Masters().front(), client_->connect_options());
     }
   }
 
   // Store:
   Result<ClaimResult> Claim(const ClaimRequest& req) override {
     const auto keys = redis::KeysOf(prefix_, req.id);
-    auto reply = RunScript(
-        redis::ClaimScript(), keys, clock_.Now(),
-        {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn, req.owner});
+    auto reply = RunScript(redis::ClaimScript(), keys, clock_.Now(), ClaimArgs(req));
     if (!reply) return std::unexpected(reply.error());
-    const redisReply& r = **reply;
-    const std::string_view status = Status(r);
-    if ((status != "claimed" && status != "exists") || r.elements < 2) {
-      return std::unexpected(Unexpected("claim", status));
-    }
-    auto record = redis::DecodeRecordHash(req.id, *r.element[1]);
-    if (!record) return std::unexpected(record.error());
-    if (!*record) return std::unexpected(Unexpected("claim", "no record"));
-    if (status == "claimed") listener_.Notify(keys.channel);
-    return ClaimResult{status == "claimed", std::move(**record)};
+    return Claimed(req, keys, **reply);
+  }
+
+  bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
+    if (!PipelinedWrites()) return false;
+    const auto keys = redis::KeysOf(prefix_, req.id);
+    SubmitScript(redis::ClaimScript(), keys.record, clock_.Now(), ClaimArgs(req),
+                 [this, req, keys, done = std::move(done)](Result<Reply> reply) {
+                   if (!reply) return done(std::unexpected(reply.error()));
+                   done(Claimed(req, keys, **reply));
+                 });
+    return true;
   }
 
   Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
@@ -97,19 +99,64 @@ class RedisStore final : public Store {
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                           Duration retention) override {
     const auto keys = redis::KeysOf(prefix_, id);
-    redis::OutcomeFields stored = redis::EncodeOutcome(outcome, client_->config().body_field_bytes);
-    std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls)};
-    args.insert(args.end(), std::make_move_iterator(stored.pairs.begin()),
-                std::make_move_iterator(stored.pairs.end()));
-    auto reply = RunScript(redis::CompleteScript(), keys, clock_.Now(), std::move(args));
+    auto reply = RunScript(redis::CompleteScript(), keys, clock_.Now(),
+                           CompleteArgs(fence, outcome, retention));
     if (!reply) return std::unexpected(reply.error());
-    auto record = RecordFrom(id, fence, **reply, "complete");
+    return Completed(id, fence, outcome, keys, **reply);
+  }
+
+  bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
+                     CompleteDone done) override {
+    if (!PipelinedWrites()) return false;
+    const auto keys = redis::KeysOf(prefix_, id);
+    SubmitScript(redis::CompleteScript(), keys.record, clock_.Now(),
+                 CompleteArgs(fence, outcome, retention),
+                 [this, id, fence, outcome, keys, done = std::move(done)](Result<Reply> reply) {
+                   if (!reply) return done(std::unexpected(reply.error()));
+                   done(Completed(id, fence, outcome, keys, **reply));
+                 });
+    return true;
+  }
+
+ private:
+  // The claim script's reply as Claim's result.
+  Result<ClaimResult> Claimed(const ClaimRequest& req, const redis::RecordKeys& keys,
+                              const redisReply& r) {
+    const std::string_view status = Status(r);
+    if ((status != "claimed" && status != "exists") || r.elements < 2) {
+      return std::unexpected(Unexpected("claim", status));
+    }
+    auto record = redis::DecodeRecordHash(req.id, *r.element[1]);
+    if (!record) return std::unexpected(record.error());
+    if (!*record) return std::unexpected(Unexpected("claim", "no record"));
+    if (status == "claimed") listener_.Notify(keys.channel);
+    return ClaimResult{status == "claimed", std::move(**record)};
+  }
+
+  static std::vector<std::string> ClaimArgs(const ClaimRequest& req) {
+    return {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn, req.owner};
+  }
+
+  // The complete script's reply as Complete's result.
+  Result<Record> Completed(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                           const redis::RecordKeys& keys, const redisReply& reply) {
+    auto record = RecordFrom(id, fence, reply, "complete");
     if (!record) return record;
     record->outcome = outcome;  // the script does not send the body back
     listener_.Notify(keys.channel);
     return record;
   }
 
+  std::vector<std::string> CompleteArgs(uint64_t fence, const Outcome& outcome,
+                                        Duration retention) const {
+    redis::OutcomeFields stored = redis::EncodeOutcome(outcome, client_->config().body_field_bytes);
+    std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls)};
+    args.insert(args.end(), std::make_move_iterator(stored.pairs.begin()),
+                std::make_move_iterator(stored.pairs.end()));
+    return args;
+  }
+
+ public:
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     const auto keys = redis::KeysOf(prefix_, id);
     auto reply = RunScript(redis::ReleaseScript(), keys, clock_.Now(), {std::to_string(fence)});
@@ -166,9 +213,9 @@ class RedisStore final : public Store {
   }
 
   bool GetAsync(const RecordId& id, GetDone done) override {
-    if (!reads_) return false;
+    if (!pipeline_) return false;
     const auto keys = redis::KeysOf(prefix_, id);
-    reads_->Submit(ReadRecord(keys), [this, id, done = std::move(done)](Result<Reply> reply) {
+    pipeline_->Submit(ReadRecord(keys), [this, id, done = std::move(done)](Result<Reply> reply) {
       if (!reply) return done(std::unexpected(reply.error()));
       if (redis::IsError(**reply)) {
         return done(std::unexpected(Error{
@@ -352,14 +399,52 @@ class RedisStore final : public Store {
     return Str(*r.element[0]);
   }
 
-  // Runs a record script (redis_scripts.h) on `record_key`'s node.
-  Result<Reply> Eval(const redis::Script& script, const std::string& record_key, TimePoint now,
-                     std::vector<std::string> extra) {
+  // The arguments of a record script (redis_scripts.h): now, the
+  // garbage-collection margin, the tombstone keep, then the script's own.
+  std::vector<std::string> ScriptArgs(TimePoint now, std::vector<std::string> extra) const {
     std::vector<std::string> args = {std::to_string(ToUnixMillis(now)), Ms(kGcMargin),
                                      Ms(client_->config().fence_floor_keep)};
-    for (std::string& a : extra) args.push_back(std::move(a));
+    args.insert(args.end(), std::make_move_iterator(extra.begin()),
+                std::make_move_iterator(extra.end()));
+    return args;
+  }
+
+  // Runs a record script on `record_key`'s node.
+  Result<Reply> Eval(const redis::Script& script, const std::string& record_key, TimePoint now,
+                     std::vector<std::string> extra) {
     const std::vector<std::string> keys = {record_key};
-    return client_->Eval(script, keys, args, /*write=*/true);
+    return client_->Eval(script, keys, ScriptArgs(now, std::move(extra)), /*write=*/true);
+  }
+
+  // Whether writes may go through the pipeline: one server, and no WAIT to
+  // follow them.
+  bool PipelinedWrites() const { return pipeline_ && client_->config().wait_replicas == 0; }
+
+  // Eval through the pipeline: EVALSHA, then EVAL once if the server does not
+  // have the script yet. `done` (on the pipeline's thread) gets the reply, or
+  // the error that an error reply means.
+  void SubmitScript(const redis::Script& script, const std::string& record_key, TimePoint now,
+                    std::vector<std::string> extra, std::function<void(Result<Reply>)> done) {
+    redis::Command command = {"EVALSHA", script.sha1, "1", record_key};
+    std::vector<std::string> args = ScriptArgs(now, std::move(extra));
+    command.insert(command.end(), std::make_move_iterator(args.begin()),
+                   std::make_move_iterator(args.end()));
+    auto answer = [this, done](Result<Reply> reply) {
+      if (reply && redis::IsError(**reply)) {
+        return done(std::unexpected(redis::ReplyError(client_->Masters().front(), Str(**reply))));
+      }
+      done(std::move(reply));
+    };
+    // The scripts are static: `script` outlives every command.
+    auto on_reply = [this, &script, retry = command, answer](Result<Reply> reply) mutable {
+      if (reply && redis::IsError(**reply, "NOSCRIPT")) {
+        retry[0] = "EVAL";
+        retry[1] = script.source;
+        return pipeline_->Submit(std::move(retry), answer);
+      }
+      answer(std::move(reply));
+    };
+    pipeline_->Submit(std::move(command), std::move(on_reply));
   }
 
   Result<Reply> RunScript(const redis::Script& script, const redis::RecordKeys& keys, TimePoint now,
@@ -428,7 +513,7 @@ class RedisStore final : public Store {
   const StoreOptions options_;
   const std::string prefix_;
   redis::ChangeListener listener_;
-  std::unique_ptr<redis::ReadPipeline> reads_;  // one server only; destroyed first
+  std::unique_ptr<redis::Pipeline> pipeline_;  // one server only; destroyed first
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "read_pipeline.h"
+#include "pipeline.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -10,12 +10,12 @@
 
 namespace idem::redis {
 
-ReadPipeline::ReadPipeline(NodeAddress node, ConnectOptions options)
+Pipeline::Pipeline(NodeAddress node, ConnectOptions options)
     : node_(std::move(node)),
       options_(std::move(options)),
       wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
-ReadPipeline::~ReadPipeline() {
+Pipeline::~Pipeline() {
   {
     std::lock_guard g(mu_);
     stopping_ = true;
@@ -26,9 +26,9 @@ ReadPipeline::~ReadPipeline() {
   close(wake_fd_);
 }
 
-void ReadPipeline::Submit(Command command, Done done) {
-  // The thread starts with the first read: a store opened by a command that
-  // never reads this way (inspect, audit) costs no thread.
+void Pipeline::Submit(Command command, Done done) {
+  // The thread starts with the first command: a store opened by a command
+  // that never uses it (inspect, audit) costs no thread.
   std::call_once(started_, [this] { thread_ = std::thread([this] { Run(); }); });
   bool wake;
   {
@@ -46,12 +46,12 @@ void ReadPipeline::Submit(Command command, Done done) {
   }
 }
 
-Error ReadPipeline::Failure(std::string_view what) const {
-  return Error{ErrorCode::kUnavailable,
-               "redis store: read from " + node_.ToString() + " failed: " + std::string(what)};
+Error Pipeline::Failure(std::string_view what) const {
+  return Error{ErrorCode::kUnavailable, "redis store: pipelined command to " + node_.ToString() +
+                                            " failed: " + std::string(what)};
 }
 
-void ReadPipeline::Run() {
+void Pipeline::Run() {
   using Clock = std::chrono::steady_clock;
   std::unique_ptr<Connection> conn;
   std::deque<Done> in_flight;    // in the order the commands were written
