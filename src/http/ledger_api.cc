@@ -534,22 +534,34 @@ void LedgerApi::Handle(Request request, Responder respond) {
       call.detail = *key                     ? "ledger api, explicit key"
                     : derived->turn_fallback ? "ledger api, turn fallback: no turn id"
                                              : "ledger api";
-      // A retry of a finished call is answered from one pipelined read of its
-      // record where the store has one (Redis); anything else needs Begin,
+      // Where the store reads and claims without blocking (Redis), a retry
+      // of a finished call is answered from one pipelined read of its record
+      // and a fresh call from one pipelined claim; anything else needs Begin,
       // which may wait, on the pool.
       auto shared = std::make_shared<const Call>(std::move(call));
-      auto begin = [this, shared]() -> Response {
-        auto d = ledger_.Begin(*shared);
+      auto answer = [shared](const Result<Decision>& d) -> Response {
         if (!d) return FromError(d.error(), shared->id.key);
         return BeginAnswer(*shared, *d);
       };
-      auto settled = [shared, begin, offload, respond](std::optional<Decision> d) {
-        if (!d) return offload(begin);
-        Response answer = BeginAnswer(*shared, *d);
+      auto begin = [this, shared, answer] { return answer(ledger_.Begin(*shared)); };
+      auto reply = [answer, respond](const Result<Decision>& d) {
+        Response r = answer(d);
         FaultPoint("before_reply");
-        respond(std::move(answer));
+        respond(std::move(r));
       };
-      if (!ledger_.SettledAsync(*shared, settled)) offload(begin);
+      auto claim = [this, shared, begin, offload, reply] {
+        const bool async =
+            ledger_.BeginAsync(*shared, [begin, offload, reply](std::optional<Result<Decision>> d) {
+              if (!d) return offload(begin);
+              reply(*d);
+            });
+        if (!async) offload(begin);
+      };
+      auto settled = [claim, reply](std::optional<Decision> d) {
+        if (!d) return claim();
+        reply(*std::move(d));
+      };
+      if (!ledger_.SettledAsync(*shared, settled)) claim();
       return;
     }
 
