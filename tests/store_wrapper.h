@@ -71,6 +71,22 @@ class InlineAsyncReads : public StoreWrapper {
   }
 };
 
+// A store with ClaimAsync and CompleteAsync, answered with Claim and
+// Complete before they return: for the callers' logic.
+class InlineAsyncWrites : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
+    done(target_.Claim(req));
+    return true;
+  }
+  bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
+                     CompleteDone done) override {
+    done(target_.Complete(id, fence, outcome, retention));
+    return true;
+  }
+};
+
 // Counts heartbeats and lets a test block until the n-th one (no sleeps).
 class CountingStore : public StoreWrapper {
  public:

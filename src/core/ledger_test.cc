@@ -634,6 +634,85 @@ TEST_F(SettledTest, GivesUnknownOnlyWhenThePolicyFailsOnIt) {
   EXPECT_FALSE(Settled(retrying)) << "on_unknown = retry takes over: a write, for Begin";
 }
 
+// BeginAsync and CompleteAsync decide, log and refuse exactly as Begin and
+// Complete, on a store that claims and completes without blocking.
+class AsyncWritesTest : public LedgerTest {
+ protected:
+  // BeginAsync's answer; it must call back exactly once (inline, here).
+  std::optional<Result<Decision>> BeginAsync(const Call& call) {
+    std::optional<Result<Decision>> answer;
+    int calls = 0;
+    EXPECT_TRUE(ledger_async_.BeginAsync(call, [&](std::optional<Result<Decision>> d) {
+      ++calls;
+      answer = std::move(d);
+    }));
+    EXPECT_EQ(calls, 1);
+    return answer;
+  }
+  Result<Record> CompleteAsync(const Call& call, const Decision& d, Outcome outcome) {
+    std::optional<Result<Record>> answer;
+    EXPECT_TRUE(ledger_async_.CompleteAsync(call, d, outcome,
+                                            [&](Result<Record> r) { answer = std::move(r); }));
+    EXPECT_TRUE(answer.has_value());
+    return answer ? std::move(*answer) : std::unexpected(Error{ErrorCode::kInternal, "no answer"});
+  }
+
+  testing::InlineAsyncWrites writes_{*store_};
+  Ledger ledger_async_{writes_, clock_, LedgerOptions{"test", nullptr, true}};
+};
+
+TEST_F(AsyncWritesTest, ClaimsCompletesAndLeavesAnExistingRecordToBegin) {
+  Call call = MakeCall();
+  auto first = BeginAsync(call);
+  ASSERT_TRUE(first && *first) << "a fresh call is claimed";
+  EXPECT_EQ((*first)->kind, Kind::kExecute);
+  EXPECT_FALSE(BeginAsync(call)) << "a running owner: only Begin may wait for it";
+  call.policy.max_result_bytes = 8;
+  auto stored = CompleteAsync(call, **first, Outcome{OutcomeClass::kSuccess, "too long a body"});
+  ASSERT_TRUE(stored) << stored.error().ToString();
+  ASSERT_TRUE(stored->outcome);
+  EXPECT_EQ(stored->outcome->cls, OutcomeClass::kTooLarge) << "as Complete: over max_result_bytes";
+  EXPECT_FALSE(BeginAsync(call)) << "a completed record: Begin (or SettledAsync) replays it";
+  auto stale = CompleteAsync(call, **first, Outcome{OutcomeClass::kSuccess, "again"});
+  EXPECT_FALSE(stale) << "the record is completed: the fence's write is refused";
+
+  ledger_async_.Flush();
+  auto attempts = store_->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(attempts);
+  ASSERT_EQ(attempts->size(), 2u) << "executed; the refused second completion";
+  EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kExecuted);
+  EXPECT_EQ((*attempts)[0].outcome, AttemptOutcome::kError);
+}
+
+TEST_F(AsyncWritesTest, AStoreThatIsDownFailsClosedOrPassesThroughByPolicy) {
+  for (const OnStoreDown policy : {OnStoreDown::kFail, OnStoreDown::kPass}) {
+    testing::FailingStore down(*store_, /*fail_at=*/1);
+    testing::InlineAsyncWrites writes(down);
+    Ledger ledger(writes, clock_);
+    Call call = MakeCall();
+    call.policy.on_store_down = policy;
+    std::optional<Result<Decision>> answer;
+    ASSERT_TRUE(ledger.BeginAsync(call, [&](auto d) { answer = std::move(d); }));
+    ASSERT_TRUE(answer);
+    if (policy == OnStoreDown::kFail) {
+      ASSERT_FALSE(*answer) << "fail closed: nothing may execute";
+      EXPECT_EQ(answer->error().code, ErrorCode::kUnavailable);
+      continue;
+    }
+    ASSERT_TRUE(*answer);
+    EXPECT_EQ((*answer)->kind, Kind::kPassThrough);
+    EXPECT_FALSE(ledger.CompleteAsync(call, **answer, Outcome{}, [](Result<Record>) {
+      ADD_FAILURE() << "an unguarded call has no record to complete";
+    }));
+  }
+}
+
+TEST_F(LedgerTest, BeginAsyncIsRefusedByAStoreWithoutAsynchronousWrites) {
+  EXPECT_FALSE(ledger_.BeginAsync(MakeCall(), [](std::optional<Result<Decision>>) {
+    ADD_FAILURE() << "called back after refusing";
+  }));
+}
+
 TEST_F(LedgerTest, SettledAsyncIsRefusedByAStoreWithoutAsynchronousReads) {
   EXPECT_FALSE(ledger_.SettledAsync(
       MakeCall(), [](std::optional<Decision>) { ADD_FAILURE() << "called back after refusing"; }));
