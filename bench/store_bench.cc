@@ -23,8 +23,9 @@
 //
 // Where the time goes, from the servers' own counters around each case: Redis commands per call
 // (INFO commandstats: EVALSHA, XADD, ...) and server CPU per call (INFO cpu); PostgreSQL
-// transactions per call (pg_stat_database.xact_commit), WAL flushes (pg_stat_wal.wal_sync) and
-// WAL bytes per call.
+// transactions per call (pg_stat_database.xact_commit), WAL flushes (pg_stat_wal.wal_sync), WAL
+// bytes per call and, when the server runs on this machine, its CPU per call (/proc: the
+// postmaster, its children, and the children it has reaped).
 //
 // --scale N,M (Redis single and PostgreSQL): claim->complete, and replay of preloaded records
 // drawn at random, with --callers on stores preloaded with N and M completed records; the
@@ -40,6 +41,7 @@
 //    VACUUM ANALYZE and CHECKPOINT.
 // Records and audit rows a case adds are deleted after it; the preloaded data at the end.
 // Prints Redis used_memory and the PostgreSQL table + index size per size.
+#include <dirent.h>
 #include <hiredis/hiredis.h>
 #include <openssl/sha.h>
 #include <sys/stat.h>
@@ -254,17 +256,67 @@ std::string Psql(const std::string& url, const std::string& sql) {
                " 2>&1");
 }
 
-// Transactions committed in the whole server, WAL flushes and WAL bytes.
+// Of /proc/PID/stat: the parent's pid, the process's own CPU ticks (utime + stime) and those of
+// its reaped children (cutime + cstime). False if there is no such process on this machine.
+struct ProcCpu {
+  long ppid = 0;
+  double ticks = 0, reaped_ticks = 0;
+};
+bool ReadProcCpu(long pid, ProcCpu* out) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return false;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* after_name = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
+  unsigned long long ut = 0, st = 0, cut = 0, cst = 0;
+  if (after_name == nullptr ||
+      std::sscanf(after_name + 2, "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+                  &out->ppid, &ut, &st, &cut, &cst) != 5) {
+    return false;
+  }
+  out->ticks = static_cast<double>(ut + st);
+  out->reaped_ticks = static_cast<double>(cut + cst);
+  return true;
+}
+
+// CPU seconds used so far by the PostgreSQL server whose postmaster is `postmaster`: its own,
+// its live children's (backends, WAL writer, ...) and, through its cutime, those of the
+// backends it has reaped. 0 when the server is not on this machine.
+double PgServerCpuSeconds(long postmaster) {
+  ProcCpu pm;
+  if (postmaster <= 0 || !ReadProcCpu(postmaster, &pm)) return 0;
+  double ticks = pm.ticks + pm.reaped_ticks;
+  if (DIR* d = ::opendir("/proc")) {
+    while (const dirent* e = ::readdir(d)) {
+      const long pid = std::atol(e->d_name);
+      ProcCpu child;
+      if (pid > 0 && ReadProcCpu(pid, &child) && child.ppid == postmaster) ticks += child.ticks;
+    }
+    ::closedir(d);
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// Transactions committed in the whole server, WAL flushes, WAL bytes and, when the server runs
+// on this machine, its CPU seconds ("cpu"; found through the checkpointer's parent).
 Counters PgCounters(const std::string& url) {
-  const std::string row = Psql(url,
-                               "SELECT (SELECT sum(xact_commit) FROM pg_stat_database), wal_sync, "
-                               "wal_bytes FROM pg_stat_wal");
+  const std::string row = Psql(
+      url,
+      "SELECT (SELECT sum(xact_commit) FROM pg_stat_database), wal_sync, wal_bytes, "
+      "(SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer') FROM pg_stat_wal");
   Counters out;
   double a = 0, b = 0, c = 0;
-  if (std::sscanf(row.c_str(), "%lf|%lf|%lf", &a, &b, &c) != 3) Die("pg counters: " + row);
+  long checkpointer = 0;
+  if (std::sscanf(row.c_str(), "%lf|%lf|%lf|%ld", &a, &b, &c, &checkpointer) != 4) {
+    Die("pg counters: " + row);
+  }
   out["xact"] = a;
   out["wal_sync"] = b;
   out["wal_bytes"] = c;
+  ProcCpu cp;
+  out["cpu"] = ReadProcCpu(checkpointer, &cp) ? PgServerCpuSeconds(cp.ppid) : 0;
   return out;
 }
 
@@ -447,9 +499,12 @@ double Cores(const std::vector<Sample>& v, const std::string& k) {
 std::string ServerPerCall(const std::vector<Sample>& samples, bool pg) {
   char out[200];
   if (pg) {
-    std::snprintf(out, sizeof out, "%.2f xacts, %.2f WAL flushes, %.0f WAL bytes",
+    std::snprintf(out, sizeof out,
+                  "%.2f xacts, %.2f WAL flushes, %.0f WAL bytes, %.1f us server CPU, %.2f server "
+                  "cores",
                   PerCall(samples, "xact"), PerCall(samples, "wal_sync"),
-                  PerCall(samples, "wal_bytes"));
+                  PerCall(samples, "wal_bytes"), 1e6 * PerCall(samples, "cpu"),
+                  Cores(samples, "cpu"));
   } else {
     std::snprintf(
         out, sizeof out,

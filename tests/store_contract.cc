@@ -138,7 +138,9 @@ TEST_P(StoreContractTest, GetAsyncAgreesWithGet) {
     EXPECT_EQ((*async)->fingerprint, (*sync)->fingerprint) << id.key;
     EXPECT_EQ((*async)->expires_at, (*sync)->expires_at) << id.key;
     EXPECT_EQ((*async)->outcome.has_value(), (*sync)->outcome.has_value()) << id.key;
-    if ((*sync)->outcome) EXPECT_EQ((*async)->outcome->body, (*sync)->outcome->body);
+    if ((*sync)->outcome) {
+      EXPECT_EQ((*async)->outcome->body, (*sync)->outcome->body);
+    }
   }
   clock_.Advance(kTtl + 1s);
   auto expired = *get_async(done->record.id);
