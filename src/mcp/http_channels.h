@@ -119,8 +119,12 @@ struct HttpServerOptions {
   // Server-initiated messages buffered per session while the client has no
   // stream open to receive them; beyond it the oldest are dropped. Default 256.
   size_t max_undelivered = 256;
-  // I/O threads. Default 2.
-  int threads = 2;
+  // I/O threads. They only parse and write HTTP (handlers run on each
+  // session's own thread), which one thread does for thousands of calls a
+  // second; a second thread sharing the io_context costs about two extra
+  // context switches per call (idle threads woken for each completion),
+  // measured by bench/mcp/switches.py --http. Default 1.
+  int threads = 1;
 
   // Origins allowed in addition to loopback ones ("https://app.example"),
   // exact, case-insensitive. A request whose Origin is neither → 403.

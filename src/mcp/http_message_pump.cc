@@ -24,7 +24,9 @@ MessagePump::MessagePump() : state_(std::make_shared<State>()) {
   thread_ = std::thread(&MessagePump::Run, state_);
 }
 
-MessagePump::~MessagePump() {
+MessagePump::~MessagePump() { Abandon(); }
+
+void MessagePump::Abandon() {
   {
     std::lock_guard lock(state_->mu);
     if (!state_->closing) {

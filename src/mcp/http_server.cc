@@ -155,17 +155,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void PostFinal(uint64_t serial, std::string message) {
     net::post(stream_.get_executor(), [self = shared_from_this(), serial, m = std::move(message)] {
       if (serial != self->serial_) return;
-      if (self->state_ == State::kHeldStream) {
-        // Nothing was streamed: answer as JSON, with the status MCP
-        // 2026-07-28 gives some errors (404 for an unknown method).
-        self->state_ = State::kFinishing;
-        self->keepalive_timer_.cancel();
-        http::response<http::string_body> res{static_cast<http::status>(StatelessHttpStatus(m)),
-                                              11};
-        res.set(http::field::content_type, "application/json");
-        res.body() = m;
-        return self->SendResponse(std::move(res));
-      }
+      if (self->state_ == State::kHeldStream) return self->SendHeldAnswer(m);
       if (self->state_ != State::kStreaming) return;
       self->Write(Chunk(FormatSseEvent(m)));
       self->EndStream();
@@ -576,9 +566,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_->kind = accepts_sse ? Exchange::Kind::kPostSse : Exchange::Kind::kPostJson;
     exchange_->sink = std::make_shared<Sink>(weak_from_this(), serial_);
     // The header goes out before any event (a held stream: at the first one).
-    bool hold = accepts_sse && accepts_json && session->info().stateless && !batch->is_batch;
+    bool hold = accepts_sse && !batch->is_batch;
     if (hold) {
-      HoldStream();
+      HoldStream(accepts_json && session->info().stateless);
     } else if (accepts_sse) {
       OpenStream();
     }
@@ -717,13 +707,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ArmKeepalive();
   }
 
-  // A stateless-dialect POST holds its stream until it has something to
-  // say: if that is the final answer, it goes out as plain JSON with its
-  // proper status; otherwise (or after one keep-alive interval) the SSE
-  // stream opens.
-  void HoldStream() {
+  // A POST of one request holds its SSE stream until it has something to
+  // say. If that is the final answer, the whole response goes out in one
+  // write (see SendHeldAnswer); otherwise (a progress notification, a
+  // server-to-client request), or after one keep-alive interval, the
+  // chunked SSE stream opens. `as_json`: the held answer is sent as plain
+  // JSON (stateless dialect, client accepts JSON).
+  void HoldStream(bool as_json) {
     state_ = State::kHeldStream;
+    held_as_json_ = as_json;
     ArmKeepalive();
+  }
+
+  // The final answer of a held stream, nothing streamed before it: one
+  // response with a Content-Length, so the client gets it in one segment.
+  // Stateless dialect: plain JSON, with the status MCP 2026-07-28 gives some
+  // errors (404 for an unknown method). Otherwise: text/event-stream with
+  // the answer as its one event, as the SDK's own server answers.
+  void SendHeldAnswer(const std::string& message) {
+    keepalive_timer_.cancel();
+    if (held_as_json_) {
+      http::response<http::string_body> res{static_cast<http::status>(StatelessHttpStatus(message)),
+                                            11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = message;
+      return SendResponse(std::move(res));
+    }
+    http::response<http::string_body> res{http::status::ok, 11};
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    res.body() = FormatSseEvent(message);
+    SendResponse(std::move(res));
   }
 
   void EndStream() {
@@ -884,6 +898,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string continue_;
   State state_ = State::kReading;
   bool keep_alive_ = true;
+  bool held_as_json_ = false;  // kHeldStream: the final answer goes out as plain JSON
   bool stopping_ = false;  // the server is stopping: no more requests, no lingering
   uint64_t serial_ = 0;
   std::string tenant_;

@@ -38,6 +38,13 @@ class HttpServerTest : public ::testing::Test {
     return id;
   }
 
+  // POSTs tools/call of `tool` with `id` and reads only the response header.
+  RawResponse OpenCall(RawClient& c, const std::string& session, int id, const std::string& tool) {
+    return c.Open(http::verb::post, "/mcp", McpHeaders(session, kVersion),
+                  R"({"jsonrpc":"2.0","id":)" + std::to_string(id) +
+                      R"(,"method":"tools/call","params":{"name":")" + tool + R"("}})");
+  }
+
   EchoUpstream echo_;
   std::unique_ptr<HttpMcpServer> server_;
   uint16_t port_ = 0;
@@ -56,12 +63,22 @@ TEST_F(HttpServerTest, BindsPortZeroAndServesHealthz) {
   EXPECT_NE(missing.body.find("/mcp"), std::string::npos);
 }
 
+// Issue 3: a request answered with nothing before the answer gets one
+// complete response (header and the one SSE event, with Content-Length), as
+// the SDK's own server sends it, instead of a chunked stream of three writes.
+void ExpectOneSseResponse(const RawResponse& r) {
+  EXPECT_EQ(r.header("content-type"), "text/event-stream");
+  EXPECT_EQ(r.header("transfer-encoding"), "");
+  EXPECT_EQ(r.header("content-length"), std::to_string(r.body.size()));
+  EXPECT_EQ(r.body.rfind("event: message\ndata: ", 0), 0u) << r.body;
+}
+
 TEST_F(HttpServerTest, InitializeCreatesASessionAndToolsCallAnswersOverSse) {
   StartServer();
   RawClient c(port_);
   RawResponse init = c.Request(http::verb::post, "/mcp", McpHeaders(), kInitialize);
   ASSERT_EQ(init.status, 200);
-  EXPECT_EQ(init.header("content-type"), "text/event-stream");
+  ExpectOneSseResponse(init);
   std::string session = init.header("mcp-session-id");
   ASSERT_TRUE(IsValidSessionId(session));
   ASSERT_EQ(init.events.size(), 1u);
@@ -77,9 +94,12 @@ TEST_F(HttpServerTest, InitializeCreatesASessionAndToolsCallAnswersOverSse) {
       http::verb::post, "/mcp", McpHeaders(session, kVersion),
       R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":12345678901234567891}}})");
   ASSERT_EQ(call.status, 200);
+  ExpectOneSseResponse(call);
   ASSERT_EQ(call.events.size(), 1u);
   EXPECT_NE(call.events[0].data.find(R"("id":2)"), std::string::npos);
   EXPECT_TRUE(call.header("mcp-session-id").empty()) << "only the initialize answer carries it";
+  // The connection is kept alive for the next request.
+  EXPECT_EQ(c.Request(http::verb::get, "/healthz", {}).status, 200);
 
   // The upstream saw the client's bytes unchanged (a number no double holds).
   auto received = echo_.received();
@@ -90,6 +110,25 @@ TEST_F(HttpServerTest, InitializeCreatesASessionAndToolsCallAnswersOverSse) {
   EXPECT_EQ(echo_.infos()[0].tenant, "default");
 }
 
+// A held stream whose answer does not come within one keep-alive interval
+// opens the SSE stream then, so the client sees the header and the
+// keep-alive comments.
+TEST_F(HttpServerTest, HeldStreamOpensWhenTheKeepaliveIntervalPasses) {
+  StartServer({.sse_keepalive = std::chrono::milliseconds(1)});
+  RawClient c(port_);
+  RawResponse open = OpenCall(c, Initialize(c), 5, "slow");
+  ASSERT_EQ(open.status, 200);
+  EXPECT_EQ(open.header("content-type"), "text/event-stream");
+  EXPECT_EQ(open.header("transfer-encoding"), "chunked");
+  EXPECT_EQ(open.header("content-length"), "");
+  server_->Stop();  // answers the waiting call inside the open stream
+  std::optional<SseEvent> answer = c.NextEvent();
+  ASSERT_TRUE(answer);
+  EXPECT_NE(answer->data.find(R"("id":5)"), std::string::npos);
+  EXPECT_NE(answer->data.find("server stopping"), std::string::npos);
+  EXPECT_FALSE(c.NextEvent());
+}
+
 TEST_F(HttpServerTest, ProgressArrivesOnTheCallsStreamBeforeTheResult) {
   StartServer();
   RawClient c(port_);
@@ -97,6 +136,9 @@ TEST_F(HttpServerTest, ProgressArrivesOnTheCallsStreamBeforeTheResult) {
   RawResponse call = c.Request(
       http::verb::post, "/mcp", McpHeaders(session, kVersion),
       R"({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"progress","_meta":{"progressToken":"tok"}}})");
+  // The progress notification opened the chunked stream; the answer follows in it.
+  EXPECT_EQ(call.header("content-type"), "text/event-stream");
+  EXPECT_EQ(call.header("transfer-encoding"), "chunked");
   ASSERT_EQ(call.events.size(), 2u);
   EXPECT_NE(call.events[0].data.find("notifications/progress"), std::string::npos);
   EXPECT_NE(call.events[1].data.find(R"("id":3)"), std::string::npos);
@@ -106,10 +148,9 @@ TEST_F(HttpServerTest, ServerToClientRequestTravelsOnThePostStream) {
   StartServer();
   RawClient c(port_);
   std::string session = Initialize(c);
-  RawResponse open =
-      c.Open(http::verb::post, "/mcp", McpHeaders(session, kVersion),
-             R"({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"ask"}})");
+  RawResponse open = OpenCall(c, session, 4, "ask");
   ASSERT_EQ(open.status, 200);
+  EXPECT_EQ(open.header("transfer-encoding"), "chunked") << "the request opened the stream";
   std::optional<SseEvent> ask = c.NextEvent();
   ASSERT_TRUE(ask);
   EXPECT_NE(ask->data.find("sampling/createMessage"), std::string::npos);
