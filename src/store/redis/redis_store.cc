@@ -118,45 +118,6 @@ class RedisStore final : public Store {
     return true;
   }
 
- private:
-  // The claim script's reply as Claim's result.
-  Result<ClaimResult> Claimed(const ClaimRequest& req, const redis::RecordKeys& keys,
-                              const redisReply& r) {
-    const std::string_view status = Status(r);
-    if ((status != "claimed" && status != "exists") || r.elements < 2) {
-      return std::unexpected(Unexpected("claim", status));
-    }
-    auto record = redis::DecodeRecordHash(req.id, *r.element[1]);
-    if (!record) return std::unexpected(record.error());
-    if (!*record) return std::unexpected(Unexpected("claim", "no record"));
-    if (status == "claimed") listener_.Notify(keys.channel);
-    return ClaimResult{status == "claimed", std::move(**record)};
-  }
-
-  static std::vector<std::string> ClaimArgs(const ClaimRequest& req) {
-    return {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn, req.owner};
-  }
-
-  // The complete script's reply as Complete's result.
-  Result<Record> Completed(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                           const redis::RecordKeys& keys, const redisReply& reply) {
-    auto record = RecordFrom(id, fence, reply, "complete");
-    if (!record) return record;
-    record->outcome = outcome;  // the script does not send the body back
-    listener_.Notify(keys.channel);
-    return record;
-  }
-
-  std::vector<std::string> CompleteArgs(uint64_t fence, const Outcome& outcome,
-                                        Duration retention) const {
-    redis::OutcomeFields stored = redis::EncodeOutcome(outcome, client_->config().body_field_bytes);
-    std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls)};
-    args.insert(args.end(), std::make_move_iterator(stored.pairs.begin()),
-                std::make_move_iterator(stored.pairs.end()));
-    return args;
-  }
-
- public:
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     const auto keys = redis::KeysOf(prefix_, id);
     auto reply = RunScript(redis::ReleaseScript(), keys, clock_.Now(), {std::to_string(fence)});
@@ -368,6 +329,43 @@ class RedisStore final : public Store {
   }
 
  private:
+  // The claim script's reply as Claim's result.
+  Result<ClaimResult> Claimed(const ClaimRequest& req, const redis::RecordKeys& keys,
+                              const redisReply& r) {
+    const std::string_view status = Status(r);
+    if ((status != "claimed" && status != "exists") || r.elements < 2) {
+      return std::unexpected(Unexpected("claim", status));
+    }
+    auto record = redis::DecodeRecordHash(req.id, *r.element[1]);
+    if (!record) return std::unexpected(record.error());
+    if (!*record) return std::unexpected(Unexpected("claim", "no record"));
+    if (status == "claimed") listener_.Notify(keys.channel);
+    return ClaimResult{status == "claimed", std::move(**record)};
+  }
+
+  static std::vector<std::string> ClaimArgs(const ClaimRequest& req) {
+    return {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn, req.owner};
+  }
+
+  // The complete script's reply as Complete's result.
+  Result<Record> Completed(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                           const redis::RecordKeys& keys, const redisReply& reply) {
+    auto record = RecordFrom(id, fence, reply, "complete");
+    if (!record) return record;
+    record->outcome = outcome;  // the script does not send the body back
+    listener_.Notify(keys.channel);
+    return record;
+  }
+
+  std::vector<std::string> CompleteArgs(uint64_t fence, const Outcome& outcome,
+                                        Duration retention) const {
+    redis::OutcomeFields stored = redis::EncodeOutcome(outcome, client_->config().body_field_bytes);
+    std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls)};
+    args.insert(args.end(), std::make_move_iterator(stored.pairs.begin()),
+                std::make_move_iterator(stored.pairs.end()));
+    return args;
+  }
+
   static redis::Command ReadRecord(const redis::RecordKeys& keys) {
     return {"HGETALL", keys.record};
   }
