@@ -1,13 +1,12 @@
 // ConnectHttpUpstream: the upstream side of the proxy over Streamable HTTP.
 //
-// One I/O thread shared by every channel of the process runs every exchange
-// (Boost.Beast, asynchronous), each channel on its own strand; messages go to
-// McpSession through each channel's MessagePump, so the shared thread never
-// runs a handler. Each Send becomes one POST on a keep-alive connection from
-// a small pool, so a long SSE answer never holds up the next request.
-// Requests start in order: the next POST starts once the previous one is
-// fully written, and nothing starts while an initialize is in flight (its
-// answer carries the session id every later request needs).
+// One I/O thread per channel runs every exchange (Boost.Beast, asynchronous);
+// messages go to McpSession through a MessagePump. Each Send becomes one POST
+// on a keep-alive connection from a small pool, so a long SSE answer never
+// holds up the next request. Requests start in order: the next POST starts
+// once the previous one is fully written, and nothing starts while an
+// initialize is in flight (its answer carries the session id every later
+// request needs).
 //
 // Every request ends in exactly one of: its response delivered, or a
 // synthesised not_sent / maybe_sent error (http_channels.h).
@@ -131,32 +130,6 @@ Result<Target> ParseTarget(const std::string& url) {
 
 using Conn = ClientConn;
 
-// The I/O thread of every upstream channel of the process. One thread, not
-// one per channel: a message costs the same hops either way, and a thread
-// that serves many sessions is woken less often per message than one that
-// serves one. It only does I/O and parsing (one core of it goes a long way);
-// handlers run on each channel's MessagePump. Started by the first channel,
-// stopped at exit.
-class SharedIo {
- public:
-  static net::io_context& Context() {
-    static SharedIo io;
-    return io.ioc_;
-  }
-
- private:
-  SharedIo() : work_(ioc_.get_executor()), thread_([this] { ioc_.run(); }) {}
-  ~SharedIo() {
-    work_.reset();
-    ioc_.stop();
-    thread_.join();
-  }
-
-  net::io_context ioc_;
-  net::executor_work_guard<net::io_context::executor_type> work_;
-  std::thread thread_;
-};
-
 // One HTTP exchange.
 struct Op {
   enum class Kind {
@@ -196,23 +169,23 @@ struct Op {
 };
 
 // The channel's machinery. Everything except Send/Close/Shutdown runs on the
-// channel's strand of the shared I/O thread.
+// I/O thread.
 class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
  public:
   UpstreamCore(net::io_context& ioc, Target target, HttpClientOptions options,
                std::unique_ptr<ssl::context> tls)
-      : strand_(net::make_strand(ioc)),
+      : ioc_(ioc),
         target_(std::move(target)),
         options_(std::move(options)),
         tls_(std::move(tls)),
-        grace_timer_(strand_),
-        listen_timer_(strand_) {}
+        grace_timer_(ioc),
+        listen_timer_(ioc) {}
 
   MessagePump& pump() { return pump_; }
 
   bool Send(std::string message) {
     if (closed_.load()) return false;
-    net::post(strand_, [weak = weak_from_this(), m = std::move(message)]() mutable {
+    net::post(ioc_, [weak = weak_from_this(), m = std::move(message)]() mutable {
       if (auto self = weak.lock()) self->Enqueue(std::move(m));
     });
     return true;
@@ -220,16 +193,18 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
 
   void Close() {
     if (closed_.exchange(true)) return;
-    net::post(strand_, [weak = weak_from_this()] {
+    net::post(ioc_, [weak = weak_from_this()] {
       if (auto self = weak.lock()) self->BeginClose("closed by the proxy");
     });
   }
 
   // The owner is going away: drop every connection and timer now, with no
-  // more deliveries. The core ends on the I/O thread.
+  // more deliveries.
   void Shutdown() {
     closed_.store(true);
-    net::post(strand_, [self = shared_from_this()] {
+    net::post(ioc_, [weak = weak_from_this()] {
+      auto self = weak.lock();
+      if (!self) return;
       self->dead_ = true;
       self->closing_ = true;
       self->queue_.clear();
@@ -374,9 +349,9 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   std::unique_ptr<Conn> NewConn() {
     auto c = std::make_unique<Conn>();
     if (target_.tls) {
-      c->tls.emplace(strand_, *tls_);
+      c->tls.emplace(net::make_strand(ioc_), *tls_);
     } else {
-      c->plain.emplace(strand_);
+      c->plain.emplace(net::make_strand(ioc_));
     }
     return c;
   }
@@ -385,8 +360,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   // then writes its request.
   void Connect(const std::shared_ptr<Op>& op) {
     op->conn = NewConn();
-    auto resolver = std::make_shared<tcp::resolver>(strand_);
-    auto timer = std::make_shared<net::steady_timer>(strand_);
+    auto resolver = std::make_shared<tcp::resolver>(ioc_);
+    auto timer = std::make_shared<net::steady_timer>(ioc_);
     auto timed_out = std::make_shared<bool>(false);
     timer->expires_after(options_.connect_timeout);
     timer->async_wait([resolver, timed_out](beast::error_code ec) {
@@ -485,7 +460,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     if (!op.holds_barrier) return;
     op.holds_barrier = false;
     write_barrier_ = false;
-    net::post(strand_, [self = shared_from_this()] { self->StartQueued(); });
+    net::post(ioc_, [self = shared_from_this()] { self->StartQueued(); });
   }
 
   // ── Receiving ──
@@ -746,7 +721,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
 
   void ScheduleResume(const std::shared_ptr<Op>& op) {
     ops_.insert(op);
-    auto timer = std::make_shared<net::steady_timer>(strand_);
+    auto timer = std::make_shared<net::steady_timer>(ioc_);
     timer->expires_after(op->retry.value_or(milliseconds(1000)));
     timer->async_wait([self = shared_from_this(), op, timer](beast::error_code) {
       if (self->dead_) return self->Finish(op, false);
@@ -941,14 +916,14 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     pump_.Close(close_reason_);
   }
 
-  net::strand<net::io_context::executor_type> strand_;
+  net::io_context& ioc_;
   const Target target_;
   const HttpClientOptions options_;
   std::unique_ptr<ssl::context> tls_;
   MessagePump pump_;
   std::atomic<bool> closed_{false};  // Close() was called or the session expired
 
-  // The strand only.
+  // I/O thread only.
   std::deque<std::shared_ptr<Op>> queue_;
   std::set<std::shared_ptr<Op>> ops_;                  // started and not finished
   std::map<std::string, std::weak_ptr<Op>> awaiting_;  // request id key → the op waiting for it
@@ -976,19 +951,25 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   std::string close_reason_;
 };
 
-// The Channel handed to McpSession. The core lives on the shared I/O thread
-// as long as a handler there still refers to it.
+// The Channel handed to McpSession. Owns the I/O thread; the core lives as
+// long as a handler still refers to it.
 class HttpUpstreamChannel : public Channel {
  public:
   HttpUpstreamChannel(Target target, HttpClientOptions options, std::unique_ptr<ssl::context> tls)
-      : core_(std::make_shared<UpstreamCore>(SharedIo::Context(), std::move(target),
-                                             std::move(options), std::move(tls))) {}
+      : work_(ioc_.get_executor()),
+        core_(std::make_shared<UpstreamCore>(ioc_, std::move(target), std::move(options),
+                                             std::move(tls))) {
+    thread_ = std::thread([this] { ioc_.run(); });
+  }
 
   ~HttpUpstreamChannel() override {
-    // Nothing is delivered once this returns; the connections close on the
-    // I/O thread right after.
-    core_->pump().Abandon();
     core_->Shutdown();
+    work_.reset();
+    ioc_.stop();
+    if (thread_.joinable()) thread_.join();
+    // Destroying the io_context (after core_) destroys pending handlers and
+    // with them the last references to the core.
+    core_.reset();
   }
 
   void Start(std::function<void(std::string message)> on_message,
@@ -999,7 +980,10 @@ class HttpUpstreamChannel : public Channel {
   void Close() override { core_->Close(); }
 
  private:
+  net::io_context ioc_;
+  net::executor_work_guard<net::io_context::executor_type> work_;
   std::shared_ptr<UpstreamCore> core_;
+  std::thread thread_;
 };
 
 }  // namespace

@@ -24,9 +24,7 @@ MessagePump::MessagePump() : state_(std::make_shared<State>()) {
   thread_ = std::thread(&MessagePump::Run, state_);
 }
 
-MessagePump::~MessagePump() { Abandon(); }
-
-void MessagePump::Abandon() {
+MessagePump::~MessagePump() {
   {
     std::lock_guard lock(state_->mu);
     if (!state_->closing) {

@@ -7,11 +7,10 @@
 // hands its messages to a MessagePump: one thread, one FIFO of messages and
 // tasks.
 //
-// Thread-safe: Push, Post and Close may be called from any thread, Abandon
-// too but not concurrently with itself or the destructor. The destructor may
-// run on the pump's own thread (a handler that drops the last reference to
-// its channel); the thread is then detached and touches nothing but state it
-// owns.
+// Thread-safe: Push, Post and Close may be called from any thread. The
+// destructor may run on the pump's own thread (a handler that drops the last
+// reference to its channel); the thread is then detached and touches nothing
+// but state it owns.
 #pragma once
 
 #include <functional>
@@ -43,13 +42,8 @@ class MessagePump {
   // runs once (if Start was called; otherwise queued messages are dropped).
   // Idempotent: the first reason wins.
   void Close(std::string reason);
-  // True once Close (or Abandon) was called.
+  // True once Close was called.
   bool closed() const;
-  // The owner is going away: delivers nothing more (not even on_closed),
-  // refuses further Push and Post, and waits for a running handler to
-  // return (unless called from the pump thread itself). Idempotent; the
-  // destructor does it.
-  void Abandon();
 
  private:
   struct State;
