@@ -60,6 +60,13 @@ ClaimRequest ClaimOf(const Call& call) {
   return req;
 }
 
+// What is stored of `outcome`: itself, or a kTooLarge marker when its body is
+// over the call's max_result_bytes.
+const Outcome& Storable(const Call& call, const Outcome& outcome) {
+  static const Outcome kTooLargeMarker{OutcomeClass::kTooLarge, {}};
+  return outcome.body.size() > call.policy.max_result_bytes ? kTooLargeMarker : outcome;
+}
+
 // When a claim that may have been applied (its reply was lost) is gone for
 // good: at the end of its retention, as the store judges it.
 TimePoint ClaimEnd(const ClaimRequest& req, TimePoint now) {
@@ -317,20 +324,15 @@ Result<Record> Ledger::Complete(const Call& call, const Decision& d, Outcome out
     r.outcome = std::move(outcome);
     return r;
   }
-  if (outcome.body.size() > call.policy.max_result_bytes) {
-    outcome = Outcome{OutcomeClass::kTooLarge, {}};
-  }
   return Completed(call, d.started_at,
-                   store_.Complete(call.id, d.fence, outcome, RetentionOf(call)));
+                   store_.Complete(call.id, d.fence, Storable(call, outcome), RetentionOf(call)));
 }
 
 bool Ledger::CompleteAsync(const Call& call, const Decision& d, const Outcome& outcome,
                            std::function<void(Result<Record>)> done) {
   if (d.kind == Decision::Kind::kPassThrough) return false;
-  const Outcome too_large{OutcomeClass::kTooLarge, {}};
-  const bool fits = outcome.body.size() <= call.policy.max_result_bytes;
   return store_.CompleteAsync(
-      call.id, d.fence, fits ? outcome : too_large, RetentionOf(call),
+      call.id, d.fence, Storable(call, outcome), RetentionOf(call),
       [this, &call, started_at = d.started_at, done = std::move(done)](Result<Record> r) {
         done(Completed(call, started_at, std::move(r)));
       });

@@ -83,7 +83,7 @@ std::optional<std::string_view> Value(const redisReply& r) {
   return Bytes(r);
 }
 
-Result<std::optional<Record>> Decode(const RecordId& id, const RecordFields& f, bool with_body) {
+Result<std::optional<Record>> Decode(const RecordId& id, RecordFields f, bool with_body) {
   auto at = [&](size_t i) { return f.named[i].value_or(std::string_view()); };
   if (!f.named[0]) return std::optional<Record>();  // absent, or a tombstone
   Record r;
@@ -115,7 +115,7 @@ Result<std::optional<Record>> Decode(const RecordId& id, const RecordFields& f, 
   if (with_body && !split) {
     o.body = std::string(f.whole_body.value_or(std::string_view()));
   } else if (with_body) {
-    std::vector<std::pair<size_t, std::string_view>> parts = f.body_parts;
+    auto& parts = f.body_parts;
     std::sort(parts.begin(), parts.end());
     for (size_t i = 0; i < parts.size(); ++i) {
       if (parts[i].first != i + 1) return std::unexpected(Corrupt(id, "a body with a gap"));
@@ -150,7 +150,7 @@ Result<std::optional<Record>> DecodeRecord(const RecordId& id, const redisReply&
     return std::unexpected(Corrupt(id, "an unexpected shape"));
   }
   for (size_t i = 0; i < fields.elements; ++i) f.named[i] = Value(*fields.element[i]);
-  return Decode(id, f, /*with_body=*/false);
+  return Decode(id, std::move(f), /*with_body=*/false);
 }
 
 Result<std::optional<Record>> DecodeRecordHash(const RecordId& id, const redisReply& hash) {
@@ -174,7 +174,7 @@ Result<std::optional<Record>> DecodeRecordHash(const RecordId& id, const redisRe
     const auto known = std::find(kNames.begin(), kNames.end(), name);
     if (known != kNames.end()) f.named[known - kNames.begin()] = value;
   }
-  return Decode(id, f, /*with_body=*/true);
+  return Decode(id, std::move(f), /*with_body=*/true);
 }
 
 std::vector<std::string> EncodeAttempt(const Attempt& a) {
