@@ -129,7 +129,13 @@ TEST_P(StoreContractTest, GetAsyncAgreesWithGet) {
   }
   for (const RecordId& id : {done->record.id, running->record.id, absent}) {
     auto sync = store_->Get(id);
-    auto async = *get_async(id);
+    auto taken = get_async(id);
+    if (!taken) {
+      ASSERT_TRUE(GetParam().reads_some_async)
+          << id.key << ": the store took one asynchronous read and refused another";
+      continue;
+    }
+    auto async = *std::move(taken);
     ASSERT_TRUE(sync && async) << id.key;
     ASSERT_EQ(sync->has_value(), async->has_value()) << id.key;
     if (!sync->has_value()) continue;
@@ -143,7 +149,10 @@ TEST_P(StoreContractTest, GetAsyncAgreesWithGet) {
     }
   }
   clock_.Advance(kTtl + 1s);
-  auto expired = *get_async(done->record.id);
+  auto taken = get_async(done->record.id);
+  if (!taken && GetParam().reads_some_async) return;
+  ASSERT_TRUE(taken);
+  auto expired = *std::move(taken);
   ASSERT_TRUE(expired);
   EXPECT_FALSE(expired->has_value()) << "a record past retention is not live";
 }

@@ -19,6 +19,9 @@
 struct StoreContractParam {
   std::string name;
   std::function<std::unique_ptr<idem::Store>(idem::Clock&)> open;
+  // GetAsync may take some reads and refuse others: a CachingStore answers
+  // what it holds even above a store that has no asynchronous read.
+  bool reads_some_async = false;
 };
 
 inline std::string PrintToString(const StoreContractParam& p) { return p.name; }

@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 
+#include "idem/caching_store.h"
 #include "idem/store.h"
 
 namespace idem::testing {
@@ -59,6 +61,28 @@ class StoreWrapper : public Store {
  protected:
   Store& target_;
 };
+
+// `inner` under a CachingStore of 1 MiB, owned together: for running the
+// store contract suite through the cache.
+inline std::unique_ptr<Store> WithReplayCache(std::unique_ptr<Store> inner, Clock& clock) {
+  class Cached final : public StoreWrapper {
+   public:
+    Cached(std::unique_ptr<Store> inner, Clock& clock)
+        : StoreWrapper(cache_), inner_(std::move(inner)), cache_(*inner_, clock, 1 << 20) {}
+    bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
+      return target_.ClaimAsync(req, std::move(done));
+    }
+    bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome,
+                       Duration retention, CompleteDone done) override {
+      return target_.CompleteAsync(id, fence, outcome, retention, std::move(done));
+    }
+
+   private:
+    std::unique_ptr<Store> inner_;
+    CachingStore cache_;  // target_
+  };
+  return std::make_unique<Cached>(std::move(inner), clock);
+}
 
 // A store with GetAsync, answered with Get before GetAsync returns (a real
 // store answers later, on a thread of its own): for the callers' logic.

@@ -170,6 +170,14 @@ struct LimitsConfig {
   size_t max_depth = 128;           // JSON nesting
 };
 
+// [replay_cache]: completed records kept in memory so that retries skip the
+// store (CachingStore). Only above a store that announces evictions to every
+// instance (Redis, PostgreSQL, memory); SQLite gets none.
+struct ReplayCacheConfig {
+  bool enabled = true;
+  size_t max_bytes = 64 << 20;  // 64 MiB, least recently used out first
+};
+
 struct Config {
   // Store URL. Empty: DefaultStoreUrl() (the user's state directory).
   // The --store flag overrides it.
@@ -183,6 +191,7 @@ struct Config {
   McpConfig mcp;
   HttpConfig http;
   LimitsConfig limits;
+  ReplayCacheConfig replay_cache;
   std::string source;  // where it was loaded from ("" when built in code)
 
   // The first [[tool]] rule whose `match` matches `tool`, or nullptr.

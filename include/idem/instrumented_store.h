@@ -45,6 +45,7 @@ class InstrumentedStore final : public Store {
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
                      CompleteDone done) override;  // timed as "complete"
   Result<bool> Evict(const RecordId& id) override;
+  bool WatchEvictions(EvictionFeed on_change) override;  // not timed
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
   Result<size_t> PurgeExpired(size_t limit) override;
   Result<uint64_t> CountRecords() override;

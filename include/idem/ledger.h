@@ -117,11 +117,11 @@ class Ledger {
   // logged exactly as Begin would; nullopt when only Begin can answer (no
   // record, a running owner, a policy that writes, a failed read: Begin then
   // reports the store's error). Without blocking the caller: the read is
-  // the store's GetAsync, and `done` runs exactly once, later, on a thread
-  // of the store's; it must not block. Returns false if the store has no
-  // such read (`done` is dropped; the caller goes to Begin). `call` must stay
-  // alive until `done` has run. Fronts call it on their I/O thread, so that
-  // a retry of a finished call costs one pipelined read and no claim.
+  // the store's GetAsync, and `done` runs exactly once, later on a thread of
+  // the store's or, from a cache, before this returns; it must not block. Returns false if the
+  // store has no such read (`done` is dropped; the caller goes to Begin). `call` must stay alive
+  // until `done` has run. Fronts call it on their I/O thread, so that a retry of a finished call
+  // costs one pipelined read and no claim.
   bool SettledAsync(const Call& call, std::function<void(std::optional<Decision>)> done);
 
   // Begin's claim without blocking the caller, for stores that write

@@ -108,10 +108,14 @@ class Store {
 
   // Get without blocking the caller, for stores that can (one pipelined
   // connection instead of a blocked thread per read). True if the store took
-  // the read: `done` then runs exactly once, later, on a thread of the
-  // store's, with what Get would return (kUnavailable if the store closes
-  // first); it must not block. False (the default) if this store has no such
-  // read: `done` is dropped and the caller uses Get.
+  // the read: `done` then runs exactly once with what Get would return
+  // (kUnavailable if the store closes first): later, on a thread of the
+  // store's, or, when the store has the answer at hand (CachingStore),
+  // before GetAsync returns, on the caller's thread. It must not block.
+  // False (the default) if this store has no such read: `done` is dropped
+  // and the caller uses Get. The answer may differ from call to call: a
+  // CachingStore takes the reads it can answer from memory even above a
+  // store without asynchronous reads.
   using GetDone = std::function<void(Result<std::optional<Record>>)>;
   virtual bool GetAsync(const RecordId& id, GetDone done) {
     (void)id;
@@ -144,6 +148,26 @@ class Store {
 
   // Removes the record whatever its state. Returns whether one existed.
   virtual Result<bool> Evict(const RecordId& id) = 0;
+
+  // For a cache of completed records kept above the store (CachingStore). A
+  // completed record changes only when it expires, which a cache judges by
+  // expires_at, or when it is evicted, which only the store can tell.
+  // `on_change` runs on a thread of the store's (or inside Evict or this
+  // call); it must not block or call the store:
+  //  - with true when the cache must drop what it holds and may fill again:
+  //    when the feed is up (from then on every Evict, through any process
+  //    on this backend, reaches it) and after every eviction;
+  //  - with false when an eviction may go unheard (the feed is down): the
+  //    cache drops what it holds and keeps nothing until the next true.
+  // One watcher per store; nullptr stops the feed and returns once no call
+  // of the old watcher is running. Returns false (the default) if the store
+  // cannot tell this process about evictions by other processes: then no
+  // cache may be kept above it.
+  using EvictionFeed = std::function<void(bool heard)>;
+  virtual bool WatchEvictions(EvictionFeed on_change) {
+    (void)on_change;
+    return false;
+  }
 
   // Blocks until the record differs from `seen` (another fence or state, or
   // gone) or until `deadline` by the store's clock, whichever is first. Wakes

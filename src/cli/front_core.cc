@@ -3,7 +3,55 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <memory>
+#include <mutex>
+
 namespace idem::cli {
+
+namespace {
+
+// idemgate_replay_cache_{hits,misses,drops}_total and _records/_bytes, read
+// from the cache's counters whenever /metrics is rendered.
+void TrackReplayCache(MetricsRegistry& registry, const CachingStore& cache) {
+  struct Seen {
+    std::mutex mu;
+    CachingStore::Stats last;
+  };
+  auto seen = std::make_shared<Seen>();
+  Counter& hits = registry
+                      .AddCounter("idemgate_replay_cache_hits_total",
+                                  "Retries of finished calls answered from memory")
+                      .With({});
+  Counter& misses = registry
+                        .AddCounter("idemgate_replay_cache_misses_total",
+                                    "Lookups in the replay cache that went to the store")
+                        .With({});
+  Counter& drops = registry
+                       .AddCounter("idemgate_replay_cache_drops_total",
+                                   "Times the replay cache was emptied: an eviction, or the "
+                                   "store's eviction feed went down or came up")
+                       .With({});
+  Gauge& records =
+      registry.AddGauge("idemgate_replay_cache_records", "Completed records held in memory")
+          .With({});
+  Gauge& bytes =
+      registry.AddGauge("idemgate_replay_cache_bytes", "Estimated memory of the replay cache")
+          .With({});
+  // Like the in-flight gauge's source, `cache` must outlive the rendering.
+  registry.OnCollect([seen, cache = &cache, hits = &hits, misses = &misses, drops = &drops,
+                      records = &records, bytes = &bytes] {
+    const CachingStore::Stats now = cache->stats();
+    std::lock_guard lock(seen->mu);
+    hits->Inc(now.hits - seen->last.hits);
+    misses->Inc(now.misses - seen->last.misses);
+    drops->Inc(now.drops - seen->last.drops);
+    records->Set(double(now.records));
+    bytes->Set(double(now.bytes));
+    seen->last = now;
+  });
+}
+
+}  // namespace
 
 Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, const Config& config,
                                                  std::string_view front, ReconcileHook reconcile,
@@ -25,9 +73,15 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
 
   core->measured_store =
       std::make_unique<InstrumentedStore>(*core->store, core->metrics->registry());
+  core->cached_store = std::make_unique<CachingStore>(
+      *core->measured_store, SystemClock::Default(),
+      config.replay_cache.enabled ? config.replay_cache.max_bytes : 0);
+  if (core->cached_store->active()) {
+    TrackReplayCache(core->metrics->registry(), *core->cached_store);
+  }
   core->probe = std::make_unique<StoreProbe>(*core->store, SystemClock::Default());
   core->ledger =
-      std::make_unique<Ledger>(*core->measured_store, SystemClock::Default(),
+      std::make_unique<Ledger>(*core->cached_store, SystemClock::Default(),
                                LedgerOptions{instance, std::move(reconcile), true,
                                              core->metrics->ObserverFor(std::string(front))});
   Ledger* ledger = core->ledger.get();

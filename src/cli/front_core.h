@@ -1,7 +1,10 @@
 // The store, metrics and ledger under every front (`mcp`, `serve`, `http`),
 // wired the same way for each: the store is wrapped in an InstrumentedStore
-// so every operation is timed, the ledger reports every attempt to the
-// metrics (and so to the replay alert), and a StoreProbe answers /readyz.
+// so every operation is timed, that in a CachingStore ([replay_cache]) so
+// retries of finished calls skip the store where it announces evictions
+// (Redis, PostgreSQL),
+// the ledger reports every attempt to the metrics (and so to the replay
+// alert), and a StoreProbe answers /readyz.
 #pragma once
 
 #include <functional>
@@ -9,6 +12,7 @@
 #include <string_view>
 
 #include "cli_common.h"
+#include "idem/caching_store.h"
 #include "idem/gateway_metrics.h"
 #include "idem/instrumented_store.h"
 #include "idem/ledger.h"
@@ -23,6 +27,7 @@ struct FrontCore {
   std::unique_ptr<Store> store;
   std::unique_ptr<GatewayMetrics> metrics;
   std::unique_ptr<InstrumentedStore> measured_store;
+  std::unique_ptr<CachingStore> cached_store;  // above measured_store: hits are not store calls
   std::unique_ptr<StoreProbe> probe;  // reads the store directly: unmeasured
   std::unique_ptr<Ledger> ledger;
 };

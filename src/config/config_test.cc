@@ -234,6 +234,18 @@ max_depth = 64
   EXPECT_EQ(c.limits.max_depth, 64u);
 }
 
+TEST(ConfigTest, ReplayCacheIsOnWithABoundUnlessSwitchedOff) {
+  const Config defaults = Parse("");
+  EXPECT_TRUE(defaults.replay_cache.enabled);
+  EXPECT_EQ(defaults.replay_cache.max_bytes, size_t{64} << 20);
+  const Config c = Parse("[replay_cache]\nenabled = false\nmax_bytes = \"8MiB\"\n");
+  EXPECT_FALSE(c.replay_cache.enabled);
+  EXPECT_EQ(c.replay_cache.max_bytes, size_t{8} << 20);
+  EXPECT_NE(ParseError("[replay_cache]\nmax_bytes = 0\n").find("at least 1 byte"),
+            std::string::npos);
+  EXPECT_NE(ParseError("[replay_cache]\nmax_records = 5\n").find("max_records"), std::string::npos);
+}
+
 TEST(ConfigTest, RepeatNonceFalseSwitchesItOff) {
   EXPECT_FALSE(Parse("[mcp]\nrepeat_nonce = false\n").mcp.repeat_nonce.has_value());
   EXPECT_EQ(Parse("[mcp]\nrepeat_nonce = true\n").mcp.repeat_nonce, "repeat_nonce");

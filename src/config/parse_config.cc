@@ -44,9 +44,9 @@ std::vector<std::string_view> WithPolicyKeys(std::initializer_list<std::string_v
 }
 
 const Section& TopSection() {
-  static const Section s{
-      "",
-      {"store", "defaults", "tool", "route", "tenant", "alert", "listen", "mcp", "http", "limits"}};
+  static const Section s{"",
+                         {"store", "defaults", "tool", "route", "tenant", "alert", "listen", "mcp",
+                          "http", "limits", "replay_cache"}};
   return s;
 }
 const Section& DefaultsSection() {
@@ -91,10 +91,16 @@ const Section& LimitsSection() {
   return s;
 }
 
+const Section& ReplayCacheSection() {
+  static const Section s{"[replay_cache]", {"enabled", "max_bytes"}};
+  return s;
+}
+
 const std::vector<const Section*>& AllSections() {
   static const std::vector<const Section*> all = {
-      &TopSection(),   &DefaultsSection(), &ToolSection(), &RouteSection(), &TenantSection(),
-      &AlertSection(), &ListenSection(),   &McpSection(),  &HttpSection(),  &LimitsSection(),
+      &TopSection(),    &DefaultsSection(), &ToolSection(),        &RouteSection(),
+      &TenantSection(), &AlertSection(),    &ListenSection(),      &McpSection(),
+      &HttpSection(),   &LimitsSection(),   &ReplayCacheSection(),
   };
   return all;
 }
@@ -438,6 +444,13 @@ void ReadLimits(const toml::table& t, Diagnostics& diag, LimitsConfig& limits) {
   r.CheckUnknown();
 }
 
+void ReadReplayCache(const toml::table& t, Diagnostics& diag, ReplayCacheConfig& cache) {
+  TableReader r = Reader(t, ReplayCacheSection(), diag);
+  if (auto v = r.Bool("enabled")) cache.enabled = *v;
+  if (auto v = r.Size("max_bytes")) cache.max_bytes = *v;
+  r.CheckUnknown();
+}
+
 }  // namespace
 
 Result<Config> ParseConfig(std::string_view toml_text, std::string_view source_name) {
@@ -471,6 +484,9 @@ Result<Config> ParseConfig(std::string_view toml_text, std::string_view source_n
   if (const toml::table* t = top.Table("mcp")) ReadMcp(*t, diag, config.mcp);
   if (const toml::table* t = top.Table("http")) ReadHttp(*t, diag, config.http);
   if (const toml::table* t = top.Table("limits")) ReadLimits(*t, diag, config.limits);
+  if (const toml::table* t = top.Table("replay_cache")) {
+    ReadReplayCache(*t, diag, config.replay_cache);
+  }
   top.CheckUnknown();
 
   if (!diag.empty()) return MakeError(ErrorCode::kInvalidArgument, diag.Join());

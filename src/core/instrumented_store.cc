@@ -89,6 +89,9 @@ bool InstrumentedStore::CompleteAsync(const RecordId& id, uint64_t fence, const 
 Result<bool> InstrumentedStore::Evict(const RecordId& id) {
   return Measure(kEvict, [&] { return target_.Evict(id); });
 }
+bool InstrumentedStore::WatchEvictions(EvictionFeed on_change) {
+  return target_.WatchEvictions(std::move(on_change));
+}
 Result<void> InstrumentedStore::WaitForChange(const RecordId& id, const Record& seen,
                                               TimePoint deadline) {
   return Measure(kWaitForChange, [&] { return target_.WaitForChange(id, seen, deadline); });

@@ -140,12 +140,24 @@ class MemoryStore final : public Store {
   }
 
   Result<bool> Evict(const RecordId& id) override {
-    std::lock_guard g(mu_);
-    auto it = records_.find(id);
-    if (it == records_.end()) return false;
-    last_fence_ = std::max(last_fence_, it->second.fence);
-    records_.erase(it);
-    Changed();
+    {
+      std::lock_guard g(mu_);
+      auto it = records_.find(id);
+      if (it == records_.end()) return false;
+      last_fence_ = std::max(last_fence_, it->second.fence);
+      records_.erase(it);
+      Changed();
+    }
+    std::lock_guard feed(feed_mu_);
+    if (on_evicted_) on_evicted_(true);
+    return true;
+  }
+
+  // Every eviction goes through this object, in this process.
+  bool WatchEvictions(EvictionFeed on_change) override {
+    std::lock_guard feed(feed_mu_);
+    on_evicted_ = std::move(on_change);
+    if (on_evicted_) on_evicted_(true);
     return true;
   }
 
@@ -263,6 +275,8 @@ class MemoryStore final : public Store {
   std::unordered_map<RecordId, Record, IdHash> records_;
   std::vector<Attempt> attempts_;
   uint64_t last_fence_ = 0;
+  std::mutex feed_mu_;  // held while on_evicted_ runs
+  EvictionFeed on_evicted_;
 };
 
 }  // namespace

@@ -26,8 +26,9 @@ std::string PayloadPrefix(std::string_view schema) {
 Result<std::unique_ptr<Connection>> Listen(const PostgresUrl& url) {
   auto conn = Connection::Open(url);
   if (!conn) return conn;
-  if (auto ok =
-          (*conn)->ExecuteScript(fmt::format("LISTEN {}", kChangeChannel), "listening for changes");
+  if (auto ok = (*conn)->ExecuteScript(
+          fmt::format("LISTEN {}; LISTEN {}", kChangeChannel, kEvictionChannel),
+          "listening for changes");
       !ok) {
     return std::unexpected(std::move(ok.error()));
   }
@@ -41,6 +42,8 @@ std::string ChangePayload(std::string_view schema, const RecordId& id) {
   if (payload.size() > kMaxPayload) return PayloadPrefix(schema) + "*";
   return payload;
 }
+
+std::string EvictionPayload(std::string_view schema) { return PayloadPrefix(schema); }
 
 Result<std::unique_ptr<ChangeListener>> ChangeListener::Start(const PostgresUrl& url,
                                                               ChangeHub& hub) {
@@ -65,6 +68,18 @@ ChangeListener::~ChangeListener() {
   [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof one);
   if (thread_.joinable()) thread_.join();
   ::close(stop_fd_);
+}
+
+void ChangeListener::WatchEvictions(std::function<void(bool heard)> on_change) {
+  std::lock_guard feed(feed_mu_);
+  feed_ = std::move(on_change);
+  if (feed_) feed_(listening_.load());
+}
+
+void ChangeListener::SetListening(bool listening) {
+  std::lock_guard feed(feed_mu_);
+  listening_ = listening;
+  if (feed_) feed_(listening);
 }
 
 bool ChangeListener::Pause(int ms) {
@@ -94,7 +109,7 @@ void ChangeListener::Run(std::unique_ptr<Connection> conn) {
       }
       conn = std::move(*fresh);
       backoff_ms = kFirstBackoffMs;
-      listening_ = true;
+      SetListening(true);
       hub_.NotifyAll();  // whatever changed while nobody listened
     }
 
@@ -105,13 +120,22 @@ void ChangeListener::Run(std::unique_ptr<Connection> conn) {
 
     // A poll failure other than EINTR counts as a lost connection.
     const bool alive = ready > 0 && PQconsumeInput(conn->raw()) != 0;
+    bool evicted = false;
     while (PGnotify* n = PQnotifies(conn->raw())) {
-      Dispatch(n->extra);
+      if (n->relname == std::string_view(kEvictionChannel)) {
+        evicted = evicted || n->extra == prefix_;  // in our schema
+      } else {
+        Dispatch(n->extra);
+      }
       PQfreemem(n);
+    }
+    if (evicted) {
+      std::lock_guard feed(feed_mu_);
+      if (feed_) feed_(true);  // the cache drops what it holds
     }
     if (!alive || PQstatus(conn->raw()) != CONNECTION_OK) {
       conn.reset();
-      listening_ = false;
+      SetListening(false);
       hub_.NotifyAll();  // waiters re-read and poll until the listener is back
     }
   }

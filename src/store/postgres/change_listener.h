@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -18,6 +20,10 @@ namespace idem::postgres {
 
 // The channel every store writes its changes to, database-wide.
 inline constexpr char kChangeChannel[] = "idemgate_changes";
+// Where every eviction is announced (Store::WatchEvictions), with
+// EvictionPayload(schema): evictions are rare, so one channel for all.
+inline constexpr char kEvictionChannel[] = "idemgate_evictions";
+std::string EvictionPayload(std::string_view schema);
 
 // The payload announcing a change of `id` in `schema`: the schema's length,
 // ':', the schema, then ChangeHub::KeyOf(id). Payloads are limited to 8000
@@ -41,10 +47,18 @@ class ChangeListener {
   // Whether the LISTEN connection is up right now.
   bool listening() const { return listening_.load(); }
 
+  // Store::WatchEvictions: `on_change` now with whether we listen, (false)
+  // when the connection drops, (true) once it listens again and for every
+  // eviction in our schema. Runs on the listener thread (or here), one call
+  // at a time; nullptr stops it and returns once no call is running.
+  void WatchEvictions(std::function<void(bool heard)> on_change);
+
  private:
   ChangeListener(const PostgresUrl& url, ChangeHub& hub, int stop_fd);
   void Run(std::unique_ptr<Connection> conn);
   void Dispatch(std::string_view payload);
+  // Sets listening_ and tells the eviction feed.
+  void SetListening(bool listening);
   // Sleeps up to `ms` milliseconds; false if asked to stop.
   bool Pause(int ms);
 
@@ -52,7 +66,9 @@ class ChangeListener {
   ChangeHub& hub_;
   const int stop_fd_;         // eventfd, written once by the destructor
   const std::string prefix_;  // ChangePayload's schema part
-  std::atomic<bool> listening_{false};
+  std::atomic<bool> listening_{false};  // changed under feed_mu_ once running
+  std::mutex feed_mu_;                  // held while feed_ runs
+  std::function<void(bool)> feed_;
   std::thread thread_;
 };
 

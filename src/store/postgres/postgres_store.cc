@@ -115,6 +115,11 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(std::string_view url,
 
 bool PostgresStore::listening() const { return listener_->listening(); }
 
+bool PostgresStore::WatchEvictions(EvictionFeed on_change) {
+  listener_->WatchEvictions(std::move(on_change));
+  return true;
+}
+
 template <typename T, typename Fn>
 Result<T> PostgresStore::Run(Retry retry, Fn fn) {
   for (int run = 1;; ++run) {
@@ -401,6 +406,7 @@ Result<bool> PostgresStore::Evict(const RecordId& id) {
   auto evicted = Run<bool>(Retry::kUnsafe, [&](Connection& conn) -> Result<bool> {
     Params p;
     p.Text(id.tenant).Text(id.key).Text(ChangePayload(url_->schema, id));
+    p.Text(postgres::EvictionPayload(url_->schema));
     auto rows = conn.Execute(postgres::kEvict, p, "evicting " + Describe(id));
     if (!rows) return std::unexpected(std::move(rows.error()));
     return rows->size() > 0;

@@ -66,6 +66,9 @@ class PostgresStore final : public Store {
   Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
   Result<bool> Evict(const RecordId& id) override;
+  // Every eviction is NOTIFYed in its own transaction and heard by the
+  // listener's connection (kEvictionChannel).
+  bool WatchEvictions(EvictionFeed on_change) override;
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
   Result<size_t> PurgeExpired(size_t limit) override;
   Result<uint64_t> CountRecords() override;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "change_listener.h"
+#include "idem/caching_store.h"
 #include "pg_schema.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
@@ -125,21 +126,37 @@ class TempSchemaStore : public testing::StoreWrapper {
   std::unique_ptr<Store> store_;
 };
 
+// A fresh PostgresStore in a schema of its own, named after `label`.
+std::unique_ptr<Store> OpenInTempSchema(Clock& clock, const std::string& label) {
+  const std::string url = ServerUrl();
+  if (url.empty()) return nullptr;
+  const std::string schema = UniqueSchema(label);
+  auto store = OpenPostgresStore(WithSchema(url, schema), clock, StoreOptions{});
+  if (!store) {
+    ADD_FAILURE() << store.error().ToString();
+    return nullptr;
+  }
+  return std::make_unique<TempSchemaStore>(url, schema, std::move(*store));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Postgres, StoreContractTest,
     ::testing::Values(StoreContractParam{
-        "postgres",
+        "postgres", [](Clock& clock) { return OpenInTempSchema(clock, "contract"); }}),
+    [](const ::testing::TestParamInfo<StoreContractParam>& info) { return info.param.name; });
+
+// The contract again through the replay cache that every front puts above a
+// PostgreSQL store: answering from memory changes no answer.
+INSTANTIATE_TEST_SUITE_P(
+    PostgresCached, StoreContractTest,
+    ::testing::Values(StoreContractParam{
+        "postgres_cached",
         [](Clock& clock) -> std::unique_ptr<Store> {
-          const std::string url = ServerUrl();
-          if (url.empty()) return nullptr;
-          const std::string schema = UniqueSchema("contract");
-          auto store = OpenPostgresStore(WithSchema(url, schema), clock, StoreOptions{});
-          if (!store) {
-            ADD_FAILURE() << store.error().ToString();
-            return nullptr;
-          }
-          return std::make_unique<TempSchemaStore>(url, schema, std::move(*store));
-        }}),
+          auto store = OpenInTempSchema(clock, "cached");
+          if (!store) return nullptr;
+          return testing::WithReplayCache(std::move(store), clock);
+        },
+        /*reads_some_async=*/true}),
     [](const ::testing::TestParamInfo<StoreContractParam>& info) { return info.param.name; });
 
 ClaimRequest Req(const std::string& key) {
@@ -494,6 +511,44 @@ TEST_F(PostgresStoreTest, AnotherInstancesCompletionWakesAWaiterViaNotify) {
   auto got = two.other->Get(c->record.id);
   ASSERT_TRUE(got && got->has_value());
   EXPECT_EQ((*got)->state, RecordState::kCompleted);
+}
+
+// Two instances, each with its replay cache: an eviction through one, in
+// this schema, empties the other's cache by NOTIFY, and the next attempt
+// there executes.
+TEST_F(PostgresStoreTest, AnEvictionReachesEveryInstancesReplayCache) {
+  auto a_store = Open(SystemClock::Default());
+  auto b_store = Open(SystemClock::Default());
+  ASSERT_TRUE(a_store && b_store && b_store->listening());
+  CachingStore a(*a_store, SystemClock::Default(), 1 << 20);
+  CachingStore b(*b_store, SystemClock::Default(), 1 << 20);
+  ASSERT_TRUE(a.active() && b.active());
+
+  auto c = a.Claim(Req("evicted"));
+  ASSERT_TRUE(c && c->claimed);
+  ASSERT_TRUE(a.Complete(c->record.id, c->record.fence, Ok("first"), kTtl));
+  ASSERT_TRUE(b.Get(c->record.id));  // read from PostgreSQL, kept
+  auto replay = b.Claim(Req("evicted"));
+  ASSERT_TRUE(replay);
+  EXPECT_FALSE(replay->claimed);
+  EXPECT_EQ(b.stats().hits, 1u) << "the retry at B was answered from memory";
+
+  const uint64_t drops = b.stats().drops;
+  const auto start = std::chrono::steady_clock::now();
+  auto evicted = a.Evict(c->record.id);
+  ASSERT_TRUE(evicted && *evicted);
+  while (b.stats().drops == drops) {
+    ASSERT_LT(std::chrono::steady_clock::now() - start, 10s) << "B never heard of the eviction";
+    std::this_thread::sleep_for(1ms);
+  }
+  std::cout << "eviction reached the other instance's cache in "
+            << std::chrono::duration_cast<std::chrono::microseconds>(
+                   std::chrono::steady_clock::now() - start)
+                   .count()
+            << " us (Evict included)\n";
+  auto again = b.Claim(Req("evicted"));
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_TRUE(again->claimed) << "B replayed an evicted outcome";
 }
 
 // LISTENs on the stores' channel over a libpq connection of its own.

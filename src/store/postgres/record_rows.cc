@@ -8,6 +8,8 @@
 
 #define IDEM_CHANGE_CHANNEL "idemgate_changes"
 static_assert(std::string_view(IDEM_CHANGE_CHANNEL) == idem::postgres::kChangeChannel);
+#define IDEM_EVICTION_CHANNEL "idemgate_evictions"
+static_assert(std::string_view(IDEM_EVICTION_CHANNEL) == idem::postgres::kEvictionChannel);
 
 #define IDEM_RECORD_COLUMNS                                                     \
   "state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, " \
@@ -100,10 +102,13 @@ const Statement kTakeOver{
     "AND (state = 'unknown' OR (state = 'in_progress' AND lease_expires_at_ms <= $4)) "
     "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("taken", "$6")};
 
+// Announced in the same transaction, so that no instance's replay cache can
+// miss it: $3 wakes the record's waiters (ChangeListener), $4 (the schema's
+// EvictionPayload) empties every cache. Delivered on commit.
 const Statement kEvict{
     "idem_evict",
     "WITH evicted AS (DELETE FROM idemgate_records WHERE tenant = $1 AND key = $2 "
-    "RETURNING fence) SELECT $3::text FROM evicted"};
+    "RETURNING fence) SELECT $3::text, pg_notify('" IDEM_EVICTION_CHANNEL "', $4) FROM evicted"};
 
 // Wakes the waiters of every instance, one notification per payload. Its
 // own transaction, with an asynchronous commit: a lost wake-up only costs a

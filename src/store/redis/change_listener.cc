@@ -27,6 +27,7 @@ ChangeListener::ChangeListener(std::function<Result<std::unique_ptr<Connection>>
 }
 
 ChangeListener::~ChangeListener() {
+  WatchEvictions({}, nullptr);
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -40,6 +41,34 @@ ChangeListener::~ChangeListener() {
 void ChangeListener::Wake() {
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+}
+
+void ChangeListener::WatchEvictions(const std::string& channel,
+                                    std::function<void(bool heard)> on_change) {
+  std::unique_ptr<Watch> old;
+  const bool on = static_cast<bool>(on_change);
+  {
+    std::lock_guard feed(feed_mu_);
+    feed_ = std::move(on_change);
+    old = std::move(feed_watch_);
+    // Unheard until the subscription is confirmed.
+    if (feed_) feed_(false);
+  }
+  {
+    std::lock_guard lock(mu_);
+    feed_channel_ = on ? channel : std::string();
+  }
+  // After feed_channel_ is set, so that the confirmation is recognised.
+  if (on) {
+    auto watch = Subscribe(channel);
+    std::lock_guard feed(feed_mu_);
+    feed_watch_ = std::move(watch);
+  }
+}
+
+void ChangeListener::Feed(bool heard) {
+  std::lock_guard feed(feed_mu_);
+  if (feed_) feed_(heard);
 }
 
 bool ChangeListener::connected() {
@@ -128,13 +157,15 @@ void ChangeListener::NotifyAllLocked() {
   }
 }
 
-void ChangeListener::Handle(const redisReply& reply) {
-  if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 2) return;
+bool ChangeListener::Handle(const redisReply& reply) {
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 2) return false;
   const std::string_view kind = Text(*reply.element[0]);
   const std::string name(Text(*reply.element[1]));
   std::lock_guard lock(mu_);
+  const bool news =
+      !feed_channel_.empty() && name == feed_channel_ && (kind == "message" || kind == "subscribe");
   auto it = channels_.find(name);
-  if (it == channels_.end()) return;
+  if (it == channels_.end()) return news;
   Channel& ch = *it->second;
   if (kind == "message") {
     ++ch.version;
@@ -152,6 +183,7 @@ void ChangeListener::Handle(const redisReply& reply) {
     }
     acked_.notify_all();
   }
+  return news;
 }
 
 void ChangeListener::Run() {
@@ -219,16 +251,21 @@ void ChangeListener::Run() {
         if (!replies) {
           lost = true;
         } else {
-          for (const Reply& r : *replies) Handle(*r);
+          bool news = false;
+          for (const Reply& r : *replies) news = Handle(*r) || news;
+          if (news) Feed(true);
         }
       }
     }
     if (lost) {
       conn.reset();
-      std::lock_guard lock(mu_);
-      connected_ = false;
-      for (auto& [name, ch] : channels_) ch->subscribed = false;
-      acked_.notify_all();
+      {
+        std::lock_guard lock(mu_);
+        connected_ = false;
+        for (auto& [name, ch] : channels_) ch->subscribed = false;
+        acked_.notify_all();
+      }
+      Feed(false);
     }
   }
 }

@@ -66,6 +66,13 @@ class ChangeListener {
   // Wakes the watchers of `channel` (a write through this store).
   void Notify(const std::string& channel);
 
+  // Store::WatchEvictions on `channel`, where every eviction is published:
+  // `on_change(false)` now and whenever the connection drops, (true) when
+  // the subscription is confirmed (after every reconnect) and for every
+  // message. Runs on the subscriber thread, one call at a time; nullptr
+  // stops it and returns once no call is running.
+  void WatchEvictions(const std::string& channel, std::function<void(bool heard)> on_change);
+
   // Whether the subscriber connection is up (for tests and logs).
   bool connected();
 
@@ -73,7 +80,10 @@ class ChangeListener {
   void Run();
   void Wake();
   void NotifyAllLocked();
-  void Handle(const redisReply& reply);
+  // Returns whether the reply is news for the eviction feed (a message on,
+  // or the confirmed subscription of, its channel).
+  bool Handle(const redisReply& reply);
+  void Feed(bool heard);
 
   std::function<Result<std::unique_ptr<Connection>>()> connect_;
   int wake_fd_ = -1;  // eventfd: new (un)subscriptions or stop
@@ -84,6 +94,11 @@ class ChangeListener {
   std::vector<std::pair<bool, std::string>> pending_;  // (subscribe?, channel) to send
   bool connected_ = false;
   bool stop_ = false;
+  std::string feed_channel_;  // the eviction feed's, or empty
+
+  std::mutex feed_mu_;  // held while feed_ runs
+  std::function<void(bool)> feed_;
+  std::unique_ptr<Watch> feed_watch_;  // keeps feed_channel_ subscribed
   std::thread thread_;
 };
 

@@ -49,6 +49,10 @@ RecordKeys KeysOf(std::string_view prefix, const RecordId& id) {
   return RecordKeys{base + "r", base + "c"};
 }
 
+std::string EvictionChannel(std::string_view prefix) {
+  return std::string(prefix) + "idem:evictions";
+}
+
 std::string RecordKeyPattern(std::string_view prefix) {
   std::string out;
   for (char c : prefix) {

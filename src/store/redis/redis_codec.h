@@ -25,6 +25,9 @@ struct RecordKeys {
 RecordKeys KeysOf(std::string_view prefix, const RecordId& id);
 // SCAN MATCH pattern for every record key under `prefix`.
 std::string RecordKeyPattern(std::string_view prefix);
+// Where every eviction is announced (Store::WatchEvictions): one channel
+// for all records, since evictions are rare.
+std::string EvictionChannel(std::string_view prefix);
 // The audit stream.
 std::string AttemptStreamKey(std::string_view prefix);
 

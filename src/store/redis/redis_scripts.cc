@@ -137,6 +137,8 @@ local cur = redis.call('HMGET', rec, 'st', 'fence')
 if not cur[1] then return 0 end
 bury(cur[2] or '0')
 changed('evicted ' .. (cur[2] or '0'))
+-- Every instance's cache of completed records drops what it holds.
+redis.call('PUBLISH', ARGV[4], rec)
 return 1
 )lua";
 

@@ -189,12 +189,18 @@ class RedisStore final : public Store {
 
   Result<bool> Evict(const RecordId& id) override {
     const auto keys = redis::KeysOf(prefix_, id);
-    auto reply = RunScript(redis::EvictScript(), keys, clock_.Now(), {});
+    auto reply =
+        RunScript(redis::EvictScript(), keys, clock_.Now(), {redis::EvictionChannel(prefix_)});
     if (!reply) return std::unexpected(reply.error());
     if ((*reply)->type != REDIS_REPLY_INTEGER) return std::unexpected(Unexpected("evict", "?"));
     const bool existed = (*reply)->integer == 1;
     if (existed) listener_.Notify(keys.channel);
     return existed;
+  }
+
+  bool WatchEvictions(EvictionFeed on_change) override {
+    listener_.WatchEvictions(redis::EvictionChannel(prefix_), std::move(on_change));
+    return true;
   }
 
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override {

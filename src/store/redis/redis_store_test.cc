@@ -27,11 +27,13 @@
 #include <thread>
 
 #include "cluster_slots.h"
+#include "idem/caching_store.h"
 #include "idem/store.h"
 #include "redis_codec.h"
 #include "redis_connection.h"
 #include "redis_url.h"
 #include "store_contract.h"
+#include "store_wrapper.h"
 
 using namespace idem;
 using namespace std::chrono_literals;
@@ -228,11 +230,122 @@ class OwnServer {
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(RedisSingle, StoreContractTest,
-                         testing::Values(Contract("redis", "IDEM_REDIS_URL_FILE")),
+                         ::testing::Values(Contract("redis", "IDEM_REDIS_URL_FILE")),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RedisCluster, StoreContractTest,
-                         testing::Values(Contract("cluster", "IDEM_REDIS_CLUSTER_URL_FILE")),
+                         ::testing::Values(Contract("cluster", "IDEM_REDIS_CLUSTER_URL_FILE")),
                          [](const auto& info) { return info.param.name; });
+
+// The contract again through the replay cache (CachingStore), which every
+// front puts above a Redis store: answering from memory changes no answer.
+StoreContractParam CachedContract(std::string name, const char* env) {
+  StoreContractParam p = Contract(name, env);
+  return StoreContractParam{name + "_cached",
+                            [open = p.open](Clock& clock) -> std::unique_ptr<Store> {
+                              auto store = open(clock);
+                              if (!store) return nullptr;
+                              return idem::testing::WithReplayCache(std::move(store), clock);
+                            },
+                            /*reads_some_async=*/true};
+}
+INSTANTIATE_TEST_SUITE_P(RedisSingleCached, StoreContractTest,
+                         ::testing::Values(CachedContract("redis", "IDEM_REDIS_URL_FILE")),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RedisClusterCached, StoreContractTest,
+                         ::testing::Values(CachedContract("cluster",
+                                                          "IDEM_REDIS_CLUSTER_URL_FILE")),
+                         [](const auto& info) { return info.param.name; });
+
+// Polls `done` every millisecond for up to 10 s (what it waits for is a
+// pub/sub message or a reconnect, not a time). Returns how long it took.
+template <typename Fn>
+std::optional<std::chrono::microseconds> AwaitCondition(Fn done) {
+  const auto start = SteadyClock::now();
+  while (!done()) {
+    if (SteadyClock::now() - start > 10s) return std::nullopt;
+    std::this_thread::sleep_for(1ms);
+  }
+  return std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - start);
+}
+
+// Two instances on one Redis, each with its replay cache: an eviction
+// through one empties the other's cache by pub/sub, and the next attempt
+// there executes instead of replaying the evicted outcome.
+void EvictionReachesEveryCache(const std::string& server_url, const std::string& label) {
+  const std::string url = WithOptions(server_url, "prefix=" + UniquePrefix("cache"));
+  auto store_a = OpenOrFail(url, SystemClock::Default());
+  auto store_b = OpenOrFail(url, SystemClock::Default());
+  ASSERT_TRUE(store_a && store_b);
+  CachingStore a(*store_a, SystemClock::Default(), 1 << 20);
+  CachingStore b(*store_b, SystemClock::Default(), 1 << 20);
+  ASSERT_TRUE(a.active() && b.active());
+  // Down (drop 1) until the subscription is confirmed (drop 2).
+  ASSERT_TRUE(AwaitCondition([&] { return b.stats().drops >= 2; })) << "feed never came up";
+
+  auto c = a.Claim(Req("evicted"));
+  ASSERT_TRUE(c && c->claimed);
+  ASSERT_TRUE(a.Complete(c->record.id, c->record.fence, Ok("first"), 1h));
+  ASSERT_TRUE(b.Get(c->record.id));  // a miss: read from Redis, kept
+  auto replay = b.Claim(Req("evicted"));
+  ASSERT_TRUE(replay);
+  EXPECT_FALSE(replay->claimed);
+  EXPECT_EQ(b.stats().hits, 1u) << "the retry at B was answered from memory";
+
+  const uint64_t drops = b.stats().drops;
+  auto evicted = a.Evict(c->record.id);
+  ASSERT_TRUE(evicted && *evicted);
+  auto took = AwaitCondition([&] { return b.stats().drops > drops; });
+  ASSERT_TRUE(took) << "B never heard of the eviction";
+  std::cout << "[ " << label << " ] eviction reached the other instance's cache in "
+            << took->count() << " us\n";
+  EXPECT_EQ(b.stats().records, 0u);
+  auto again = b.Claim(Req("evicted"));
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_TRUE(again->claimed) << "B replayed an evicted outcome";
+}
+
+TEST(RedisSingleTest, AnEvictionReachesEveryInstancesReplayCache) {
+  const std::string url = ServerUrl("IDEM_REDIS_URL_FILE");
+  ASSERT_FALSE(url.empty());
+  EvictionReachesEveryCache(url, "single");
+}
+
+TEST(RedisClusterTest, AnEvictionReachesEveryInstancesReplayCache) {
+  const std::string url = ServerUrl("IDEM_REDIS_CLUSTER_URL_FILE");
+  ASSERT_FALSE(url.empty());
+  EvictionReachesEveryCache(url, "cluster");
+}
+
+// While the subscriber connection is down an eviction could go unheard, so
+// the cache empties, and fills again once it is subscribed again. (That it
+// keeps nothing in between is CachingStoreTest's.)
+TEST(RedisSingleTest, TheReplayCacheEmptiesWhenItsFeedDropsAndFillsOnceItIsBack) {
+  OwnServer server("feed");  // its subscriber connections are ours alone to cut
+  auto config = redis::ParseRedisUrl(server.url());
+  ASSERT_TRUE(config);
+  auto store = OpenOrFail(WithOptions(server.url(), "prefix=feed:"), SystemClock::Default());
+  ASSERT_TRUE(store);
+  CachingStore cache(*store, SystemClock::Default(), 1 << 20);
+  ASSERT_TRUE(AwaitCondition([&] { return cache.stats().drops >= 2; })) << "feed never came up";
+  auto c = cache.Claim(Req("kept"));
+  ASSERT_TRUE(c && c->claimed);
+  ASSERT_TRUE(cache.Complete(c->record.id, c->record.fence, Ok("x"), 1h));
+  ASSERT_EQ(cache.stats().records, 1u);
+
+  auto admin = Connect(config->nodes.front());
+  ASSERT_TRUE(admin);
+  const uint64_t drops = cache.stats().drops;
+  RunCmd(*admin, {"CLIENT", "KILL", "TYPE", "pubsub"});
+  // Down (one drop), then subscribed again after the reconnect (another).
+  ASSERT_TRUE(AwaitCondition([&] { return cache.stats().drops >= drops + 2; }))
+      << "the feed did not go down and come back";
+  EXPECT_EQ(cache.stats().records, 0u);
+  ASSERT_TRUE(cache.Get(c->record.id));  // read from Redis, kept again
+  EXPECT_EQ(cache.stats().records, 1u);
+  const uint64_t hits = cache.stats().hits;
+  ASSERT_TRUE(cache.Get(c->record.id));
+  EXPECT_EQ(cache.stats().hits, hits + 1);
+}
 
 TEST(RedisSingleTest, CrossInstanceWakeUpIsByPubSub) {
   const std::string url = ServerUrl("IDEM_REDIS_URL_FILE");

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 import urllib.error
 import urllib.parse
@@ -227,12 +228,15 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
 
     # ── several instances, one Redis ──
 
-    def test_concurrent_begins_over_three_instances_execute_once(self):
+    def redis_url(self):
         url_file = os.environ.get("IDEM_REDIS_URL_FILE")
         if not url_file or not os.path.exists(url_file):
             self.fail("needs a Redis: set IDEM_REDIS_URL_FILE (CTest's redis fixture does)")
         with open(url_file) as f:
-            redis_url = f.read().strip()
+            return f.read().strip()
+
+    def test_concurrent_begins_over_three_instances_execute_once(self):
+        redis_url = self.redis_url()
         servers = [self.serve(store=redis_url) for _ in range(3)]
         turn = "storm-" + uuid.uuid4().hex
         n = 30
@@ -277,6 +281,49 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
             self.assertEqual(r[2], outcome)
         self.assertGreaterEqual(sum(1 for r in results if r[1]), 1, "nobody attached")
         for s in servers:
+            self.assertEqual(s.stop(), 0)
+
+    def test_an_eviction_through_one_instance_empties_every_instances_replay_cache(self):
+        redis_url = self.redis_url()
+        a, b = self.serve(store=redis_url), self.serve(store=redis_url)
+
+        def metric(server, name):
+            status, _, text = http("GET", server.url + "/metrics")
+            self.assertEqual(status, 200)
+            for line in text.splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+            self.fail(f"{name} not in /metrics")
+
+        def await_metric(server, name, at_least):
+            deadline = time.monotonic() + DEADLINE
+            while metric(server, name) < at_least:
+                self.assertLess(time.monotonic(), deadline, f"{name} never reached {at_least}")
+                threading.Event().wait(0.01)
+
+        # Each cache holds nothing until its eviction feed is subscribed (its second drop).
+        await_metric(a, "idemgate_replay_cache_drops_total", 2)
+        await_metric(b, "idemgate_replay_cache_drops_total", 2)
+        key = "cache-" + uuid.uuid4().hex
+        with idemgate_ledger.Ledger(a.url).call(None, "refund", {"order": 7}, key=key) as c:
+            self.assertFalse(c.replayed)
+            c.complete({"refund": "re_1"})
+        hits = metric(b, "idemgate_replay_cache_hits_total")
+        for _ in range(2):  # read from Redis and kept, then answered from memory
+            with idemgate_ledger.Ledger(b.url).call(None, "refund", {"order": 7}, key=key) as c:
+                self.assertTrue(c.replayed)
+                self.assertEqual(c.outcome["result"], {"refund": "re_1"})
+        self.assertEqual(metric(b, "idemgate_replay_cache_hits_total"), hits + 1)
+
+        drops = metric(b, "idemgate_replay_cache_drops_total")
+        status, _, body = http("DELETE", a.url + "/v1/records/" + key)
+        self.assertEqual((status, body["evicted"]), (200, True))
+        # B hears of it by pub/sub: the retry there executes instead of replaying.
+        await_metric(b, "idemgate_replay_cache_drops_total", drops + 1)
+        with idemgate_ledger.Ledger(b.url).call(None, "refund", {"order": 7}, key=key) as c:
+            self.assertFalse(c.replayed, "B replayed an outcome evicted through A")
+            c.complete({"refund": "re_2"})
+        for s in (a, b):
             self.assertEqual(s.stop(), 0)
 
     # ── tenants and admin ──
