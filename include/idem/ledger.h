@@ -135,6 +135,19 @@ class Ledger {
   // until `done` has run.
   bool BeginAsync(const Call& call, std::function<void(std::optional<Result<Decision>>)> done);
 
+  // Begin for a front that must not block its I/O thread, in the cheapest
+  // way the store allows: one read settles a finished call (SettledAsync),
+  // one claim a fresh one (BeginAsync), and only what is left, Begin, which
+  // may block or wait for a running owner, goes to `offload`. `offload`
+  // runs the work it is given on a worker thread or, if it cannot (the
+  // front is stopping), answers the request itself, and then `done` is
+  // never called. Otherwise `done` runs exactly once, on a thread of the
+  // store's, a worker, or the caller's (an answer from a cache). `call`
+  // must stay alive until `done` has run.
+  using Offload = std::function<void(std::function<void()> work)>;
+  void BeginWithoutBlocking(const Call& call, Offload offload,
+                            std::function<void(Result<Decision>)> done);
+
   // Persists the outcome of an execution. Durable before it returns; the
   // caller may answer only after it returns OK. kAborted: this owner lost the
   // record (lease expired and someone took over) and must not answer with its

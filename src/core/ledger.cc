@@ -142,6 +142,25 @@ bool Ledger::BeginAsync(const Call& call,
       });
 }
 
+void Ledger::BeginWithoutBlocking(const Call& call, Offload offload,
+                                  std::function<void(Result<Decision>)> done) {
+  auto finish = std::make_shared<std::function<void(Result<Decision>)>>(std::move(done));
+  auto begin = [this, &call, finish] { (*finish)(Begin(call)); };
+  auto claim = [this, &call, offload = std::move(offload), begin, finish] {
+    const bool async =
+        BeginAsync(call, [offload, begin, finish](std::optional<Result<Decision>> claimed) {
+          if (!claimed) return offload(begin);  // the record exists: Begin may wait
+          (*finish)(*std::move(claimed));
+        });
+    if (!async) offload(begin);
+  };
+  const bool read = SettledAsync(call, [claim, finish](std::optional<Decision> settled) {
+    if (!settled) return claim();
+    (*finish)(*std::move(settled));
+  });
+  if (!read) claim();
+}
+
 std::optional<Result<Decision>> Ledger::AfterClaim(const Call& call, const ClaimRequest& req,
                                                    TimePoint started, bool sent,
                                                    Result<ClaimResult>& claim) {

@@ -718,6 +718,72 @@ TEST_F(LedgerTest, SettledAsyncIsRefusedByAStoreWithoutAsynchronousReads) {
       MakeCall(), [](std::optional<Decision>) { ADD_FAILURE() << "called back after refusing"; }));
 }
 
+// BeginWithoutBlocking takes the cheapest way the store offers and hands
+// only what may block to the worker: a read for a finished call, a claim for
+// a fresh one, Begin for a record with a running owner or a store with
+// neither. A front that cannot offload answers itself; done never runs.
+TEST_F(LedgerTest, BeginWithoutBlockingOffloadsOnlyWhatMayBlock) {
+  struct Both : testing::InlineAsyncWrites {
+    using InlineAsyncWrites::InlineAsyncWrites;
+    bool GetAsync(const RecordId& id, GetDone done) override {
+      done(target_.Get(id));
+      return true;
+    }
+  } both(*store_);
+  Ledger async_ledger(both, clock_, LedgerOptions{"test", nullptr, true});
+  struct Seen {
+    int offloaded = 0;
+    int done = 0;
+    std::optional<Result<Decision>> last;
+  };
+  auto begin = [](Ledger& ledger, const Call& call, Seen& seen, bool pool_up = true) {
+    ledger.BeginWithoutBlocking(
+        call,
+        [&seen, pool_up](std::function<void()> work) {
+          ++seen.offloaded;
+          if (pool_up) work();  // the worker, inline
+        },
+        [&seen](Result<Decision> d) {
+          ++seen.done;
+          seen.last = std::move(d);
+        });
+  };
+
+  Call call = MakeCall();
+  call.policy.wait = Duration(0);  // a running owner: answer at once, do not wait for it
+  Seen fresh;
+  begin(async_ledger, call, fresh);
+  EXPECT_EQ(fresh.offloaded, 0) << "a fresh call is claimed without a worker";
+  ASSERT_EQ(fresh.done, 1);
+  ASSERT_TRUE(*fresh.last);
+  EXPECT_EQ((**fresh.last).kind, Kind::kExecute);
+
+  Seen running;  // the owner has not completed: Begin decides, on a worker
+  begin(async_ledger, call, running);
+  EXPECT_EQ(running.offloaded, 1);
+  ASSERT_EQ(running.done, 1);
+  ASSERT_TRUE(*running.last);
+  EXPECT_EQ((**running.last).kind, Kind::kInProgress);
+
+  ASSERT_TRUE(async_ledger.Complete(call, **fresh.last, Outcome{OutcomeClass::kSuccess, "ok"}));
+  Seen replay;
+  begin(async_ledger, call, replay);
+  EXPECT_EQ(replay.offloaded, 0) << "a finished call is settled by one read";
+  ASSERT_EQ(replay.done, 1);
+  EXPECT_EQ((**replay.last).kind, Kind::kReplay);
+
+  Seen plain;  // the memory store offers neither: everything on the worker
+  begin(ledger_, MakeCall("other-key"), plain);
+  EXPECT_EQ(plain.offloaded, 1);
+  ASSERT_EQ(plain.done, 1);
+  EXPECT_EQ((**plain.last).kind, Kind::kExecute);
+
+  Seen stopping;
+  begin(ledger_, MakeCall("third-key"), stopping, /*pool_up=*/false);
+  EXPECT_EQ(stopping.offloaded, 1);
+  EXPECT_EQ(stopping.done, 0) << "the front answered itself";
+}
+
 TEST_F(LedgerTest, TurnFallbackUsesTheShorterWindow) {
   Call call = MakeCall();
   call.turn_fallback = true;

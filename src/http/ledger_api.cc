@@ -43,6 +43,11 @@ Response Json(int status, const json::object& o, std::string_view raw_outcome = 
 
 std::string Quoted(std::string_view s) { return json::serialize(json::string(s)); }
 
+// The answer while the worker pool is stopping: nothing was done.
+Response Stopping() {
+  return Problem(503, "stopping", "Stopping", "idemgate is stopping; retry shortly");
+}
+
 // Maps a store or ledger error to its answer (STYLE.md: one table per front).
 Response FromError(const Error& e, std::string_view key) {
   std::string extra = key.empty() ? std::string() : "\"key\":" + Quoted(key);
@@ -425,7 +430,7 @@ void LedgerApi::Handle(Request request, Responder respond) {
           if (call_answer) FaultPoint("before_reply");
           respond(std::move(answer));
         })) {
-      respond(Problem(503, "stopping", "Stopping", "idemgate is stopping; retry shortly"));
+      respond(Stopping());
     }
   };
   const Principal& who = request.principal;
@@ -534,34 +539,17 @@ void LedgerApi::Handle(Request request, Responder respond) {
       call.detail = *key                     ? "ledger api, explicit key"
                     : derived->turn_fallback ? "ledger api, turn fallback: no turn id"
                                              : "ledger api";
-      // Where the store reads and claims without blocking (Redis), a retry
-      // of a finished call is answered from one pipelined read of its record
-      // and a fresh call from one pipelined claim; anything else needs Begin,
-      // which may wait, on the pool.
       auto shared = std::make_shared<const Call>(std::move(call));
-      auto answer = [shared](const Result<Decision>& d) -> Response {
-        if (!d) return FromError(d.error(), shared->id.key);
-        return BeginAnswer(*shared, *d);
-      };
-      auto begin = [this, shared, answer] { return answer(ledger_.Begin(*shared)); };
-      auto reply = [answer, respond](const Result<Decision>& d) {
-        Response r = answer(d);
+      auto reply = [shared, respond](const Result<Decision>& d) {
+        Response r = d ? BeginAnswer(*shared, *d) : FromError(d.error(), shared->id.key);
         FaultPoint("before_reply");
         respond(std::move(r));
       };
-      auto claim = [this, shared, begin, offload, reply] {
-        const bool async =
-            ledger_.BeginAsync(*shared, [begin, offload, reply](std::optional<Result<Decision>> d) {
-              if (!d) return offload(begin);
-              reply(*d);
-            });
-        if (!async) offload(begin);
+      // Without a worker where the store allows (Ledger::BeginWithoutBlocking).
+      auto to_pool = [this, respond](std::function<void()> begin) {
+        if (!pool_.Submit(std::move(begin))) respond(Stopping());
       };
-      auto settled = [claim, reply](std::optional<Decision> d) {
-        if (!d) return claim();
-        reply(*std::move(d));
-      };
-      if (!ledger_.SettledAsync(*shared, settled)) claim();
+      ledger_.BeginWithoutBlocking(*shared, to_pool, reply);
       return;
     }
 

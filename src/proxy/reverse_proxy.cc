@@ -167,33 +167,17 @@ void ReverseProxy::Handle(http::Request request, http::Responder respond) {
   gated->request = std::move(request);
   gated->respond = std::move(respond);
   gated->plan = std::move(plan);
-  // With a store that reads without blocking (Redis), a retry of a finished
-  // request is answered from one pipelined read of its record: no claim and
-  // no worker. Anything else needs Begin, which may wait for a running owner
-  // or a slow store, so it runs on the worker pool, never on this thread.
-  const Call& call = gated->plan.call;
-  auto next = [this, gated](std::optional<Decision> settled) {
-    if (!settled) return Claim(gated);
-    gated->decision = *std::move(settled);
-    Answer(gated);
-  };
-  if (!ledger_.SettledAsync(call, next)) next(std::nullopt);
+  // Where the store allows (Redis), a retry of a finished request is
+  // answered from one read (or the replay cache) and a fresh one claimed
+  // with one pipelined write, without a worker; Begin, which may wait for a
+  // running owner or a slow store, runs on the worker pool, never here.
+  ledger_.BeginWithoutBlocking(
+      gated->plan.call, [this, gated](std::function<void()> begin) { ToWorkers(gated, begin); },
+      [this, gated](Result<Decision> begun) { Begun(gated, std::move(begun)); });
 }
 
-void ReverseProxy::Claim(const std::shared_ptr<Gated>& g) {
-  // With a store that claims without blocking (Redis), the claim of a fresh
-  // request needs no worker either; a worker runs Begin where it may block:
-  // other stores, and a record that exists (deciding may wait for its owner).
-  const bool async =
-      ledger_.BeginAsync(g->plan.call, [this, g](std::optional<Result<Decision>> begun) {
-        if (!begun) return ToWorkers(g);
-        Begun(g, std::move(*begun));
-      });
-  if (!async) ToWorkers(g);
-}
-
-void ReverseProxy::ToWorkers(const std::shared_ptr<Gated>& g) {
-  if (workers_.Submit([this, g] { Begun(g, ledger_.Begin(g->plan.call)); })) return;
+void ReverseProxy::ToWorkers(const std::shared_ptr<Gated>& g, std::function<void()> begin) {
+  if (workers_.Submit(std::move(begin))) return;
   g->Reply(http::Problem(503, "shutting-down", "Shutting down",
                          "idemgate is stopping; the request was not executed. Retry it."));
   Done();

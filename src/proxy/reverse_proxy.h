@@ -96,10 +96,9 @@ class ReverseProxy {
 
  private:
   struct Gated;
-  // Claims g's call: without a worker where the store can (BeginAsync), else
-  // Begin on the worker pool (ToWorkers). Then Begun.
-  void Claim(const std::shared_ptr<Gated>& g);
-  void ToWorkers(const std::shared_ptr<Gated>& g);
+  // Runs `begin` (Ledger::Begin, then Begun) on the worker pool, or answers
+  // 503 if the pool is stopping.
+  void ToWorkers(const std::shared_ptr<Gated>& g, std::function<void()> begin);
   void Begun(const std::shared_ptr<Gated>& g, Result<Decision> begun);
   // Answers g->decision: a replay or a condition here, kExecute by Execute.
   void Answer(const std::shared_ptr<Gated>& g);
