@@ -9,73 +9,33 @@
 #include <string>
 
 #include "idem/caching_store.h"
+#include "idem/forwarding_store.h"
 #include "idem/store.h"
 
 namespace idem::testing {
 
-class StoreWrapper : public Store {
+// Forwards everything but the asynchronous writes and the eviction feed,
+// which it does not offer (subclasses that need them say so), so that a
+// wrapper that fails or counts Claim and Complete sees every one.
+class StoreWrapper : public ForwardingStore {
  public:
-  explicit StoreWrapper(Store& target) : target_(target) {}
-
-  // Store:
-  Result<ClaimResult> Claim(const ClaimRequest& req) override { return target_.Claim(req); }
-  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
-    return target_.Heartbeat(id, fence, lease);
+  using ForwardingStore::ForwardingStore;
+  bool ClaimAsync(const ClaimRequest&, ClaimDone) override { return false; }
+  bool CompleteAsync(const RecordId&, uint64_t, const Outcome&, Duration, CompleteDone) override {
+    return false;
   }
-  Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
-    return target_.Complete(id, fence, outcome, retention);
-  }
-  Result<void> Release(const RecordId& id, uint64_t fence) override {
-    return target_.Release(id, fence);
-  }
-  Result<void> Abandon(const RecordId& id, std::string_view owner) override {
-    return target_.Abandon(id, owner);
-  }
-  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override {
-    return target_.MarkUnknown(id, fence, retention);
-  }
-  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override {
-    return target_.TakeOver(id, fence, lease);
-  }
-  Result<std::optional<Record>> Get(const RecordId& id) override { return target_.Get(id); }
-  bool GetAsync(const RecordId& id, GetDone done) override {
-    return target_.GetAsync(id, std::move(done));
-  }
-  Result<bool> Evict(const RecordId& id) override { return target_.Evict(id); }
-  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override {
-    return target_.WaitForChange(id, seen, deadline);
-  }
-  Result<size_t> PurgeExpired(size_t limit) override { return target_.PurgeExpired(limit); }
-  Result<uint64_t> CountRecords() override { return target_.CountRecords(); }
-  Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override {
-    return target_.AppendAttempts(attempts);
-  }
-  Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override {
-    return target_.QueryAttempts(filter);
-  }
-  Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& f) override {
-    return target_.SummarizeAttempts(f);
-  }
-
- protected:
-  Store& target_;
+  bool WatchEvictions(EvictionFeed) override { return false; }
 };
 
 // `inner` under a CachingStore of 1 MiB, owned together: for running the
 // store contract suite through the cache.
 inline std::unique_ptr<Store> WithReplayCache(std::unique_ptr<Store> inner, Clock& clock) {
-  class Cached final : public StoreWrapper {
+  class Cached final : public ForwardingStore {
    public:
     Cached(std::unique_ptr<Store> inner, Clock& clock)
-        : StoreWrapper(cache_), inner_(std::move(inner)), cache_(*inner_, clock, 1 << 20) {}
-    bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
-      return target_.ClaimAsync(req, std::move(done));
-    }
-    bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                       Duration retention, CompleteDone done) override {
-      return target_.CompleteAsync(id, fence, outcome, retention, std::move(done));
-    }
+        : ForwardingStore(static_cast<Store&>(cache_)),
+          inner_(std::move(inner)),
+          cache_(*inner_, clock, 1 << 20) {}
 
    private:
     std::unique_ptr<Store> inner_;

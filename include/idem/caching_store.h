@@ -34,11 +34,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "idem/store.h"
+#include "idem/forwarding_store.h"
 
 namespace idem {
 
-class CachingStore final : public Store {
+class CachingStore final : public ForwardingStore {
  public:
   // Caches up to `max_bytes` of completed records (an estimate of their
   // memory: outcome, fingerprint, names), least recently used out first.
@@ -61,27 +61,16 @@ class CachingStore final : public Store {
   };
   Stats stats() const;
 
-  // Store:
+  // Store (everything else is forwarded unchanged):
   Result<ClaimResult> Claim(const ClaimRequest& req) override;
-  Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                           Duration retention) override;
-  Result<void> Release(const RecordId& id, uint64_t fence) override;
-  Result<void> Abandon(const RecordId& id, std::string_view owner) override;
-  Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
-  Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
   bool GetAsync(const RecordId& id, GetDone done) override;
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override;
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
                      CompleteDone done) override;
   Result<bool> Evict(const RecordId& id) override;
-  Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
-  Result<size_t> PurgeExpired(size_t limit) override;
-  Result<uint64_t> CountRecords() override;
-  Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override;
-  Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override;
-  Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) override;
   // A cache above this one would gain nothing; not offered.
   bool WatchEvictions(EvictionFeed on_change) override;
 
@@ -105,7 +94,6 @@ class CachingStore final : public Store {
   void DropLocked();
   void EraseLocked(std::unordered_map<std::string, Entry>::iterator it);
 
-  Store& target_;
   Clock& clock_;
   const size_t max_bytes_;
   bool active_ = false;

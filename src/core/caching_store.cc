@@ -28,7 +28,7 @@ size_t FootprintOf(const Record& r, size_t key_bytes) {
 }  // namespace
 
 CachingStore::CachingStore(Store& target, Clock& clock, size_t max_bytes)
-    : target_(target), clock_(clock), max_bytes_(max_bytes) {
+    : ForwardingStore(target), clock_(clock), max_bytes_(max_bytes) {
   if (max_bytes_ == 0) return;
   active_ = target_.WatchEvictions([this](bool heard) { Drop(heard); });
 }
@@ -166,40 +166,6 @@ Result<bool> CachingStore::Evict(const RecordId& id) {
 bool CachingStore::WatchEvictions(EvictionFeed on_change) {
   (void)on_change;
   return false;
-}
-
-// Everything else changes records that are not completed (or reads the
-// audit log): straight through.
-Result<TimePoint> CachingStore::Heartbeat(const RecordId& id, uint64_t fence, Duration lease) {
-  return target_.Heartbeat(id, fence, lease);
-}
-Result<void> CachingStore::Release(const RecordId& id, uint64_t fence) {
-  return target_.Release(id, fence);
-}
-Result<void> CachingStore::Abandon(const RecordId& id, std::string_view owner) {
-  return target_.Abandon(id, owner);
-}
-Result<Record> CachingStore::MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) {
-  return target_.MarkUnknown(id, fence, retention);
-}
-Result<Record> CachingStore::TakeOver(const RecordId& id, uint64_t fence, Duration lease) {
-  return target_.TakeOver(id, fence, lease);
-}
-Result<void> CachingStore::WaitForChange(const RecordId& id, const Record& seen,
-                                         TimePoint deadline) {
-  return target_.WaitForChange(id, seen, deadline);
-}
-Result<size_t> CachingStore::PurgeExpired(size_t limit) { return target_.PurgeExpired(limit); }
-Result<uint64_t> CachingStore::CountRecords() { return target_.CountRecords(); }
-Result<void> CachingStore::AppendAttempts(const std::vector<Attempt>& attempts) {
-  return target_.AppendAttempts(attempts);
-}
-Result<std::vector<Attempt>> CachingStore::QueryAttempts(const AttemptFilter& filter) {
-  return target_.QueryAttempts(filter);
-}
-Result<std::map<std::string, ToolStats>> CachingStore::SummarizeAttempts(
-    const AttemptFilter& filter) {
-  return target_.SummarizeAttempts(filter);
 }
 
 }  // namespace idem

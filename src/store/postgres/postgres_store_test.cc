@@ -27,6 +27,7 @@
 
 #include "change_listener.h"
 #include "idem/caching_store.h"
+#include "idem/forwarding_store.h"
 #include "pg_schema.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
@@ -108,10 +109,10 @@ void DropSchema(const std::string& url, const std::string& schema) {
 
 // A PostgresStore in a schema of its own, dropped when the store closes: each
 // contract test starts empty.
-class TempSchemaStore : public testing::StoreWrapper {
+class TempSchemaStore : public ForwardingStore {
  public:
   TempSchemaStore(std::string url, std::string schema, std::unique_ptr<Store> store)
-      : StoreWrapper(*store),
+      : ForwardingStore(*store),
         url_(std::move(url)),
         schema_(std::move(schema)),
         store_(std::move(store)) {}
