@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "net/url_text.h"
+
 namespace idem::cli {
 
 int Fail(std::string_view command, std::string_view message) {
@@ -39,7 +41,8 @@ Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const 
   std::string url = StoreUrlFor(globals, config);
   Result<std::unique_ptr<Store>> store = OpenStore(url, SystemClock::Default());
   if (!store) {
-    return MakeError(store.error().code, "cannot open store " + url + ": " + store.error().message);
+    return MakeError(store.error().code, "cannot open store " + net::WithoutPassword(url) + ": " +
+                                             store.error().message);
   }
   return store;
 }

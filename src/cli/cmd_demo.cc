@@ -14,6 +14,7 @@
 #include "idem/canonical_json.h"
 #include "idem/key.h"
 #include "idem/ledger.h"
+#include "net/url_text.h"
 
 namespace idem::cli {
 namespace {
@@ -59,7 +60,8 @@ int RunDemo(const GlobalOptions& globals, const DemoFlags& flags) {
     fmt::print("  {:<34} {:<12} {}\n", label, DecisionKindName(r->decision.kind), body);
   };
 
-  fmt::print("store: {}\nturn:  {}\n\n", StoreUrlFor(globals, session->config), turn);
+  fmt::print("store: {}\nturn:  {}\n\n",
+             net::WithoutPassword(StoreUrlFor(globals, session->config)), turn);
   auto call = MakeCall(session->config, turn, R"({"amount":4200,"currency":"eur"})");
   if (!call) return Fail("demo", call.error());
   fmt::print("key:   {}\n\n", call->id.key);

@@ -5,27 +5,27 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <boost/url/parse.hpp>
 #include <iostream>
+
+#include "net/http_target.h"
+#include "net/tls_client.h"
 
 namespace idem {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
-namespace net = boost::asio;
-namespace ssl = net::ssl;
-using tcp = net::ip::tcp;
+namespace asio = boost::asio;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
 
 struct WebhookSender::Target {
-  bool tls = false;
-  std::string host;  // without brackets
-  std::string port;
-  std::string host_header;
-  std::string path;  // with query
+  net::HttpTarget where;
+  std::string request_target;  // path and query
 };
 
 struct WebhookSender::Tls {
-  ssl::context ctx{ssl::context::tls_client};
+  explicit Tls(net::SslCtxPtr native) : ctx(native.release()) {}
+  ssl::context ctx;
 };
 
 namespace {
@@ -34,30 +34,30 @@ namespace {
 constexpr size_t kMaxResponseBytes = 64 * 1024;
 
 template <typename Stream>
-net::awaitable<int> Exchange(Stream& stream, const WebhookSender::Target& t, std::string body) {
-  http::request<http::string_body> req{http::verb::post, t.path, 11};
-  req.set(http::field::host, t.host_header);
+asio::awaitable<int> Exchange(Stream& stream, const WebhookSender::Target& t, std::string body) {
+  http::request<http::string_body> req{http::verb::post, t.request_target, 11};
+  req.set(http::field::host, t.where.host_header);
   req.set(http::field::user_agent, "idemgate/" IDEM_VERSION);
   req.set(http::field::content_type, "application/json");
   req.set(http::field::connection, "close");
   req.body() = std::move(body);
   req.prepare_payload();
-  co_await http::async_write(stream, req, net::use_awaitable);
+  co_await http::async_write(stream, req, asio::use_awaitable);
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kMaxResponseBytes);
-  co_await http::async_read(stream, buffer, parser, net::use_awaitable);
+  co_await http::async_read(stream, buffer, parser, asio::use_awaitable);
   co_return parser.get().result_int();
 }
 
 // One POST within `timeout`: the HTTP status, or what went wrong.
 Result<int> PostOnce(const WebhookSender::Target& t, ssl::context* tls, bool verify,
                      std::string body, Duration timeout) {
-  net::io_context ioc;
+  asio::io_context ioc;
   tcp::resolver resolver(ioc);
   beast::tcp_stream tcp_stream(ioc);
   std::optional<beast::ssl_stream<beast::tcp_stream&>> tls_stream;
-  net::steady_timer deadline(ioc);
+  asio::steady_timer deadline(ioc);
   bool timed_out = false;
   Result<int> result = MakeError(ErrorCode::kInternal, "not run");
 
@@ -68,20 +68,18 @@ Result<int> PostOnce(const WebhookSender::Target& t, ssl::context* tls, bool ver
     resolver.cancel();
     tcp_stream.socket().close(ec);
   });
-  net::co_spawn(
+  asio::co_spawn(
       ioc,
-      [&]() -> net::awaitable<void> {
+      [&]() -> asio::awaitable<void> {
         try {
-          auto endpoints = co_await resolver.async_resolve(t.host, t.port, net::use_awaitable);
-          co_await tcp_stream.async_connect(endpoints, net::use_awaitable);
+          auto endpoints =
+              co_await resolver.async_resolve(t.where.host, t.where.port, asio::use_awaitable);
+          co_await tcp_stream.async_connect(endpoints, asio::use_awaitable);
           int status;
           if (tls != nullptr) {
             tls_stream.emplace(tcp_stream, *tls);
-            beast::error_code ec;
-            net::ip::make_address(t.host, ec);
-            if (ec) SSL_set_tlsext_host_name(tls_stream->native_handle(), t.host.c_str());
-            if (verify) tls_stream->set_verify_callback(ssl::host_name_verification(t.host));
-            co_await tls_stream->async_handshake(ssl::stream_base::client, net::use_awaitable);
+            net::PrepareTlsClient(tls_stream->native_handle(), t.where.host, verify);
+            co_await tls_stream->async_handshake(ssl::stream_base::client, asio::use_awaitable);
             status = co_await Exchange(*tls_stream, t, std::move(body));
           } else {
             status = co_await Exchange(tcp_stream, t, std::move(body));
@@ -92,7 +90,7 @@ Result<int> PostOnce(const WebhookSender::Target& t, ssl::context* tls, bool ver
         }
         deadline.cancel();
       },
-      net::detached);
+      asio::detached);
   ioc.run();
   if (timed_out && !result) {
     return MakeError(ErrorCode::kDeadlineExceeded,
@@ -101,58 +99,23 @@ Result<int> PostOnce(const WebhookSender::Target& t, ssl::context* tls, bool ver
   return result;
 }
 
-Result<WebhookSender::Target> ParseWebhookUrl(std::string_view url) {
-  auto u = boost::urls::parse_absolute_uri(url);
-  auto bad = [&](std::string_view why) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "alert.webhook \"" + std::string(url) + "\" " + std::string(why));
-  };
-  if (!u) return bad("is not an absolute URL");
-  WebhookSender::Target t;
-  if (u->scheme() == "https") {
-    t.tls = true;
-  } else if (u->scheme() != "http") {
-    return bad("must start with http:// or https://");
-  }
-  if (u->host().empty()) return bad("has no host");
-  t.host = u->host_address();
-  t.port = u->has_port() ? std::string(u->port()) : (t.tls ? "443" : "80");
-  t.host_header = u->encoded_host_and_port();
-  t.path = u->encoded_target().empty() ? "/" : std::string(u->encoded_target());
-  if (t.path.front() != '/') t.path.insert(0, "/");
-  return t;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<WebhookSender>> WebhookSender::Create(std::string_view url,
                                                              WebhookOptions options) {
-  auto target = ParseWebhookUrl(url);
-  if (!target) return std::unexpected(target.error());
+  auto where = net::ParseHttpTarget(url, "alert.webhook");
+  if (!where) return std::unexpected(where.error());
+  auto target = std::make_unique<Target>(Target{std::move(*where), {}});
+  target->request_target = target->where.RequestTarget();
   std::unique_ptr<Tls> tls;
-  if (target->tls) {
-    tls = std::make_unique<Tls>();
-    beast::error_code ec;
-    if (options.verify_tls) {
-      tls->ctx.set_default_verify_paths(ec);
-      if (ec) {
-        return MakeError(ErrorCode::kUnavailable,
-                         "cannot load the system TLS trust store: " + ec.message());
-      }
-      if (!options.ca_file.empty()) {
-        tls->ctx.load_verify_file(options.ca_file, ec);
-        if (ec) {
-          return MakeError(ErrorCode::kInvalidArgument,
-                           "cannot load CA file '" + options.ca_file + "': " + ec.message());
-        }
-      }
-      tls->ctx.set_verify_mode(ssl::verify_peer);
-    } else {
-      tls->ctx.set_verify_mode(ssl::verify_none);
-    }
+  if (target->where.tls) {
+    auto ctx = net::NewTlsClientContext(
+        {.verify = options.verify_tls, .ca_file = options.ca_file, .ca_option = "the CA file"});
+    if (!ctx) return std::unexpected(ctx.error());
+    tls = std::make_unique<Tls>(std::move(*ctx));
   }
-  return std::unique_ptr<WebhookSender>(new WebhookSender(
-      std::make_unique<Target>(std::move(*target)), std::move(tls), std::move(options)));
+  return std::unique_ptr<WebhookSender>(
+      new WebhookSender(std::move(target), std::move(tls), std::move(options)));
 }
 
 WebhookSender::WebhookSender(std::unique_ptr<Target> target, std::unique_ptr<Tls> tls,
@@ -228,7 +191,7 @@ void WebhookSender::Loop() {
     }
     if (!failure.empty()) {
       // Host only: webhook paths often carry a secret (chat hooks).
-      Log("alert webhook to " + target_->host_header + " failed: " + failure);
+      Log("alert webhook to " + target_->where.host_header + " failed: " + failure);
     }
     lock.lock();
     busy_ = false;

@@ -21,8 +21,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
-#include <boost/url/url_view.hpp>
 #include <cerrno>
 #include <deque>
 #include <iostream>
@@ -38,6 +36,8 @@
 #include "mcp/http_message_pump.h"
 #include "mcp/http_protocol.h"
 #include "mcp/sse.h"
+#include "net/http_target.h"
+#include "net/tls_client.h"
 
 #ifndef IDEM_VERSION
 #define IDEM_VERSION "dev"
@@ -85,48 +85,7 @@ const std::string& ProcessNonce() {
   return nonce;
 }
 
-struct Target {
-  bool tls = false;
-  std::string host;         // name or IP literal, without brackets
-  std::string port;         // "443"
-  std::string host_header;  // as in the URL: "example.com:8443"
-  std::string path;         // "/mcp?x=1"
-  std::string display;      // the URL without userinfo, for messages
-};
-
-Result<Target> ParseTarget(const std::string& url) {
-  auto parsed = boost::urls::parse_uri(url);
-  if (!parsed) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "invalid upstream URL '" + url + "': " + parsed.error().message() +
-                         " (expected http://HOST[:PORT]/PATH or https://...)");
-  }
-  boost::urls::url_view u = *parsed;
-  Target t;
-  std::string scheme(u.scheme());
-  if (scheme == "https") {
-    t.tls = true;
-  } else if (scheme != "http") {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "invalid upstream URL '" + url + "': the scheme must be http or https");
-  }
-  if (u.has_userinfo()) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "invalid upstream URL: credentials in the URL are not supported; send them "
-                     "as a header (Authorization)");
-  }
-  t.host = std::string(u.host_address());
-  if (t.host.empty()) {
-    return MakeError(ErrorCode::kInvalidArgument, "invalid upstream URL '" + url + "': no host");
-  }
-  t.port = u.has_port() ? std::string(u.port()) : (t.tls ? "443" : "80");
-  t.host_header = std::string(u.encoded_host_and_port());
-  t.path = std::string(u.encoded_path());
-  if (t.path.empty()) t.path = "/";
-  if (u.has_query()) t.path.append("?").append(u.encoded_query());
-  t.display = scheme + "://" + t.host_header + t.path;
-  return t;
-}
+using Target = idem::net::HttpTarget;
 
 using Conn = ClientConn;
 
@@ -176,6 +135,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
                std::unique_ptr<ssl::context> tls)
       : ioc_(ioc),
         target_(std::move(target)),
+        request_target_(target_.RequestTarget()),
         options_(std::move(options)),
         tls_(std::move(tls)),
         grace_timer_(ioc),
@@ -296,7 +256,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   void BaseRequest(Op& op, http::verb verb) {
     op.req = {};
     op.req.method(verb);
-    op.req.target(target_.path);
+    op.req.target(request_target_);
     op.req.version(11);
     op.req.set(http::field::host, target_.host_header);
     op.req.set(http::field::user_agent, "idemgate/" IDEM_VERSION);
@@ -411,12 +371,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   }
 
   void PrepareTls(Conn& c) {
-    boost::system::error_code ec;
-    boost::asio::ip::make_address(target_.host, ec);
-    if (ec) {  // SNI only for names, not IP literals
-      SSL_set_tlsext_host_name(c.tls->native_handle(), target_.host.c_str());
-    }
-    if (options_.verify_tls) c.tls->set_verify_callback(ssl::host_name_verification(target_.host));
+    idem::net::PrepareTlsClient(c.tls->native_handle(), target_.host, options_.verify_tls);
   }
 
   void ConnectFailed(const std::shared_ptr<Op>& op, const std::string& detail) {
@@ -918,6 +873,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
 
   net::io_context& ioc_;
   const Target target_;
+  const std::string request_target_;  // path and query
   const HttpClientOptions options_;
   std::unique_ptr<ssl::context> tls_;
   MessagePump pump_;
@@ -990,29 +946,14 @@ class HttpUpstreamChannel : public Channel {
 
 Result<std::shared_ptr<Channel>> ConnectHttpUpstream(const std::string& url,
                                                      const HttpClientOptions& options) {
-  Result<Target> target = ParseTarget(url);
+  Result<Target> target = idem::net::ParseHttpTarget(url, "upstream URL");
   if (!target) return std::unexpected(target.error());
   std::unique_ptr<ssl::context> tls;
   if (target->tls) {
-    tls = std::make_unique<ssl::context>(ssl::context::tls_client);
-    boost::system::error_code ec;
-    if (options.verify_tls) {
-      tls->set_default_verify_paths(ec);
-      if (ec) {
-        return MakeError(ErrorCode::kUnavailable,
-                         "cannot load the system TLS trust store: " + ec.message());
-      }
-      if (!options.ca_file.empty()) {
-        tls->load_verify_file(options.ca_file, ec);
-        if (ec) {
-          return MakeError(ErrorCode::kInvalidArgument,
-                           "cannot load CA file '" + options.ca_file + "': " + ec.message());
-        }
-      }
-      tls->set_verify_mode(ssl::verify_peer);
-    } else {
-      tls->set_verify_mode(ssl::verify_none);
-    }
+    auto ctx = idem::net::NewTlsClientContext(
+        {.verify = options.verify_tls, .ca_file = options.ca_file, .ca_option = "CA file"});
+    if (!ctx) return std::unexpected(ctx.error());
+    tls = std::make_unique<ssl::context>(ctx->release());
   }
   return std::shared_ptr<Channel>(
       std::make_shared<HttpUpstreamChannel>(std::move(*target), options, std::move(tls)));

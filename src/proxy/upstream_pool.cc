@@ -8,7 +8,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <boost/url/parse.hpp>
 #include <cerrno>
 #include <mutex>
 #include <optional>
@@ -16,6 +15,8 @@
 #include <thread>
 
 #include "mcp/client_conn.h"
+#include "net/http_target.h"
+#include "net/tls_client.h"
 
 #ifndef IDEM_VERSION
 #define IDEM_VERSION "dev"
@@ -31,37 +32,23 @@ namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
+// Where requests go: the upstream URL's origin, and the base path that every
+// request target is appended to ("" or "/base", no trailing '/').
 struct Origin {
-  bool tls = false;
-  std::string host;         // name or IP literal, without brackets
-  std::string port;         // "443"
-  std::string host_header;  // "example.com:8443"
-  std::string base_path;    // "" or "/base" (no trailing '/')
+  idem::net::HttpTarget target;
+  std::string base_path;
 };
 
 Result<Origin> ParseOrigin(const std::string& url) {
-  auto parsed = boost::urls::parse_uri(url);
-  auto bad = [&](std::string why) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "invalid upstream URL '" + url + "': " + why +
-                         " (expected http://HOST[:PORT][/PATH] or https://...)");
-  };
-  if (!parsed) return bad(parsed.error().message());
-  boost::urls::url_view u = *parsed;
-  Origin o;
-  const std::string scheme(u.scheme());
-  if (scheme == "https") {
-    o.tls = true;
-  } else if (scheme != "http") {
-    return bad("the scheme must be http or https");
+  auto target = idem::net::ParseHttpTarget(url, "upstream URL");
+  if (!target) return std::unexpected(target.error());
+  if (!target->query.empty()) {
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        "invalid upstream URL '" + url + "': a query is not allowed (each request brings its own)");
   }
-  if (u.has_userinfo()) return bad("credentials in the URL are not supported");
-  if (u.has_query() || u.has_fragment()) return bad("a query or fragment is not allowed");
-  o.host = std::string(u.host_address());
-  if (o.host.empty()) return bad("no host");
-  o.port = u.has_port() ? std::string(u.port()) : (o.tls ? "443" : "80");
-  o.host_header = std::string(u.encoded_host_and_port());
-  o.base_path = std::string(u.encoded_path());
+  Origin o{std::move(*target), {}};
+  o.base_path = o.target.path;
   while (!o.base_path.empty() && o.base_path.back() == '/') o.base_path.pop_back();
   return o;
 }
@@ -142,7 +129,7 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
 
   void Connect(const std::shared_ptr<Exchange>& ex) {
     auto c = std::make_unique<Conn>();
-    if (origin.tls) {
+    if (origin.target.tls) {
       c->tls.emplace(net::make_strand(ioc), *tls);
     } else {
       c->plain.emplace(net::make_strand(ioc));
@@ -156,14 +143,14 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
       if (!ec) resolver->cancel();
     });
     resolver->async_resolve(
-        origin.host, origin.port,
+        origin.target.host, origin.target.port,
         [self = shared_from_this(), ex, resolver, timer, deadline](
             beast::error_code ec, tcp::resolver::results_type results) {
           timer->cancel();
           if (ec) {
             return self->Fail(
                 ex, UpstreamResult::Kind::kNotSent,
-                "cannot resolve upstream host '" + self->origin.host + "' (" +
+                "cannot resolve upstream host '" + self->origin.target.host + "' (" +
                     (ec == net::error::operation_aborted ? "timed out" : ec.message()) + ")");
           }
           ex->conn->lowest().expires_at(deadline);
@@ -171,8 +158,9 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
                                                                          const tcp::endpoint&) {
             if (ec) {
               return self->Fail(ex, UpstreamResult::Kind::kNotSent,
-                                "cannot connect to the upstream " + self->origin.host_header +
-                                    " (" + self->Describe(ec, true) + ")");
+                                "cannot connect to the upstream " +
+                                    self->origin.target.host_header + " (" +
+                                    self->Describe(ec, true) + ")");
             }
             beast::error_code ignored;
             ex->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
@@ -182,8 +170,9 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
                                                                       ex](beast::error_code ec) {
               if (ec) {
                 return self->Fail(ex, UpstreamResult::Kind::kNotSent,
-                                  "TLS handshake with the upstream " + self->origin.host_header +
-                                      " failed (" + self->Describe(ec, true) + ")");
+                                  "TLS handshake with the upstream " +
+                                      self->origin.target.host_header + " failed (" +
+                                      self->Describe(ec, true) + ")");
               }
               self->Write(ex);
             });
@@ -192,10 +181,7 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   }
 
   void PrepareTls(Conn& c) {
-    boost::system::error_code ec;
-    net::ip::make_address(origin.host, ec);
-    if (ec) SSL_set_tlsext_host_name(c.tls->native_handle(), origin.host.c_str());  // names only
-    if (options.verify_tls) c.tls->set_verify_callback(ssl::host_name_verification(origin.host));
+    idem::net::PrepareTlsClient(c.tls->native_handle(), origin.target.host, options.verify_tls);
   }
 
   std::string Describe(const beast::error_code& ec, bool connecting) const {
@@ -349,27 +335,12 @@ Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(const UpstreamOptions
   Result<Origin> origin = ParseOrigin(options.url);
   if (!origin) return std::unexpected(origin.error());
   std::unique_ptr<ssl::context> tls;
-  if (origin->tls) {
-    tls = std::make_unique<ssl::context>(ssl::context::tls_client);
-    boost::system::error_code ec;
-    if (options.verify_tls) {
-      tls->set_default_verify_paths(ec);
-      if (ec) {
-        return MakeError(ErrorCode::kUnavailable,
-                         "cannot load the system TLS trust store: " + ec.message());
-      }
-      if (!options.ca_file.empty()) {
-        tls->load_verify_file(options.ca_file, ec);
-        if (ec) {
-          return MakeError(ErrorCode::kInvalidArgument, "cannot load the upstream CA file '" +
-                                                            options.ca_file + "': " + ec.message() +
-                                                            " (expected PEM certificates)");
-        }
-      }
-      tls->set_verify_mode(ssl::verify_peer);
-    } else {
-      tls->set_verify_mode(ssl::verify_none);
-    }
+  if (origin->target.tls) {
+    auto ctx = idem::net::NewTlsClientContext({.verify = options.verify_tls,
+                                               .ca_file = options.ca_file,
+                                               .ca_option = "upstream_ca_file"});
+    if (!ctx) return std::unexpected(ctx.error());
+    tls = std::make_unique<ssl::context>(ctx->release());
   }
   auto impl = std::make_shared<Impl>(std::move(*origin), options, std::move(tls));
   for (int i = 0; i < std::max(1, options.threads); ++i) {
@@ -384,7 +355,7 @@ UpstreamPool::~UpstreamPool() { Stop(); }
 
 void UpstreamPool::Stop() { impl_->Stop(); }
 
-const std::string& UpstreamPool::host_header() const { return impl_->origin.host_header; }
+const std::string& UpstreamPool::host_header() const { return impl_->origin.target.host_header; }
 
 void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
   auto ex = std::make_shared<Exchange>();
@@ -396,7 +367,7 @@ void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
   ex->head = request.method == "HEAD";
   req.target(impl_->origin.base_path + request.target);
   for (http::Header& h : request.headers) req.insert(h.name, h.value);
-  req.set(bhttp::field::host, impl_->origin.host_header);
+  req.set(bhttp::field::host, impl_->origin.target.host_header);
   if (req.find(bhttp::field::user_agent) == req.end()) {
     req.set(bhttp::field::user_agent, "idemgate/" IDEM_VERSION);
   }

@@ -5,6 +5,7 @@
 
 #include "idem/store.h"
 #include "memory_store.h"
+#include "net/url_text.h"
 #include "postgres_store.h"
 #include "redis_store.h"
 #include "redis_url.h"
@@ -40,7 +41,7 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, Clock& clock,
     return OpenPostgresStore(url, clock, options);
   }
   return MakeError(ErrorCode::kInvalidArgument,
-                   "unsupported store URL \"" + std::string(url) +
+                   "unsupported store URL \"" + net::WithoutPassword(url) +
                        "\"; supported: memory:, sqlite:PATH, redis://HOST[:PORT][/DB], "
                        "redis+cluster://HOST:PORT,HOST:PORT,…, "
                        "postgres://USER@HOST[:PORT]/DBNAME[?schema=NAME]");

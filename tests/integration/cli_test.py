@@ -314,6 +314,16 @@ class FreshStoreTest(TempDirTest):
         self.assertEqual(p.returncode, 1)
         self.assertIn("carrier-pigeon://x", p.stderr.decode())
 
+    def test_a_store_password_is_never_repeated(self):
+        for url in ("redis://alice:s3cret@127.0.0.1:1/0?connect_timeout=100ms",
+                    "redis://alice:s3cret@127.0.0.1:1/0?no_such_option=1",
+                    "rediss+cluster://:s3cret@127.0.0.1:1,127.0.0.1:2?tls_ca=/nonexistent"):
+            p = run("stats", "--store", url, env=self.env)
+            self.assertEqual(p.returncode, 1, url)
+            err = p.stderr.decode()
+            self.assertNotIn("s3cret", err)
+            self.assertIn(":***@127.0.0.1:1", err)
+
 
 class RecordCommandsTest(TempDirTest):
     """inspect / evict / resolve / audit / stats / purge on the fixture's records."""

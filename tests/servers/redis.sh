@@ -7,6 +7,14 @@
 #                              ARGS go to redis-server (e.g. --replicaof 127.0.0.1 6379);
 #                              writes DIR/url
 #   redis.sh start-cluster DIR three cluster masters in DIR/node{1,2,3}; writes DIR/url
+#   redis.sh start-tls DIR     one TLS-only server (clients must show a certificate) in DIR,
+#                              on a free port; the certificates in DIR/tls: ca.crt signed
+#                              server.crt (localhost, 127.0.0.1) and client.crt, and
+#                              other-ca.crt signed nothing (for negative tests); writes
+#                              DIR/url: rediss://127.0.0.1:P?tls_ca=…&tls_cert=…&tls_key=…
+#   redis.sh start-tls-cluster DIR
+#                              three TLS-only cluster masters (TLS on the cluster bus too),
+#                              certificates as start-tls; writes DIR/url: rediss+cluster://…
 #   redis.sh stop DIR          stops the servers started in DIR (by their pidfiles) and
 #                              removes DIR
 #
@@ -15,7 +23,8 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: redis.sh start DIR [PORT|auto [ARGS…]] | start-cluster DIR | stop DIR" >&2
+  echo "usage: redis.sh start DIR [PORT|auto [ARGS…]] | start-cluster DIR | start-tls DIR |" \
+    "start-tls-cluster DIR | stop DIR" >&2
   exit 2
 }
 
@@ -50,9 +59,64 @@ stop_one() {  # DIR
   rm -f "$pidfile"
 }
 
+# TLS, once use_tls has run: redis-server's and redis-cli's arguments, and the URL's scheme
+# and query. Empty: plain TCP.
+server_tls=()
+cli=()
+scheme=redis
+query=""
+
+# Runs openssl quietly; on failure prints what it said.
+openssl_quiet() {
+  local out
+  out=$(openssl "$@" 2>&1) || {
+    echo "redis.sh: openssl $1 failed: $out" >&2
+    return 1
+  }
+}
+
+# A new EC key DIR/NAME.key and its certificate DIR/NAME.crt, signed by DIR/ca.crt.
+sign() {  # DIR NAME SUBJECT EXTENSIONS (x509v3 config lines)
+  openssl_quiet req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$1/$2.key" -out "$1/$2.csr" -subj "$3"
+  openssl_quiet x509 -req -in "$1/$2.csr" -CA "$1/ca.crt" -CAkey "$1/ca.key" -CAcreateserial \
+    -days 3650 -out "$1/$2.crt" -extfile <(echo "$4")
+  rm -f "$1/$2.csr"
+}
+
+# Makes start-tls's certificates in DIR/tls (fresh every time) and switches the servers,
+# redis-cli and the URL to TLS.
+use_tls() {  # DIR
+  local tls=$1/tls
+  rm -rf "$tls"
+  mkdir -p "$tls"
+  for ca in ca other-ca; do
+    openssl_quiet req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+      -keyout "$tls/$ca.key" -out "$tls/$ca.crt" -subj "/CN=idemgate test $ca"
+  done
+  rm -f "$tls/other-ca.key"  # it signs nothing
+  # clientAuth too: a server shows this certificate when it connects to another (cluster bus).
+  sign "$tls" server /CN=localhost \
+    $'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth'
+  sign "$tls" client "/CN=idemgate test client" "extendedKeyUsage=clientAuth"
+  server_tls=(--tls-cert-file "$tls/server.crt" --tls-key-file "$tls/server.key"
+    --tls-ca-cert-file "$tls/ca.crt")
+  cli=(--tls --cacert "$tls/ca.crt" --cert "$tls/client.crt" --key "$tls/client.key")
+  scheme=rediss
+  # The URL %-decodes option values: encode the paths.
+  query=$(python3 -c '
+import sys, urllib.parse
+tls = sys.argv[1]
+files = [("tls_ca", "ca.crt"), ("tls_cert", "client.crt"), ("tls_key", "client.key")]
+print("?" + "&".join(k + "=" + urllib.parse.quote(tls + "/" + f, safe="/") for k, f in files))
+' "$tls")
+}
+
 wait_ping() {  # PORT DIR
   for _ in $(seq 1 200); do
-    if [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null || true)" = "PONG" ]; then return 0; fi
+    if [ "$(redis-cli "${cli[@]}" -h 127.0.0.1 -p "$1" ping 2>/dev/null || true)" = "PONG" ]; then
+      return 0
+    fi
     sleep 0.05
   done
   echo "redis.sh: redis-server on 127.0.0.1:$1 did not answer PING; its log:" >&2
@@ -61,12 +125,14 @@ wait_ping() {  # PORT DIR
 }
 
 start_one() {  # DIR PORT [extra redis-server args]
-  local dir=$1 port=$2
+  local dir=$1 port=$2 listen
   shift 2
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   stop_one "$dir"  # a server left over from an interrupted run
-  if ! redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
+  listen=(--port "$port")
+  if [ ${#server_tls[@]} -gt 0 ]; then listen=(--port 0 --tls-port "$port" "${server_tls[@]}"); fi
+  if ! redis-server --bind 127.0.0.1 "${listen[@]}" --protected-mode yes \
     --dir "$dir" --appendonly yes --appendfsync always --save "" \
     --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" "$@"; then
     echo "redis.sh: redis-server failed to start on 127.0.0.1:$port; its log:" >&2
@@ -82,62 +148,82 @@ start_one() {  # DIR PORT [extra redis-server args]
   return 1
 }
 
+start_single() {  # DIR [PORT|auto [ARGS…]]: writes DIR/url
+  local dir=$1 port=${2:-auto}
+  local extra=("${@:3}")
+  if [ "$port" = auto ]; then
+    # A free port can be taken between the probe and the bind: try a few.
+    for _ in 1 2 3; do
+      port=$(free_ports 1)
+      if start_one "$dir" "$port" "${extra[@]}"; then break; fi
+      port=""
+    done
+    [ -n "$port" ] || exit 1
+  else
+    start_one "$dir" "$port" "${extra[@]}"
+  fi
+  echo "$scheme://127.0.0.1:$port$query" >"$dir/url"
+  echo "redis.sh: $(cat "$dir/url") (pid $(cat "$dir/redis.pid"), dir $dir)" >&2
+}
+
+start_cluster() {  # DIR: three masters in DIR/node{1,2,3}; writes DIR/url
+  local dir=$1 nodes=() ports port bus announced tls_bus=()
+  if [ ${#server_tls[@]} -gt 0 ]; then tls_bus=(--tls-cluster yes --tls-replication yes); fi
+  read -r -a ports <<<"$(free_ports 6)"  # a client port and a cluster bus port each
+  for i in 1 2 3; do
+    port=${ports[$(((i - 1) * 2))]}
+    bus=${ports[$(((i - 1) * 2 + 1))]}
+    rm -f "$dir/node$i/nodes.conf"  # a fresh cluster every time
+    start_one "$dir/node$i" "$port" --cluster-enabled yes --cluster-port "$bus" \
+      --cluster-config-file "$dir/node$i/nodes.conf" --cluster-node-timeout 5000 "${tls_bus[@]}"
+    nodes+=("127.0.0.1:$port")
+  done
+  redis-cli "${cli[@]}" --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+    >"$dir/create.log" 2>&1 || {
+    echo "redis.sh: redis-cli --cluster create failed:" >&2
+    cat "$dir/create.log" >&2
+    exit 1
+  }
+  for node in "${nodes[@]}"; do
+    ok=""
+    for _ in $(seq 1 200); do
+      if redis-cli "${cli[@]}" -h 127.0.0.1 -p "${node#*:}" cluster info 2>/dev/null |
+        grep -q '^cluster_state:ok'; then
+        ok=1
+        break
+      fi
+      sleep 0.05
+    done
+    if [ -z "$ok" ]; then
+      echo "redis.sh: $node did not reach cluster_state:ok" >&2
+      exit 1
+    fi
+  done
+  # Clients go where CLUSTER SLOTS points them: it must be the ports above (with TLS, the
+  # TLS ports, not the disabled plain ones).
+  announced=$(redis-cli "${cli[@]}" -c -h 127.0.0.1 -p "${ports[0]}" cluster slots |
+    awk 'prev == "127.0.0.1" { print "127.0.0.1:" $0 } { prev = $0 }' | sort -u)
+  if [ "$announced" != "$(printf '%s\n' "${nodes[@]}" | sort -u)" ]; then
+    echo "redis.sh: the cluster announces" "${announced//$'\n'/ }" "instead of ${nodes[*]}" >&2
+    exit 1
+  fi
+  (IFS=,; echo "$scheme+cluster://${nodes[*]}$query") >"$dir/url"
+  echo "redis.sh: $(cat "$dir/url") (dir $dir)" >&2
+}
+
 cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || usage
 
 case "$cmd" in
   start)
-    port=${3:-auto}
-    extra=("${@:4}")
-    if [ "$port" = auto ]; then
-      # A free port can be taken between the probe and the bind: try a few.
-      for _ in 1 2 3; do
-        port=$(free_ports 1)
-        if start_one "$dir" "$port" "${extra[@]}"; then break; fi
-        port=""
-      done
-      [ -n "$port" ] || exit 1
-    else
-      start_one "$dir" "$port" "${extra[@]}"
-    fi
-    echo "redis://127.0.0.1:$port" >"$dir/url"
-    echo "redis.sh: redis://127.0.0.1:$port (pid $(cat "$dir/redis.pid"), dir $dir)" >&2
+    start_single "${@:2}"
     ;;
-  start-cluster)
+  start-cluster | start-tls | start-tls-cluster)
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    nodes=()
-    read -r -a ports <<<"$(free_ports 6)"  # a client port and a cluster bus port each
-    for i in 1 2 3; do
-      port=${ports[$(((i - 1) * 2))]}
-      bus=${ports[$(((i - 1) * 2 + 1))]}
-      rm -f "$dir/node$i/nodes.conf"  # a fresh cluster every time
-      start_one "$dir/node$i" "$port" --cluster-enabled yes --cluster-port "$bus" \
-        --cluster-config-file "$dir/node$i/nodes.conf" --cluster-node-timeout 5000
-      nodes+=("127.0.0.1:$port")
-    done
-    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 || {
-      echo "redis.sh: redis-cli --cluster create failed:" >&2
-      cat "$dir/create.log" >&2
-      exit 1
-    }
-    for node in "${nodes[@]}"; do
-      ok=""
-      for _ in $(seq 1 200); do
-        if redis-cli -h 127.0.0.1 -p "${node#*:}" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
-          ok=1
-          break
-        fi
-        sleep 0.05
-      done
-      if [ -z "$ok" ]; then
-        echo "redis.sh: $node did not reach cluster_state:ok" >&2
-        exit 1
-      fi
-    done
-    (IFS=,; echo "redis+cluster://${nodes[*]}") >"$dir/url"
-    echo "redis.sh: $(cat "$dir/url") (dir $dir)" >&2
+    if [ "$cmd" != start-cluster ]; then use_tls "$dir"; fi
+    if [ "$cmd" = start-tls ]; then start_single "$dir"; else start_cluster "$dir"; fi
     ;;
   stop)
     [ -d "$dir" ] || exit 0

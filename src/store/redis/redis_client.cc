@@ -107,13 +107,31 @@ void NodePool::Release(std::unique_ptr<Connection> conn) {
 
 // RedisClient ---------------------------------------------------------------
 
-RedisClient::RedisClient(RedisConfig config)
-    : config_(std::move(config)),
-      connect_{config_.connect_timeout, config_.command_timeout, config_.user, config_.password,
-               config_.db} {}
+RedisClient::RedisClient(RedisConfig config, std::shared_ptr<const TlsConnect> tls)
+    : config_(std::move(config)), connect_{config_.connect_timeout,
+                                           config_.command_timeout,
+                                           config_.user,
+                                           config_.password,
+                                           config_.db,
+                                           std::move(tls)} {}
 
 Result<std::unique_ptr<RedisClient>> RedisClient::Open(const RedisConfig& config) {
-  std::unique_ptr<RedisClient> client(new RedisClient(config));
+  std::shared_ptr<TlsConnect> tls;
+  if (config.tls.enabled) {
+    auto ctx = net::NewTlsClientContext({.verify = config.tls.verify,
+                                         .ca_file = config.tls.ca_file,
+                                         .cert_file = config.tls.cert_file,
+                                         .key_file = config.tls.key_file,
+                                         .ca_option = "tls_ca",
+                                         .cert_option = "tls_cert",
+                                         .key_option = "tls_key"});
+    if (!ctx) {
+      return MakeError(ctx.error().code, "redis store URL: " + ctx.error().message);
+    }
+    tls = std::make_shared<TlsConnect>(
+        TlsConnect{std::move(*ctx), config.tls.server_name, config.tls.verify});
+  }
+  std::unique_ptr<RedisClient> client(new RedisClient(config, std::move(tls)));
   if (config.cluster) {
     if (auto r = client->RefreshSlots(true); !r) return std::unexpected(r.error());
   } else {

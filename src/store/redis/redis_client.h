@@ -85,7 +85,7 @@ class RedisClient {
     bool wait_replicas = false;
   };
 
-  explicit RedisClient(RedisConfig config);
+  RedisClient(RedisConfig config, std::shared_ptr<const TlsConnect> tls);
   NodePool& PoolFor(const NodeAddress& node);
   Result<Reply> Route(std::string_view slot_key, const Request& req);
   Result<Reply> RunOnNode(const NodeAddress& node, const Request& req, bool asking);

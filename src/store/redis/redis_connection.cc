@@ -1,30 +1,143 @@
 #include "redis_connection.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
 #include <poll.h>
-#include <sys/time.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstring>
+#include <expected>
 
 namespace idem::redis {
 namespace {
 
-timeval ToTimeval(Duration d) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(d.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
-  return tv;
+using SteadyClock = std::chrono::steady_clock;
+
+// Waits until `fd` is ready for `events` (or has an error or hang-up, which
+// the next read or write reports); false once `deadline` has passed.
+bool WaitReady(int fd, short events, SteadyClock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, INT_MAX)));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return true;  // let the I/O call report it
+  }
 }
 
-void AppendArgv(redisContext* ctx, const Command& cmd) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  argv.reserve(cmd.size());
-  lens.reserve(cmd.size());
-  for (const std::string& a : cmd) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
+// A non-blocking TCP connection to `node`, or why not.
+std::expected<int, std::string> ConnectSocket(const NodeAddress& node, Duration timeout,
+                                              SteadyClock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const std::string port = std::to_string(node.port);
+  if (int e = getaddrinfo(node.host.c_str(), port.c_str(), &hints, &list); e != 0) {
+    return std::unexpected("cannot resolve " + node.host + ": " + gai_strerror(e));
   }
-  redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data());
+  std::string why = "no address";
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int err = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      if (!WaitReady(fd, POLLOUT, deadline)) {
+        err = ETIMEDOUT;
+      } else {
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err != 0) {
+      why = err == ETIMEDOUT
+                ? "no answer within the connect timeout of " + DescribeDuration(timeout)
+                : std::strerror(err);
+      close(fd);
+      continue;
+    }
+    // As hiredis did: no Nagle delay, and keep-alive probes after 15 s idle
+    // (every 5 s, 3 times) so that a vanished server is noticed.
+    int one = 1, idle = 15, interval = 5, count = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    freeaddrinfo(list);
+    return fd;
+  }
+  freeaddrinfo(list);
+  return std::unexpected(why);
+}
+
+// OpenSSL's socket BIO writes with write(), which raises SIGPIPE on a closed
+// connection and would kill a program that links the store without ignoring
+// it. This one sends with MSG_NOSIGNAL.
+int BioWrite(BIO* bio, const char* data, int len) {
+  BIO_clear_retry_flags(bio);
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio)));
+  ssize_t n = send(fd, data, static_cast<size_t>(len), MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    BIO_set_retry_write(bio);
+  }
+  return static_cast<int>(n);
+}
+
+int BioRead(BIO* bio, char* data, int len) {
+  BIO_clear_retry_flags(bio);
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio)));
+  ssize_t n = recv(fd, data, static_cast<size_t>(len), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    BIO_set_retry_read(bio);
+  }
+  return static_cast<int>(n);
+}
+
+long BioCtrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
+
+BIO* NewSocketBio(int fd) {
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m =
+        BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "idemgate redis socket");
+    BIO_meth_set_write(m, BioWrite);
+    BIO_meth_set_read(m, BioRead);
+    BIO_meth_set_ctrl(m, BioCtrl);
+    return m;
+  }();
+  BIO* bio = BIO_new(method);
+  if (bio == nullptr) return nullptr;
+  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+  BIO_set_init(bio, 1);
+  return bio;
+}
+
+constexpr std::string_view kClosed = "the server closed the connection";
+
+// Why an SSL call failed, from SSL_get_error's `code`.
+std::string TlsFailure(int code) {
+  if (code == SSL_ERROR_ZERO_RETURN) return std::string(kClosed);
+  if (code == SSL_ERROR_SYSCALL) {
+    return errno != 0 ? std::string(std::strerror(errno)) : std::string(kClosed);
+  }
+  std::string why = net::TlsErrors("TLS error");
+  if (why.find("unexpected eof") != std::string::npos) return std::string(kClosed);
+  if (why.find("certificate required") != std::string::npos) {
+    why += " (the server wants a client certificate: give tls_cert and tls_key)";
+  }
+  return "TLS: " + why;
 }
 
 }  // namespace
@@ -45,24 +158,34 @@ std::string DescribeDuration(Duration d) {
   return std::to_string(d.count()) + "ms";
 }
 
+Connection::Connection(int fd, NodeAddress node, Duration command_timeout)
+    : fd_(fd),
+      reader_(redisReaderCreate()),
+      node_(std::move(node)),
+      command_timeout_(command_timeout) {}
+
+Connection::~Connection() {
+  if (ssl_ != nullptr) {
+    if (!broken_) SSL_shutdown(ssl_);  // close_notify, best effort: never waits
+    SSL_free(ssl_);
+  }
+  close(fd_);
+  redisReaderFree(reader_);
+}
+
 Result<std::unique_ptr<Connection>> Connection::Open(const NodeAddress& node,
                                                      const ConnectOptions& options) {
-  redisContext* ctx =
-      redisConnectWithTimeout(node.host.c_str(), node.port, ToTimeval(options.connect_timeout));
-  if (ctx == nullptr || ctx->err) {
-    std::string why = ctx ? ctx->errstr : "out of memory";
-    if (ctx) redisFree(ctx);
-    if (why.find("temporarily unavailable") != std::string::npos ||
-        why.find("timed out") != std::string::npos) {
-      why = "no answer within the connect timeout of " + DescribeDuration(options.connect_timeout);
-    }
+  const auto deadline = SteadyClock::now() + options.connect_timeout;
+  auto fd = ConnectSocket(node, options.connect_timeout, deadline);
+  if (!fd) {
     return MakeError(ErrorCode::kUnavailable, "redis store " + node.ToString() +
-                                                  " is unreachable: " + why +
+                                                  " is unreachable: " + fd.error() +
                                                   "; retryable once the server is back");
   }
-  redisSetTimeout(ctx, ToTimeval(options.command_timeout));
-  redisEnableKeepAlive(ctx);
-  std::unique_ptr<Connection> conn(new Connection(ctx, node, options.command_timeout));
+  std::unique_ptr<Connection> conn(new Connection(*fd, node, options.command_timeout));
+  if (options.tls) {
+    if (auto r = conn->Handshake(*options.tls, deadline); !r) return std::unexpected(r.error());
+  }
 
   std::vector<Command> setup;
   if (!options.password.empty()) {
@@ -88,32 +211,154 @@ Result<std::unique_ptr<Connection>> Connection::Open(const NodeAddress& node,
   return conn;
 }
 
-Connection::~Connection() { redisFree(ctx_); }
-
-Error Connection::IoError(std::string_view doing) {
-  broken_ = true;
-  std::string why = ctx_->errstr;
-  if (ctx_->err == REDIS_ERR_IO &&
-      (why.find("temporarily unavailable") != std::string::npos || why.empty())) {
-    why = "no reply within the command timeout of " + DescribeDuration(command_timeout_);
-  } else if (ctx_->err == REDIS_ERR_EOF) {
-    why = "the server closed the connection";
+Result<void> Connection::Handshake(const TlsConnect& tls, Deadline deadline) {
+  ERR_clear_error();
+  ssl_ = SSL_new(tls.ctx.get());
+  BIO* bio = ssl_ != nullptr ? NewSocketBio(fd_) : nullptr;
+  if (bio == nullptr) {
+    return std::unexpected(Broken(net::TlsErrors("out of memory"), "starting TLS"));
   }
-  return Error{ErrorCode::kUnavailable, "redis store " + node_.ToString() + ": " + why + " while " +
-                                            std::string(doing) + "; retryable"};
+  SSL_set_bio(ssl_, bio, bio);
+  // A read that meets a record without data (a TLS 1.3 session ticket)
+  // returns, so that a read after poll() never blocks.
+  SSL_clear_mode(ssl_, SSL_MODE_AUTO_RETRY);
+  SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  net::PrepareTlsClient(ssl_, tls.server_name.empty() ? node_.host : tls.server_name, tls.verify);
+  for (;;) {
+    ERR_clear_error();
+    errno = 0;
+    const int r = SSL_connect(ssl_);
+    if (r == 1) return {};
+    const int code = SSL_get_error(ssl_, r);
+    if (code == SSL_ERROR_WANT_READ || code == SSL_ERROR_WANT_WRITE) {
+      if (WaitReady(fd_, code == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) continue;
+      return std::unexpected(Broken(
+          "no TLS handshake within the connect timeout (is the port a TLS port?)", "connecting"));
+    }
+    std::string why = TlsFailure(code);
+    if (long v = SSL_get_verify_result(ssl_); v != X509_V_OK) {
+      why += std::string(" (") + X509_verify_cert_error_string(v) + ")";
+    }
+    broken_ = true;
+    return MakeError(ErrorCode::kUnavailable,
+                     "redis store " + node_.ToString() + ": the TLS handshake failed: " + why +
+                         "; check tls_ca, tls_cert, tls_key and tls_server_name in the store URL");
+  }
+}
+
+Connection::Deadline Connection::CommandDeadline() const {
+  return SteadyClock::now() + command_timeout_;
+}
+
+Error Connection::Broken(std::string_view why, std::string_view doing) {
+  broken_ = true;
+  return Error{ErrorCode::kUnavailable, "redis store " + node_.ToString() + ": " +
+                                            std::string(why) + " while " + std::string(doing) +
+                                            "; retryable"};
+}
+
+Result<size_t> Connection::ReadSome() {
+  char buf[16 * 1024];
+  size_t total = 0;
+  for (;;) {
+    size_t got = 0;
+    if (ssl_ != nullptr) {
+      ERR_clear_error();
+      errno = 0;
+      const int r = SSL_read(ssl_, buf, sizeof buf);
+      if (r <= 0) {
+        const int code = SSL_get_error(ssl_, r);
+        if (code == SSL_ERROR_WANT_READ || code == SSL_ERROR_WANT_WRITE) return total;
+        return std::unexpected(Broken(TlsFailure(code), "reading"));
+      }
+      got = static_cast<size_t>(r);
+    } else {
+      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n == 0) return std::unexpected(Broken(kClosed, "reading"));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return total;
+        return std::unexpected(Broken(std::strerror(errno), "reading"));
+      }
+      got = static_cast<size_t>(n);
+    }
+    if (redisReaderFeed(reader_, buf, got) != REDIS_OK) {
+      return std::unexpected(Broken(reader_->errstr, "reading"));
+    }
+    total += got;
+    // Plain: a short read emptied the socket. TLS: what is left of the
+    // current record; the next one shows in poll().
+    const bool more = ssl_ != nullptr ? SSL_pending(ssl_) > 0 : got == sizeof buf;
+    if (!more) return total;
+  }
+}
+
+Result<void> Connection::WriteAll(Deadline deadline) {
+  size_t off = 0;
+  while (off < out_.size()) {
+    const size_t len = std::min<size_t>(out_.size() - off, INT_MAX);
+    short wait = POLLOUT;
+    if (ssl_ != nullptr) {
+      ERR_clear_error();
+      errno = 0;
+      const int r = SSL_write(ssl_, out_.data() + off, static_cast<int>(len));
+      if (r > 0) {
+        off += static_cast<size_t>(r);
+        continue;
+      }
+      const int code = SSL_get_error(ssl_, r);
+      if (code == SSL_ERROR_WANT_READ) {
+        wait = POLLIN;
+      } else if (code != SSL_ERROR_WANT_WRITE) {
+        out_.clear();
+        return std::unexpected(Broken(TlsFailure(code), "writing"));
+      }
+    } else {
+      const ssize_t n = send(fd_, out_.data() + off, len, MSG_NOSIGNAL);
+      if (n > 0) {
+        off += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        out_.clear();
+        return std::unexpected(Broken(std::strerror(errno), "writing"));
+      }
+    }
+    if (!WaitReady(fd_, wait, deadline)) {
+      out_.clear();
+      return std::unexpected(Broken("the server took no data within the command timeout of " +
+                                        DescribeDuration(command_timeout_),
+                                    "writing"));
+    }
+  }
+  out_.clear();
+  return {};
 }
 
 Result<std::vector<Reply>> Connection::Pipeline(std::span<const Command> commands) {
-  if (broken_) return std::unexpected(IoError("reusing a broken connection"));
-  for (const Command& c : commands) AppendArgv(ctx_, c);
+  if (broken_) return std::unexpected(Broken("the connection broke earlier", "reusing it"));
+  for (const Command& c : commands) Append(c);
+  const Deadline deadline = CommandDeadline();
+  if (auto written = WriteAll(deadline); !written) return std::unexpected(written.error());
   std::vector<Reply> replies;
   replies.reserve(commands.size());
-  for (size_t i = 0; i < commands.size(); ++i) {
+  while (replies.size() < commands.size()) {
     void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
-      return std::unexpected(IoError("running " + (commands[i].empty() ? "" : commands[i][0])));
+    if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
+      return std::unexpected(Broken(reader_->errstr, "parsing a reply"));
     }
-    replies.emplace_back(static_cast<redisReply*>(raw));
+    if (raw != nullptr) {
+      replies.emplace_back(static_cast<redisReply*>(raw));
+      continue;
+    }
+    const Command& waiting = commands[replies.size()];
+    const std::string doing = "running " + (waiting.empty() ? std::string() : waiting[0]);
+    if (!WaitReady(fd_, POLLIN, deadline)) {
+      return std::unexpected(Broken(
+          "no reply within the command timeout of " + DescribeDuration(command_timeout_), doing));
+    }
+    if (auto read = ReadSome(); !read) return std::unexpected(read.error());
   }
   return replies;
 }
@@ -124,23 +369,35 @@ Result<Reply> Connection::Run(const Command& command) {
   return std::move(replies->front());
 }
 
-void Connection::Append(const Command& command) { AppendArgv(ctx_, command); }
+void Connection::Append(const Command& command) {
+  // RESP: *<argc>\r\n then $<len>\r\n<bytes>\r\n per argument.
+  auto number = [this](char tag, size_t n) {
+    char buf[24];
+    buf[0] = tag;
+    char* end = std::to_chars(buf + 1, buf + sizeof buf - 2, n).ptr;
+    *end++ = '\r';
+    *end++ = '\n';
+    out_.append(buf, end);
+  };
+  number('*', command.size());
+  for (const std::string& arg : command) {
+    number('$', arg.size());
+    out_.append(arg).append("\r\n");
+  }
+}
 
 Result<void> Connection::Flush() {
-  int done = 0;
-  while (!done) {
-    if (redisBufferWrite(ctx_, &done) != REDIS_OK) return std::unexpected(IoError("writing"));
-  }
-  return {};
+  if (broken_) return std::unexpected(Broken("the connection broke earlier", "reusing it"));
+  return WriteAll(CommandDeadline());
 }
 
 Result<std::vector<Reply>> Connection::ReadAvailable() {
-  if (redisBufferRead(ctx_) != REDIS_OK) return std::unexpected(IoError("reading"));
+  if (auto read = ReadSome(); !read) return std::unexpected(read.error());
   std::vector<Reply> replies;
   for (;;) {
     void* raw = nullptr;
-    if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
-      return std::unexpected(IoError("parsing a reply"));
+    if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
+      return std::unexpected(Broken(reader_->errstr, "parsing a reply"));
     }
     if (raw == nullptr) break;
     replies.emplace_back(static_cast<redisReply*>(raw));
@@ -149,9 +406,18 @@ Result<std::vector<Reply>> Connection::ReadAvailable() {
 }
 
 bool Connection::ClosedByPeer() const {
-  pollfd p{ctx_->fd, POLLIN, 0};
-  int n = poll(&p, 1, 0);
-  return n != 0;  // readable (EOF / unexpected bytes), hung up, or poll failed
+  pollfd p{fd_, POLLIN, 0};
+  const int n = poll(&p, 1, 0);
+  if (n == 0) return false;
+  if (n < 0 || ssl_ == nullptr || (p.revents & (POLLERR | POLLHUP)) != 0) return true;
+  // TLS: the bytes may be a record without data (a session ticket). Look
+  // without taking: data nobody asked for, or an error, mean closed.
+  char c;
+  ERR_clear_error();
+  const int r = SSL_peek(ssl_, &c, 1);
+  const bool closed = r > 0 || SSL_get_error(ssl_, r) != SSL_ERROR_WANT_READ;
+  ERR_clear_error();
+  return closed;
 }
 
 }  // namespace idem::redis

@@ -1,8 +1,11 @@
-// One connection to one Redis server (hiredis, blocking, with timeouts).
+// One connection to one Redis server, plain TCP or TLS (OpenSSL): commands
+// are written in RESP, replies parsed by hiredis's reader. The socket is
+// non-blocking; the blocking calls wait in poll() up to their timeout.
 #pragma once
 
 #include <hiredis/hiredis.h>
 
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,6 +14,7 @@
 
 #include "idem/clock.h"
 #include "idem/error.h"
+#include "net/tls_client.h"
 #include "redis_url.h"
 
 namespace idem::redis {
@@ -29,12 +33,20 @@ bool IsError(const redisReply& r, std::string_view prefix = {});
 // The bytes of a string, status or error reply; empty for other types.
 std::string_view Text(const redisReply& r);
 
+// TLS for every connection of one store (rediss://): one context, shared.
+struct TlsConnect {
+  net::SslCtxPtr ctx;
+  std::string server_name;  // the name certificates must carry; empty: each node's host
+  bool verify = true;
+};
+
 struct ConnectOptions {
   Duration connect_timeout{1'000};
   Duration command_timeout{2'000};
   std::string user;      // empty: "AUTH password"
   std::string password;  // empty: no AUTH
   int db = 0;            // SELECT when not 0
+  std::shared_ptr<const TlsConnect> tls;  // null: plain TCP
 };
 
 // Not thread-safe: one thread at a time (the pool hands it out). Once an I/O
@@ -42,8 +54,10 @@ struct ConnectOptions {
 // dropped: the reply stream can no longer be matched to commands.
 class Connection {
  public:
-  // Connects, AUTHs and SELECTs. kUnavailable naming host:port if the server
-  // cannot be reached, refuses the credentials or the database.
+  // Connects (and completes the TLS handshake), AUTHs and SELECTs, all
+  // within the connect timeout. kUnavailable naming host:port if the server
+  // cannot be reached, fails the handshake or its verification, or refuses
+  // the credentials or the database.
   static Result<std::unique_ptr<Connection>> Open(const NodeAddress& node,
                                                   const ConnectOptions& options);
   ~Connection();
@@ -56,13 +70,15 @@ class Connection {
   Result<std::vector<Reply>> Pipeline(std::span<const Command> commands);
   Result<Reply> Run(const Command& command);
 
-  // For the pub/sub reader, which polls fd() itself: Append queues a command,
-  // Flush writes everything queued, ReadAvailable reads once from the socket
-  // (call it when fd() is readable) and returns the complete replies.
+  // For the pub/sub reader and the pipeline, which poll fd() themselves:
+  // Append queues a command, Flush writes everything queued (waiting up to the
+  // command timeout), ReadAvailable reads what the socket has without waiting
+  // (call it when fd() is readable) and returns the complete replies, none
+  // if only part of one (or of a TLS record) has arrived.
   void Append(const Command& command);
   Result<void> Flush();
   Result<std::vector<Reply>> ReadAvailable();
-  int fd() const { return ctx_->fd; }
+  int fd() const { return fd_; }
 
   bool broken() const { return broken_; }
   // True if the server closed (or reset) this idle connection; a poll with
@@ -72,11 +88,21 @@ class Connection {
   const NodeAddress& node() const { return node_; }
 
  private:
-  Connection(redisContext* ctx, NodeAddress node, Duration command_timeout)
-      : ctx_(ctx), node_(std::move(node)), command_timeout_(command_timeout) {}
-  Error IoError(std::string_view doing);
+  using Deadline = std::chrono::steady_clock::time_point;
+  Connection(int fd, NodeAddress node, Duration command_timeout);
+  Deadline CommandDeadline() const;
+  Result<void> Handshake(const TlsConnect& tls, Deadline deadline);
+  // Reads what the socket (and the TLS layer) has into reader_ without
+  // waiting: the byte count, 0 if nothing yet.
+  Result<size_t> ReadSome();
+  // Writes out_, waiting up to `deadline`.
+  Result<void> WriteAll(Deadline deadline);
+  Error Broken(std::string_view why, std::string_view doing);
 
-  redisContext* ctx_;
+  const int fd_;
+  SSL* ssl_ = nullptr;  // TLS: owned; null for plain TCP
+  redisReader* const reader_;
+  std::string out_;  // appended commands not yet written
   NodeAddress node_;
   Duration command_timeout_;
   bool broken_ = false;

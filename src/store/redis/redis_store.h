@@ -17,8 +17,8 @@
 namespace idem {
 
 // Connects (single server: PING; cluster: CLUSTER SLOTS) and returns the
-// store. kInvalidArgument for a bad URL (including rediss://, unsupported by
-// this build), kUnavailable if no server answers. `clock` must outlive the
+// store. kInvalidArgument for a bad URL or TLS files that cannot be loaded,
+// kUnavailable if no server answers (or a TLS handshake fails). `clock` must outlive the
 // store. options.poll_interval is how often a waiter re-reads a record when
 // no pub/sub message came (a lost message only delays).
 Result<std::unique_ptr<Store>> OpenRedisStore(std::string_view url, Clock& clock,

@@ -1,12 +1,14 @@
 // The Redis store against real servers (tests/servers/redis.sh, started by
-// the CTest fixtures redis and redis_cluster): the contract suite on one
-// server and on a three-master cluster, plus what only Redis has: wake-ups
-// across instances by pub/sub, a server killed and restarted, and a slot
-// migrated while claims run.
+// the CTest fixtures redis, redis_cluster, redis_tls and redis_tls_cluster):
+// the contract suite on one server and on a three-master cluster, plain and
+// TLS, plus what only Redis has: wake-ups across instances by pub/sub, a
+// server killed and restarted, a slot migrated while claims run, and TLS
+// certificates that must not be accepted.
 //
-// IDEM_REDIS_URL_FILE / IDEM_REDIS_CLUSTER_URL_FILE name the files holding
-// the URLs. A missing file fails the tests: a server that could not start is
-// a failure, never a skip.
+// IDEM_REDIS_URL_FILE / IDEM_REDIS_CLUSTER_URL_FILE / IDEM_REDIS_TLS_URL_FILE
+// / IDEM_REDIS_TLS_CLUSTER_URL_FILE name the files holding the URLs. A
+// missing file fails the tests: a server that could not start is a failure,
+// never a skip.
 #include "redis_store.h"
 
 #include <arpa/inet.h>
@@ -24,11 +26,13 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "cluster_slots.h"
 #include "idem/caching_store.h"
 #include "idem/store.h"
+#include "redis_client.h"
 #include "redis_codec.h"
 #include "redis_connection.h"
 #include "redis_url.h"
@@ -54,14 +58,14 @@ std::string ServerUrl(const char* env) {
   const char* path = std::getenv(env);
   if (path == nullptr) {
     ADD_FAILURE() << env
-                  << " is not set: run these tests through ctest (fixture redis / "
-                     "redis_cluster starts the servers)";
+                  << " is not set: run these tests through ctest (the fixtures redis, "
+                     "redis_cluster, redis_tls and redis_tls_cluster start the servers)";
     return "";
   }
   std::string url = ReadFile(path);
   if (url.empty()) {
     ADD_FAILURE() << "no URL in " << path << ": the Redis server did not start (see the "
-                  << "redis_start / redis_cluster_start test output)";
+                  << "output of the redis_*start test)";
   }
   return url;
 }
@@ -73,6 +77,24 @@ std::string UniquePrefix(const std::string& what) {
 
 std::string WithOptions(const std::string& url, const std::string& options) {
   return url + (url.find('?') == std::string::npos ? "?" : "&") + options;
+}
+
+// `url` without its query option `name`.
+std::string WithoutOption(const std::string& url, const std::string& name) {
+  const size_t query = url.find('?');
+  if (query == std::string::npos) return url;
+  std::string kept = url.substr(0, query);
+  std::istringstream options(url.substr(query + 1));
+  for (std::string option; std::getline(options, option, '&');) {
+    if (option.starts_with(name + "=")) continue;
+    kept += (kept.find('?') == std::string::npos ? "?" : "&") + option;
+  }
+  return kept;
+}
+
+// `url` with its query option `name` set to `value` (%-encoded already).
+std::string WithOption(const std::string& url, const std::string& name, const std::string& value) {
+  return WithOptions(WithoutOption(url, name), name + "=" + value);
 }
 
 std::unique_ptr<Store> OpenOrFail(const std::string& url, Clock& clock,
@@ -111,14 +133,16 @@ redis::Reply RunCmd(redis::Connection& c, redis::Command cmd) {
   return std::move(*r);
 }
 
-// Subscribers of `channel` summed over `nodes`.
-long long NumSub(const std::vector<redis::NodeAddress>& nodes, const std::string& channel) {
+// Subscribers of `channel` summed over the masters.
+long long NumSub(redis::RedisClient& client, const std::string& channel) {
   long long n = 0;
-  for (const auto& node : nodes) {
-    auto c = Connect(node);
-    if (!c) return -1;
-    auto r = RunCmd(*c, {"PUBSUB", "NUMSUB", channel});
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) n += r->element[1]->integer;
+  for (const auto& node : client.Masters()) {
+    auto r = client.RunOn(node, {"PUBSUB", "NUMSUB", channel});
+    if (!r) {
+      ADD_FAILURE() << r.error().ToString();
+      return -1;
+    }
+    if ((*r)->type == REDIS_REPLY_ARRAY && (*r)->elements == 2) n += (*r)->element[1]->integer;
   }
   return n;
 }
@@ -136,10 +160,12 @@ ClaimRequest Req(const std::string& key) {
 
 Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
 
-// Two store objects on one Redis (two idemgate instances): one waits, the
-// other completes. With a poll interval of 10 s, a wake-up well under it can
-// only be the pub/sub message.
-void CrossInstanceWakeUp(const std::string& server_url, const std::string& label) {
+// Two store objects on one Redis (two idemgate instances) at the URL in the
+// file `env` names: one waits, the other completes. With a poll interval of
+// 10 s, a wake-up well under it can only be the pub/sub message.
+void CrossInstanceWakeUp(const char* env, const std::string& label) {
+  const std::string server_url = ServerUrl(env);
+  ASSERT_FALSE(server_url.empty());
   const std::string url = WithOptions(server_url, "prefix=" + UniquePrefix("wake"));
   StoreOptions options;
   options.poll_interval = 10s;
@@ -148,6 +174,8 @@ void CrossInstanceWakeUp(const std::string& server_url, const std::string& label
   ASSERT_TRUE(waiter_store && writer_store);
   auto config = redis::ParseRedisUrl(url);
   ASSERT_TRUE(config);
+  auto client = redis::RedisClient::Open(*config);  // to count the subscribers
+  ASSERT_TRUE(client) << client.error().ToString();
   const std::string channel = redis::KeysOf(config->prefix, RecordId{"default", "wake"}).channel;
 
   std::vector<std::chrono::microseconds> latencies;
@@ -167,7 +195,7 @@ void CrossInstanceWakeUp(const std::string& server_url, const std::string& label
     // Wait (bounded) until the waiter's subscription is live on the server
     // (in a cluster: on whichever node its subscriber connection chose).
     const auto give_up = SteadyClock::now() + 5s;
-    while (NumSub(config->nodes, channel) < 1 && SteadyClock::now() < give_up) {
+    while (NumSub(**client, channel) == 0 && SteadyClock::now() < give_up) {
       std::this_thread::sleep_for(1ms);
     }
     EXPECT_FALSE(done.load()) << "WaitForChange returned before the record changed";
@@ -254,6 +282,17 @@ INSTANTIATE_TEST_SUITE_P(RedisSingleCached, StoreContractTest,
 INSTANTIATE_TEST_SUITE_P(RedisClusterCached, StoreContractTest,
                          ::testing::Values(CachedContract("cluster",
                                                           "IDEM_REDIS_CLUSTER_URL_FILE")),
+                         [](const auto& info) { return info.param.name; });
+
+// Over TLS: the contract on one server, directly and through the replay
+// cache, and on a cluster.
+INSTANTIATE_TEST_SUITE_P(RedisTlsSingle, StoreContractTest,
+                         ::testing::Values(Contract("redis_tls", "IDEM_REDIS_TLS_URL_FILE"),
+                                           CachedContract("redis_tls", "IDEM_REDIS_TLS_URL_FILE")),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RedisTlsCluster, StoreContractTest,
+                         ::testing::Values(Contract("cluster_tls",
+                                                    "IDEM_REDIS_TLS_CLUSTER_URL_FILE")),
                          [](const auto& info) { return info.param.name; });
 
 // Polls `done` every millisecond for up to 10 s (what it waits for is a
@@ -348,15 +387,15 @@ TEST(RedisSingleTest, TheReplayCacheEmptiesWhenItsFeedDropsAndFillsOnceItIsBack)
 }
 
 TEST(RedisSingleTest, CrossInstanceWakeUpIsByPubSub) {
-  const std::string url = ServerUrl("IDEM_REDIS_URL_FILE");
-  ASSERT_FALSE(url.empty());
-  CrossInstanceWakeUp(url, "single");
+  CrossInstanceWakeUp("IDEM_REDIS_URL_FILE", "single");
 }
 
 TEST(RedisClusterTest, CrossInstanceWakeUpIsByPubSub) {
-  const std::string url = ServerUrl("IDEM_REDIS_CLUSTER_URL_FILE");
-  ASSERT_FALSE(url.empty());
-  CrossInstanceWakeUp(url, "cluster");
+  CrossInstanceWakeUp("IDEM_REDIS_CLUSTER_URL_FILE", "cluster");
+}
+
+TEST(RedisTlsClusterTest, CrossInstanceWakeUpIsByPubSub) {
+  CrossInstanceWakeUp("IDEM_REDIS_TLS_CLUSTER_URL_FILE", "tls cluster");
 }
 
 TEST(RedisSingleTest, UnreachableServerIsUnavailableAndNamed) {
@@ -825,4 +864,99 @@ TEST(RedisClusterTest, SlotMigrationUnderLoadLosesAndDuplicatesNothing) {
   auto count = RunCmd(*c, {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)});
   ASSERT_TRUE(count);
   EXPECT_GT(count->integer, 0);
+}
+
+// --- TLS (rediss://) on the redis_tls fixture's server ----------------------
+
+class RedisTlsSingleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    url_ = ServerUrl("IDEM_REDIS_TLS_URL_FILE");
+    ASSERT_FALSE(url_.empty());
+    // tests/servers/redis.sh start-tls makes the certificates in tls/ beside the URL file.
+    const auto url_file = std::filesystem::path(std::getenv("IDEM_REDIS_TLS_URL_FILE"));
+    other_ca_ = (url_file.parent_path() / "tls" / "other-ca.crt").string();
+  }
+  std::string url_;
+  std::string other_ca_;  // signed neither the server's certificate nor the client's
+};
+
+// Opening a store on `url` and reading a record with it fails with
+// kUnavailable, naming the node and saying each of `reasons`. (A TLS failure
+// surfaces at the first connection: at OpenStore or at the read.)
+void ExpectUnavailable(const std::string& url, std::initializer_list<std::string_view> reasons) {
+  auto config = redis::ParseRedisUrl(url);
+  ASSERT_TRUE(config) << config.error().ToString();
+  std::optional<Error> error;
+  if (auto store = OpenStore(url, SystemClock::Default()); !store) {
+    error = store.error();
+  } else if (auto got = (*store)->Get(RecordId{"default", "tls"}); !got) {
+    error = got.error();
+  }
+  ASSERT_TRUE(error) << "the store worked: " << url;
+  std::cout << "refused: " << error->ToString() << "\n";
+  EXPECT_EQ(error->code, ErrorCode::kUnavailable) << error->ToString();
+  EXPECT_NE(error->message.find(config->nodes.front().ToString()), std::string::npos)
+      << "names the node: " << error->message;
+  for (std::string_view reason : reasons) {
+    EXPECT_NE(error->message.find(reason), std::string::npos) << error->message;
+  }
+}
+
+// A claim on a store opened on `url` succeeds.
+void ExpectClaims(const std::string& url) {
+  auto store =
+      OpenOrFail(WithOptions(url, "prefix=" + UniquePrefix("tls")), SystemClock::Default());
+  ASSERT_TRUE(store);
+  auto c = store->Claim(Req("k"));
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->claimed);
+}
+
+TEST_F(RedisTlsSingleTest, CrossInstanceWakeUpIsByPubSub) {
+  CrossInstanceWakeUp("IDEM_REDIS_TLS_URL_FILE", "tls single");
+}
+
+TEST_F(RedisTlsSingleTest, ACertificateFromAnotherCaFailsVerification) {
+  ExpectUnavailable(WithOption(url_, "tls_ca", other_ca_), {"certificate verify failed"});
+}
+
+// The server's certificate names localhost and 127.0.0.1.
+TEST_F(RedisTlsSingleTest, ACertificateForAnotherNameFailsVerification) {
+  ExpectUnavailable(WithOption(url_, "tls_server_name", "wrong.example"),
+                    {"certificate verify failed", "hostname mismatch"});
+}
+
+TEST_F(RedisTlsSingleTest, TheServerNameToVerifyNeedNotBeTheHostConnectedTo) {
+  ExpectClaims(WithOption(url_, "tls_server_name", "localhost"));
+}
+
+// Redis asks for a client certificate (tls-auth-clients yes).
+TEST_F(RedisTlsSingleTest, WithoutAClientCertificateTheServerRefuses) {
+  ExpectUnavailable(WithoutOption(WithoutOption(url_, "tls_cert"), "tls_key"), {});
+}
+
+TEST_F(RedisTlsSingleTest, AFileThatCannotBeLoadedIsAnInvalidArgumentNamingIt) {
+  for (const char* option : {"tls_ca", "tls_cert", "tls_key"}) {
+    auto store = OpenStore(WithOption(url_, option, "/nonexistent"), SystemClock::Default());
+    ASSERT_FALSE(store) << option << "=/nonexistent was accepted";
+    EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument) << store.error().ToString();
+    for (std::string_view names : {std::string_view(option), std::string_view("/nonexistent")}) {
+      EXPECT_NE(store.error().message.find(names), std::string::npos) << store.error().message;
+    }
+  }
+}
+
+TEST_F(RedisTlsSingleTest, TlsVerifyFalseAcceptsAnyCertificate) {
+  ExpectClaims(WithOptions(WithOption(url_, "tls_ca", other_ca_),
+                           "tls_server_name=wrong.example&tls_verify=false"));
+}
+
+// The server drops a client that does not start a TLS handshake: the store
+// fails with an error that names the node (ctest's timeout catches a hang).
+TEST_F(RedisTlsSingleTest, PlainRedisToATlsPortFails) {
+  auto config = redis::ParseRedisUrl(url_);
+  ASSERT_TRUE(config) << config.error().ToString();
+  ExpectUnavailable(
+      "redis://" + config->nodes.front().ToString() + "?timeout=300ms&connect_timeout=300ms", {});
 }

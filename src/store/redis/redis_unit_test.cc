@@ -81,13 +81,45 @@ TEST(RedisUrlTest, Refusals) {
   }
 }
 
-TEST(RedisUrlTest, TlsIsRefusedWithTheReason) {
-  auto c = ParseRedisUrl("rediss://h:6380");
-  ASSERT_FALSE(c);
-  EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(c.error().message.find("hiredis 0.14"), std::string::npos) << c.error().message;
+TEST(RedisUrlTest, TlsOptions) {
+  auto c = ParseRedisUrl(
+      "rediss://h:6380?tls_ca=/etc/ca%20dir/ca.pem&tls_cert=/c.pem&tls_key=/k.pem"
+      "&tls_server_name=redis.internal&tls_verify=false");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->tls.enabled);
+  EXPECT_FALSE(c->cluster);
+  EXPECT_EQ(c->tls.ca_file, "/etc/ca dir/ca.pem");
+  EXPECT_EQ(c->tls.cert_file, "/c.pem");
+  EXPECT_EQ(c->tls.key_file, "/k.pem");
+  EXPECT_EQ(c->tls.server_name, "redis.internal");
+  EXPECT_FALSE(c->tls.verify);
+
+  auto cluster = ParseRedisUrl("rediss+cluster://a:1,b:2");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  EXPECT_TRUE(cluster->cluster);
+  EXPECT_TRUE(cluster->tls.enabled);
+  EXPECT_TRUE(cluster->tls.verify);
+  EXPECT_EQ(cluster->nodes.size(), 2u);
+  EXPECT_FALSE(ParseRedisUrl("redis://h")->tls.enabled);
   EXPECT_TRUE(IsRedisUrl("rediss+cluster://h"));
   EXPECT_FALSE(IsRedisUrl("sqlite:x"));
+}
+
+TEST(RedisUrlTest, TlsOptionMistakesAreRefusedWithTheFix) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"redis://h?tls_ca=/ca.pem", "needs TLS: write rediss://"},
+      {"rediss://h?tls_cert=/c.pem", "tls_cert and tls_key go together"},
+      {"rediss://h?tls_key=/k.pem", "tls_cert and tls_key go together"},
+      {"rediss://h?tls_verify=no", "tls_verify must be true or false"},
+      {"rediss://h?tls_ca=", "tls_ca is empty"},
+      {"rediss://h?tls_bogus=1", "unknown option"},
+  };
+  for (const auto& [url, why] : cases) {
+    auto c = ParseRedisUrl(url);
+    ASSERT_FALSE(c) << url;
+    EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument) << url;
+    EXPECT_NE(c.error().message.find(why), std::string::npos) << url << ": " << c.error().message;
+  }
 }
 
 TEST(ClusterSlotsTest, KeySlotMatchesRedis) {

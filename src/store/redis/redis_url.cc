@@ -3,22 +3,25 @@
 #include <charconv>
 
 #include "idem/config.h"
+#include "net/url_text.h"
 
 namespace idem::redis {
 namespace {
 
 constexpr std::string_view kForms =
     "write redis://[[user]:password@]host[:port][/db][?options] or "
-    "redis+cluster://host:port,host:port,…[?options]; options: connect_timeout, timeout, prefix, "
-    "pool, attempts_maxlen, wait_replicas, wait_timeout, fence_floor_keep, body_field_bytes";
+    "redis+cluster://host:port,host:port,…[?options] (rediss:// and rediss+cluster:// for TLS); "
+    "options: connect_timeout, timeout, prefix, pool, attempts_maxlen, wait_replicas, "
+    "wait_timeout, fence_floor_keep, body_field_bytes, tls_ca, tls_cert, tls_key, "
+    "tls_server_name, tls_verify";
 
 // More than any hash-max-listpack-value worth setting.
 constexpr size_t kMaxBodyFieldBytes = 1 << 20;
 
 Error Invalid(std::string_view url, std::string_view why) {
-  return Error{ErrorCode::kInvalidArgument, "invalid redis store URL \"" + std::string(url) +
-                                                "\": " + std::string(why) + "; " +
-                                                std::string(kForms)};
+  return Error{ErrorCode::kInvalidArgument,
+               "invalid redis store URL \"" + net::WithoutPassword(url) +
+                   "\": " + std::string(why) + "; " + std::string(kForms)};
 }
 
 int HexValue(char c) {
@@ -96,6 +99,11 @@ Result<void> ApplyOption(std::string_view url, std::string_view name, const std:
     }
     return {};
   };
+  auto text = [&](std::string* out) -> Result<void> {
+    if (value.empty()) return std::unexpected(Invalid(url, std::string(name) + " is empty"));
+    *out = value;
+    return {};
+  };
   if (name == "connect_timeout") return duration(&cfg.connect_timeout);
   if (name == "timeout") return duration(&cfg.command_timeout);
   if (name == "wait_timeout") return duration(&cfg.wait_timeout);
@@ -111,6 +119,20 @@ Result<void> ApplyOption(std::string_view url, std::string_view name, const std:
     return {};
   }
   if (name == "wait_replicas") return count(&cfg.wait_replicas);
+  if (name.starts_with("tls_") && !cfg.tls.enabled) {
+    return std::unexpected(Invalid(url, std::string(name) + " needs TLS: write rediss://"));
+  }
+  if (name == "tls_ca") return text(&cfg.tls.ca_file);
+  if (name == "tls_cert") return text(&cfg.tls.cert_file);
+  if (name == "tls_key") return text(&cfg.tls.key_file);
+  if (name == "tls_server_name") return text(&cfg.tls.server_name);
+  if (name == "tls_verify") {
+    if (value != "true" && value != "false") {
+      return std::unexpected(Invalid(url, "tls_verify must be true or false"));
+    }
+    cfg.tls.verify = value == "true";
+    return {};
+  }
   if (name == "prefix") {
     if (value.find_first_of("{}") != std::string::npos) {
       return std::unexpected(
@@ -144,15 +166,16 @@ Result<RedisConfig> ParseRedisUrl(std::string_view url) {
   } else if (url.starts_with("redis+cluster://")) {
     rest = url.substr(16);
     cfg.cluster = true;
-  } else if (url.starts_with("rediss://") || url.starts_with("rediss+cluster://")) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "store URL \"" + std::string(url) +
-                         "\": TLS (rediss://) is not supported by this build: it uses Debian 12's "
-                         "hiredis 0.14, which has no TLS (hiredis_ssl arrived in hiredis 1.0). "
-                         "Use redis:// on a trusted network or through a TLS tunnel (stunnel, "
-                         "spiped, a service mesh)");
+  } else if (url.starts_with("rediss://")) {
+    rest = url.substr(9);
+    cfg.tls.enabled = true;
+  } else if (url.starts_with("rediss+cluster://")) {
+    rest = url.substr(17);
+    cfg.cluster = true;
+    cfg.tls.enabled = true;
   } else {
-    return std::unexpected(Invalid(url, "the scheme must be redis:// or redis+cluster://"));
+    return std::unexpected(Invalid(
+        url, "the scheme must be redis://, redis+cluster://, rediss:// or rediss+cluster://"));
   }
 
   std::string_view query;
@@ -219,6 +242,9 @@ Result<RedisConfig> ParseRedisUrl(std::string_view url) {
     if (auto r = ApplyOption(url, pair.substr(0, eq), value, cfg); !r) {
       return std::unexpected(r.error());
     }
+  }
+  if (cfg.tls.cert_file.empty() != cfg.tls.key_file.empty()) {
+    return std::unexpected(Invalid(url, "tls_cert and tls_key go together: give both or neither"));
   }
   if (cfg.pool == 0) return std::unexpected(Invalid(url, "pool must be at least 1"));
   if (cfg.command_timeout.count() <= 0 || cfg.connect_timeout.count() <= 0) {

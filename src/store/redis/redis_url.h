@@ -3,7 +3,7 @@
 //
 //   redis://[[user]:password@]host[:port][/db][?option=value&…]
 //   redis+cluster://[[user]:password@]host[:port],host[:port],…[?option=value&…]
-//   rediss://…, rediss+cluster://…  (TLS: refused, see ParseRedisUrl)
+//   rediss://…, rediss+cluster://…  the same over TLS (tls_* options)
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,23 @@ struct NodeAddress {
   auto operator<=>(const NodeAddress&) const = default;
   // "host:port", or "[v6]:port".
   std::string ToString() const;
+};
+
+// TLS (rediss://, rediss+cluster://): the server's certificate is verified
+// against the system trust store and `ca_file`, and must carry
+// `server_name` (default: the host connected to; in a cluster, each node's).
+struct TlsOptions {
+  bool enabled = false;
+  // PEM CA certificates trusted besides the system store. Query: tls_ca=PATH
+  std::string ca_file;
+  // PEM client certificate and its key, for a server that asks for one
+  // (Redis does by default: tls-auth-clients yes). Query: tls_cert=, tls_key=
+  std::string cert_file;
+  std::string key_file;
+  // The name to verify and to send as SNI. Query: tls_server_name=NAME
+  std::string server_name;
+  // false: no verification at all, for testing only. Query: tls_verify=false
+  bool verify = true;
 };
 
 // Everything a URL says. Every field documents its default.
@@ -69,6 +86,8 @@ struct RedisConfig {
   // hash-max-listpack-value (64 by default); 0 stores every body in one
   // field. Default 64. Query: body_field_bytes=64
   size_t body_field_bytes = 64;
+  // TLS: on for rediss://; the tls_* options above.
+  TlsOptions tls;
 };
 
 // True for the schemes this backend answers: redis:, rediss:, redis+cluster:,
@@ -77,8 +96,8 @@ bool IsRedisUrl(std::string_view url);
 
 // Parses a redis URL. kInvalidArgument for a malformed URL, an unknown
 // option, a cluster URL with a database other than 0, or a prefix with '{'
-// or '}'. rediss:// (TLS) is kInvalidArgument too: Debian 12's hiredis 0.14
-// has no TLS support; the message says so and names the alternatives.
+// or '}', tls_* options without rediss://, or tls_cert without tls_key (or
+// the reverse). Files are not read here (RedisClient::Open loads them).
 Result<RedisConfig> ParseRedisUrl(std::string_view url);
 
 }  // namespace idem::redis

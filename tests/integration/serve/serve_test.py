@@ -3,10 +3,12 @@
 runtime helpers in examples/ledger-helpers (Python, and Node for the .mjs one) and by raw HTTP.
 
     IDEMGATE=build/idemgate [IDEM_REDIS_URL_FILE=build/redis-single/url] \
+        [IDEM_REDIS_TLS_URL_FILE=build/redis-tls/url] \
         python3 tests/integration/serve/serve_test.py [unittest args...]
 
-The shared-store test needs a real Redis: CTest starts one (the `redis` fixture) and passes its
-URL file; run by hand without it, that test fails rather than pass unseen. Standard library only.
+The shared-store tests need real Redis servers: CTest starts them (the `redis` and `redis_tls`
+fixtures) and passes their URL files; run by hand without them, those tests fail rather than
+pass unseen. Standard library only.
 """
 import json
 import os
@@ -228,15 +230,22 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
 
     # ── several instances, one Redis ──
 
-    def redis_url(self):
-        url_file = os.environ.get("IDEM_REDIS_URL_FILE")
+    def redis_url(self, env="IDEM_REDIS_URL_FILE"):
+        url_file = os.environ.get(env)
         if not url_file or not os.path.exists(url_file):
-            self.fail("needs a Redis: set IDEM_REDIS_URL_FILE (CTest's redis fixture does)")
+            self.fail(f"needs a Redis: set {env} (CTest's redis / redis_tls fixtures do)")
         with open(url_file) as f:
             return f.read().strip()
 
     def test_concurrent_begins_over_three_instances_execute_once(self):
-        redis_url = self.redis_url()
+        self.storm_over_three_instances(self.redis_url())
+
+    def test_concurrent_begins_over_three_instances_on_redis_over_tls_execute_once(self):
+        redis_url = self.redis_url("IDEM_REDIS_TLS_URL_FILE")
+        self.assertTrue(redis_url.startswith("rediss://"), redis_url)
+        self.storm_over_three_instances(redis_url)
+
+    def storm_over_three_instances(self, redis_url):
         servers = [self.serve(store=redis_url) for _ in range(3)]
         turn = "storm-" + uuid.uuid4().hex
         n = 30

@@ -1,0 +1,91 @@
+#include <gtest/gtest.h>
+
+#include "net/http_target.h"
+#include "net/tls_client.h"
+#include "net/url_text.h"
+
+namespace idem::net {
+namespace {
+
+TEST(HttpTargetTest, ParsesWhatTheClientsNeed) {
+  auto t = ParseHttpTarget("https://api.example.com:8443/v1/mcp?key=a%20b", "upstream URL");
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_TRUE(t->tls);
+  EXPECT_EQ(t->host, "api.example.com");
+  EXPECT_EQ(t->port, "8443");
+  EXPECT_EQ(t->host_header, "api.example.com:8443");
+  EXPECT_EQ(t->path, "/v1/mcp");
+  EXPECT_EQ(t->query, "key=a%20b");
+  EXPECT_EQ(t->RequestTarget(), "/v1/mcp?key=a%20b");
+  EXPECT_EQ(t->Display(), "https://api.example.com:8443/v1/mcp?key=a%20b");
+
+  auto v6 = ParseHttpTarget("http://[::1]", "upstream URL");
+  ASSERT_TRUE(v6) << v6.error().message;
+  EXPECT_FALSE(v6->tls);
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, "80");
+  EXPECT_EQ(v6->host_header, "[::1]");
+  EXPECT_EQ(v6->path, "");
+  EXPECT_EQ(v6->RequestTarget(), "/");
+}
+
+TEST(HttpTargetTest, MistakesAreRefusedNamingTheOptionAndTheFix) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"api.example.com/v1", "not an absolute URL"},
+      {"ftp://api.example.com", "the scheme must be http or https"},
+      {"https://api.example.com/#frag", "a fragment"},
+      {"http:///path", "no host"},
+  };
+  for (const auto& [url, why] : cases) {
+    auto t = ParseHttpTarget(url, "alert.webhook");
+    ASSERT_FALSE(t) << url;
+    EXPECT_EQ(t.error().code, ErrorCode::kInvalidArgument) << url;
+    EXPECT_NE(t.error().message.find("invalid alert.webhook '" + std::string(url) + "'"),
+              std::string::npos)
+        << t.error().message;
+    EXPECT_NE(t.error().message.find(why), std::string::npos) << url << ": " << t.error().message;
+  }
+}
+
+TEST(HttpTargetTest, APasswordInTheUrlIsNotRepeated) {
+  auto t = ParseHttpTarget("https://alice:s3cret@api.example.com/v1", "upstream URL");
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().message.find("s3cret"), std::string::npos) << t.error().message;
+  EXPECT_NE(t.error().message.find("'https://api.example.com/v1'"), std::string::npos)
+      << t.error().message;
+}
+
+TEST(UrlTextTest, PasswordsAreReplaced) {
+  EXPECT_EQ(WithoutPassword("redis://alice:s3cret@h:6379/0?prefix=a"),
+            "redis://alice:***@h:6379/0?prefix=a");
+  EXPECT_EQ(WithoutPassword("redis://:s3cret@h"), "redis://:***@h");
+  EXPECT_EQ(WithoutPassword("redis://s3cret@h"), "redis://***@h");
+  EXPECT_EQ(WithoutPassword("redis+cluster://u:p%40ss@a:1,b:2"), "redis+cluster://u:***@a:1,b:2");
+  EXPECT_EQ(WithoutPassword("postgres://u:pw@db/x?sslmode=require"),
+            "postgres://u:***@db/x?sslmode=require");
+  EXPECT_EQ(WithoutPassword("redis://h:6379/0?prefix=a@b"), "redis://h:6379/0?prefix=a@b");
+  EXPECT_EQ(WithoutPassword("sqlite:/var/lib/idemgate.db"), "sqlite:/var/lib/idemgate.db");
+  EXPECT_EQ(WithoutPassword("memory:"), "memory:");
+}
+
+TEST(TlsClientTest, UnreadableFilesAreNamedByTheirOption) {
+  auto ctx = NewTlsClientContext({.ca_file = "/nonexistent/ca.pem", .ca_option = "tls_ca"});
+  ASSERT_FALSE(ctx);
+  EXPECT_EQ(ctx.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(ctx.error().message.find("cannot load tls_ca '/nonexistent/ca.pem'"), std::string::npos)
+      << ctx.error().message;
+
+  ctx = NewTlsClientContext({.cert_file = "/nonexistent/client.pem",
+                             .key_file = "/nonexistent/client.key",
+                             .cert_option = "tls_cert"});
+  ASSERT_FALSE(ctx);
+  EXPECT_NE(ctx.error().message.find("cannot load tls_cert '/nonexistent/client.pem'"),
+            std::string::npos)
+      << ctx.error().message;
+
+  EXPECT_TRUE(NewTlsClientContext({}));
+  EXPECT_TRUE(NewTlsClientContext({.verify = false}));
+}
+
+}  // namespace
+}  // namespace idem::net
