@@ -266,6 +266,43 @@ Call CallOf(const Record& r, const Config& config) {
   return c;
 }
 
+// The decision a step continues: the execution that `fence` owns.
+Decision ExecutionOf(const Record& r, uint64_t fence) {
+  Decision d;
+  d.kind = Decision::Kind::kExecute;
+  d.fence = fence;
+  d.started_at = r.created_at;
+  return d;
+}
+
+// A tool error under `errors = release` is not stored: the record goes.
+bool ReleasesOn(const Call& call, OutcomeClass cls) {
+  return cls == OutcomeClass::kToolError && call.policy.errors == ErrorPolicy::kRelease;
+}
+
+// The answer to a release (or a complete that released).
+Response ReleaseAnswer(const RecordId& id, const Result<void>& released) {
+  if (!released) return FromError(released.error(), id.key);
+  json::object o;
+  o["key"] = id.key;
+  o["released"] = true;
+  return Json(200, o);
+}
+
+// The answer to a complete that stored the outcome (or could not).
+Response CompleteAnswer(const RecordId& id, const Result<Record>& stored) {
+  if (!stored) return FromError(stored.error(), id.key);
+  json::object o;
+  o["key"] = id.key;
+  o["stored"] = true;
+  o["state"] = RecordStateName(stored->state);
+  if (stored->outcome && stored->outcome->cls == OutcomeClass::kTooLarge) {
+    o["too_large"] = true;
+  }
+  o["expires_at"] = FormatIsoTime(stored->expires_at);
+  return Json(200, o);
+}
+
 bool HasReplayableOutcome(const Record& r) {
   return r.outcome && r.outcome->cls != OutcomeClass::kTooLarge && !r.outcome->body.empty();
 }
@@ -410,6 +447,41 @@ Response BeginAnswer(const Call& call, const Decision& d) {
 
 LedgerApi::LedgerApi(Ledger& ledger, const Config& config, WorkerPool& pool)
     : ledger_(ledger), config_(config), pool_(pool) {}
+
+bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence, Outcome outcome,
+                                        const Responder& respond) {
+  auto answer = [respond](Response r) {
+    FaultPoint("before_reply");
+    respond(std::move(r));
+  };
+  return ledger_.store().GetAsync(
+      id, [this, id, fence, outcome, answer, respond](Result<std::optional<Record>> got) {
+        if (!got) return answer(FromError(got.error(), id.key));
+        if (!*got) return answer(FromError(Error{ErrorCode::kNotFound, "no record"}, id.key));
+        // Alive until CompleteAsync's callback has run.
+        auto call = std::make_shared<const Call>(CallOf(**got, config_));
+        const Decision d = ExecutionOf(**got, fence);
+        if (ReleasesOn(*call, outcome.cls)) {
+          // Rare, and Release may block: a worker's.
+          if (!pool_.Submit([this, call, d, id, answer] {
+                answer(ReleaseAnswer(id, ledger_.Release(*call, d)));
+              })) {
+            respond(Stopping());
+          }
+          return;
+        }
+        if (ledger_.CompleteAsync(*call, d, outcome, [call, id, answer](const Result<Record>& r) {
+              answer(CompleteAnswer(id, r));
+            })) {
+          return;
+        }
+        if (!pool_.Submit([this, call, d, outcome, id, answer] {
+              answer(CompleteAnswer(id, ledger_.Complete(*call, d, outcome)));
+            })) {
+          respond(Stopping());
+        }
+      });
+}
 
 void LedgerApi::Handle(Request request, Responder respond) {
   const std::string path = request.path;
@@ -571,16 +643,20 @@ void LedgerApi::Handle(Request request, Responder respond) {
       if (!o) return respond(std::move(o.error()));
       outcome = std::move(*o);
     }
-    return offload([this, step = std::string(step), id = RecordId{who.tenant, *key}, fence = *fence,
+    const RecordId id{who.tenant, *key};
+    // A complete reads the record and stores the outcome without a worker
+    // where the store allows (Store::GetAsync, Ledger::CompleteAsync).
+    if (step == "complete" &&
+        CompleteWithoutBlocking(id, *fence, Outcome{outcome->cls, outcome->text}, respond)) {
+      return;
+    }
+    return offload([this, step = std::string(step), id, fence = *fence,
                     outcome = std::move(outcome)]() mutable -> Response {
       auto got = ledger_.store().Get(id);
       if (!got) return FromError(got.error(), id.key);
       if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
-      Call call = CallOf(**got, config_);
-      Decision d;
-      d.kind = Decision::Kind::kExecute;
-      d.fence = fence;
-      d.started_at = (*got)->created_at;
+      const Call call = CallOf(**got, config_);
+      const Decision d = ExecutionOf(**got, fence);
       json::object o;
       o["key"] = id.key;
       if (step == "heartbeat") {
@@ -590,12 +666,8 @@ void LedgerApi::Handle(Request request, Responder respond) {
         o["lease_ms"] = call.policy.lease.count();
         return Json(200, o);
       }
-      if (step == "release" || (step == "complete" && outcome->cls == OutcomeClass::kToolError &&
-                                call.policy.errors == ErrorPolicy::kRelease)) {
-        auto released = ledger_.Release(call, d);
-        if (!released) return FromError(released.error(), id.key);
-        o["released"] = true;
-        return Json(200, o);
+      if (step == "release" || (step == "complete" && ReleasesOn(call, outcome->cls))) {
+        return ReleaseAnswer(id, ledger_.Release(call, d));
       }
       if (step == "mark_unknown") {
         auto marked = ledger_.MarkUnknown(call, d);
@@ -604,15 +676,8 @@ void LedgerApi::Handle(Request request, Responder respond) {
         o["expires_at"] = FormatIsoTime(marked->expires_at);
         return Json(200, o);
       }
-      auto stored = ledger_.Complete(call, d, Outcome{outcome->cls, std::move(outcome->text)});
-      if (!stored) return FromError(stored.error(), id.key);
-      o["stored"] = true;
-      o["state"] = RecordStateName(stored->state);
-      if (stored->outcome && stored->outcome->cls == OutcomeClass::kTooLarge) {
-        o["too_large"] = true;
-      }
-      o["expires_at"] = FormatIsoTime(stored->expires_at);
-      return Json(200, o);
+      return CompleteAnswer(
+          id, ledger_.Complete(call, d, Outcome{outcome->cls, std::move(outcome->text)}));
     });
   }
 

@@ -50,6 +50,12 @@ class LedgerApi {
   }
 
  private:
+  // /v1/calls/complete through Store::GetAsync and Ledger::CompleteAsync,
+  // answering through `respond`; false if the store cannot read without
+  // blocking (`respond` is not used: the caller completes on a worker).
+  bool CompleteWithoutBlocking(const RecordId& id, uint64_t fence, Outcome outcome,
+                               const Responder& respond);
+
   Ledger& ledger_;
   const Config& config_;
   WorkerPool& pool_;

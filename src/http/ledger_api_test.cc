@@ -8,6 +8,7 @@
 #include <future>
 
 #include "store/memory/memory_store.h"
+#include "store_wrapper.h"
 
 namespace idem::http {
 namespace {
@@ -68,6 +69,46 @@ TEST_F(LedgerApiTest, BeginCompleteThenReplayKeepsTheOutcomeByteForByte) {
   EXPECT_EQ(r["decision"], "replay");
   EXPECT_EQ(r["replayed"], true);
   EXPECT_EQ(r["key"].as_string(), key);
+}
+
+// A store that reads and writes without blocking (Redis, PostgreSQL) needs no
+// worker for begin and complete: with the pool shut down, both still answer.
+TEST(LedgerApiWithoutWorkersTest, BeginAndCompleteNeedNoWorkerWhereTheStoreIsAsynchronous) {
+  FakeClock clock;
+  std::unique_ptr<Store> memory = NewMemoryStore(clock);
+  testing::InlineAsyncReads reads(*memory);
+  testing::InlineAsyncWrites store(reads);
+  Ledger ledger{store, clock, LedgerOptions{"test", nullptr, true}};
+  Config config;
+  WorkerPool pool;
+  pool.Shutdown();
+  LedgerApi api(ledger, config, pool);
+  auto send = [&](const std::string& target, const std::string& body) {
+    Request r;
+    r.method = "POST";
+    r.target = r.path = target;
+    r.body = body;
+    r.headers.push_back({"Content-Type", "application/json"});
+    std::promise<Response> promise;
+    api.Handle(std::move(r), [&promise](Response res) { promise.set_value(std::move(res)); });
+    return promise.get_future().get();
+  };
+
+  Response begun = send("/v1/calls/begin", R"({"turn_id":"t1","tool":"refund","args":{"n":1}})");
+  ASSERT_EQ(begun.status, 200) << begun.body;
+  json::object d = json::parse(begun.body).as_object();
+  ASSERT_EQ(d["decision"], "execute");
+  Response done = send("/v1/calls/complete", R"({"key":")" + std::string(d["key"].as_string()) +
+                                                 R"(","fence":)" +
+                                                 std::to_string(d["fence"].to_number<int64_t>()) +
+                                                 R"(,"outcome":{"status":"success"}})");
+  ASSERT_EQ(done.status, 200) << done.body;
+  EXPECT_EQ(json::parse(done.body).as_object()["state"], "completed");
+
+  // A heartbeat needs a worker: the stopping pool answers 503.
+  Response beat = send("/v1/calls/heartbeat",
+                       R"({"key":")" + std::string(d["key"].as_string()) + R"(","fence":1})");
+  EXPECT_EQ(beat.status, 503) << beat.body;
 }
 
 TEST_F(LedgerApiTest, TheSameKeyInTwoTenantsIsTwoRecords) {
