@@ -31,6 +31,7 @@
 
 #include "mcp/http_protocol.h"  // FormatHostPort, IsHostAllowedOnLoopback, PrintableExcerpt
 #include "mcp/listen_socket.h"
+#include "net/http_server_io.h"
 
 namespace idem::http {
 namespace {
@@ -121,6 +122,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(Server* server, tcp::socket socket)
       : server_(server),
         options_(server->options),
+        limits_{options_.max_header_bytes, options_.max_header_count, options_.max_body_bytes,
+                options_.read_timeout},
         stream_(std::move(socket)),
         read_timer_(stream_.get_executor()) {}
 
@@ -182,9 +185,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ++serial_;
     read_timed_out_ = false;
     parser_.emplace();
-    parser_->header_limit(
-        static_cast<uint32_t>(std::min<size_t>(options_.max_header_bytes, UINT32_MAX)));
-    parser_->body_limit(options_.max_body_bytes);
     stream_.expires_never();
     read_timer_.expires_after(options_.read_timeout);
     read_timer_.async_wait([self = shared_from_this(), serial = serial_](beast::error_code ec) {
@@ -193,43 +193,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       beast::error_code ignored;
       self->stream_.socket().cancel(ignored);
     });
-    bhttp::async_read_header(stream_, buffer_, *parser_,
-                             beast::bind_front_handler(&Connection::OnHeader, shared_from_this()));
+    idem::net::ReadRequest(stream_, buffer_, *parser_, limits_, shared_from_this(),
+                           [self = shared_from_this()](beast::error_code ec,
+                                                       std::optional<idem::net::Refusal> refusal) {
+                             if (!refusal) return self->OnRead(ec);
+                             self->read_timer_.cancel();
+                             self->keep_alive_ = false;
+                             self->linger_ = true;
+                             self->SendRefusal(*refusal);
+                           });
   }
 
-  void OnHeader(beast::error_code ec, size_t) {
-    if (ec) return OnReadError(ec);
-    auto& req = parser_->get();
-    size_t count = static_cast<size_t>(std::distance(req.begin(), req.end()));
-    if (count > options_.max_header_count) {
-      read_timer_.cancel();
-      keep_alive_ = false;
-      linger_ = true;
-      return SendProblem(431, "headers-too-large", "Request header fields too large",
-                         "idemgate: the request has " + std::to_string(count) +
-                             " header fields; at most " +
-                             std::to_string(options_.max_header_count) +
-                             " are accepted (max_header_count): send fewer");
-    }
-    if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
-      // The read deadline still covers the whole request.
-      continue_.assign("HTTP/1.1 100 Continue\r\n\r\n");
-      net::async_write(stream_, net::buffer(continue_),
-                       [self = shared_from_this()](beast::error_code ec, size_t) {
-                         if (ec) return self->CloseNow();
-                         self->ReadBody();
-                       });
-      return;
-    }
-    ReadBody();
-  }
-
-  void ReadBody() {
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      beast::bind_front_handler(&Connection::OnBody, shared_from_this()));
-  }
-
-  void OnBody(beast::error_code ec, size_t) {
+  void OnRead(beast::error_code ec) {
     if (ec) return OnReadError(ec);
     read_timer_.cancel();
     bhttp::request<bhttp::string_body> req = parser_->release();
@@ -258,34 +233,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       bool partial = buffer_.size() > 0 || (parser_ && parser_->got_some());
       if (!partial) return CloseNow();
       keep_alive_ = false;
-      return SendProblem(408, "request-timeout", "Request timeout",
-                         "idemgate: the whole request must arrive within " +
-                             std::to_string(options_.read_timeout.count()) +
-                             " ms (read_timeout); send it faster or raise the limit");
+      return SendRefusal(idem::net::SlowRequest(limits_));
     }
-    if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
-      return CloseNow();
-    }
+    auto refusal = idem::net::ReadRefusal(ec, limits_);
+    if (!refusal) return CloseNow();
     keep_alive_ = false;
     linger_ = true;
-    if (ec == bhttp::error::body_limit) {
-      return SendProblem(413, "body-too-large", "Request body too large",
-                         "idemgate: the request body is larger than the limit of " +
-                             std::to_string(options_.max_body_bytes) +
-                             " bytes (limits.max_body_bytes): send less, or raise the limit");
-    }
-    if (ec == bhttp::error::header_limit) {
-      return SendProblem(431, "headers-too-large", "Request header fields too large",
-                         "idemgate: the request header block is larger than " +
-                             std::to_string(options_.max_header_bytes) +
-                             " bytes (max_header_bytes): send smaller headers");
-    }
-    if (ec.category() == beast::error_code(bhttp::error::end_of_stream).category()) {
-      return SendProblem(400, "malformed-request", "Malformed HTTP request",
-                         "idemgate: the request is not valid HTTP/1.1 (" + ec.message() + ")");
-    }
-    CloseNow();
+    SendRefusal(*refusal);
   }
 
   // ── Handling ──
@@ -306,13 +260,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (options_.authenticate) {
       std::optional<Principal> who;
       std::string_view token;
-      if (auto auth = request.FindHeader("Authorization");
-          auth && auth->size() > 7 && beast::iequals(auth->substr(0, 7), "Bearer ")) {
-        token = auth->substr(7);
-        while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-        while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
-        if (!token.empty()) who = options_.authenticate(token);
-      }
+      if (auto auth = request.FindHeader("Authorization")) token = idem::net::BearerToken(*auth);
+      if (!token.empty()) who = options_.authenticate(token);
       bool is_public = std::find(options_.public_paths.begin(), options_.public_paths.end(),
                                  request.path) != options_.public_paths.end();
       if (who) {
@@ -352,6 +301,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // ── Writing ──
+
+  void SendRefusal(const idem::net::Refusal& r) {
+    SendProblem(r.status, r.type, r.title, r.detail);
+  }
 
   void SendProblem(int status, std::string_view type, std::string_view title,
                    const std::string& detail, std::vector<Header> extra = {}) {
@@ -429,32 +382,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (server_->stopping) return CloseNow();
     }
     state_ = State::kClosed;
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(options_.read_timeout);
-    Drain();
-  }
-
-  void Drain() {
-    stream_.async_read_some(
-        net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
-          self->drained_ += n;
-          if (ec || self->drained_ > 4 * self->options_.max_body_bytes + (1 << 20)) {
-            self->stream_.close();
-            return;
-          }
-          self->Drain();
-        });
+    idem::net::LingerThenClose(stream_, shared_from_this(), options_.read_timeout,
+                               4 * options_.max_body_bytes + (1 << 20));
   }
 
   Server* server_;
   const ListenerOptions& options_;
+  const idem::net::RequestLimits limits_;
   beast::tcp_stream stream_;
   net::steady_timer read_timer_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::shared_ptr<bhttp::response<bhttp::string_body>> response_;
-  std::string continue_;
   std::string remote_;
   State state_ = State::kReading;
   uint64_t serial_ = 0;
@@ -462,8 +401,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool head_ = false;
   bool linger_ = false;
   bool read_timed_out_ = false;
-  char drain_[16 * 1024];
-  size_t drained_ = 0;
 };
 
 void ResponderState::Answer(Response response) {

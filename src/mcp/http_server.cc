@@ -24,6 +24,7 @@
 #include "mcp/http_server_session.h"
 #include "mcp/listen_socket.h"
 #include "mcp/sse.h"
+#include "net/http_server_io.h"
 
 namespace idem::mcp {
 namespace {
@@ -108,6 +109,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(HttpMcpServer::Impl* server, tcp::socket socket)
       : server_(server),
         options_(server->options),
+        limits_{options_.max_header_bytes, options_.max_header_count, options_.max_body_bytes,
+                options_.read_timeout},
         stream_(std::move(socket)),
         keepalive_timer_(stream_.get_executor()) {}
 
@@ -228,43 +231,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_.reset();
     session_.reset();
     parser_.emplace();
-    parser_->header_limit(
-        static_cast<uint32_t>(std::min<size_t>(options_.max_header_bytes, UINT32_MAX)));
-    parser_->body_limit(options_.max_body_bytes);
-    stream_.expires_after(options_.read_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            beast::bind_front_handler(&Connection::OnHeader, shared_from_this()));
+    stream_.expires_after(options_.read_timeout);  // the whole request
+    idem::net::ReadRequest(stream_, buffer_, *parser_, limits_, shared_from_this(),
+                           [self = shared_from_this()](beast::error_code ec,
+                                                       std::optional<idem::net::Refusal> refusal) {
+                             if (!refusal) return self->OnRead(ec);
+                             self->keep_alive_ = false;
+                             self->SendRefusal(*refusal);
+                           });
   }
 
-  void OnHeader(beast::error_code ec, size_t) {
-    if (ec) return OnReadError(ec);
-    auto& req = parser_->get();
-    if (size_t count = std::distance(req.begin(), req.end()); count > options_.max_header_count) {
-      keep_alive_ = false;
-      return SendError(http::status::request_header_fields_too_large, kJsonRpcInvalidRequest,
-                       "idemgate: the request has " + std::to_string(count) +
-                           " header fields; at most " + std::to_string(options_.max_header_count) +
-                           " are accepted: send fewer");
-    }
-    if (beast::iequals(req[http::field::expect], "100-continue")) {
-      // The deadline set in DoRead still covers the whole request.
-      continue_.assign("HTTP/1.1 100 Continue\r\n\r\n");
-      net::async_write(stream_, net::buffer(continue_),
-                       [self = shared_from_this()](beast::error_code ec, size_t) {
-                         if (ec) return self->CloseNow();
-                         self->ReadBody();
-                       });
-      return;
-    }
-    ReadBody();
-  }
-
-  void ReadBody() {
-    http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Connection::OnBody, shared_from_this()));
-  }
-
-  void OnBody(beast::error_code ec, size_t) {
+  void OnRead(beast::error_code ec) {
     if (ec) return OnReadError(ec);
     stream_.expires_never();
     request_ = parser_->release();
@@ -273,30 +250,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void OnReadError(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::operation_aborted || ec == beast::error::timeout) {
-      // A closed, stopped or too-slow client: nothing to answer (a timed-out
-      // tcp_stream is already closed).
-      return CloseNow();
-    }
+    // A closed, stopped or too-slow client gets no answer (a timed-out
+    // tcp_stream is already closed).
+    auto refusal = idem::net::ReadRefusal(ec, limits_);
+    if (!refusal) return CloseNow();
     keep_alive_ = false;
-    if (ec == http::error::body_limit) {
-      return SendError(http::status::payload_too_large, kJsonRpcInvalidRequest,
-                       "idemgate: the request body is larger than the limit of " +
-                           std::to_string(options_.max_body_bytes) +
-                           " bytes (limits.max_body_bytes)");
-    }
-    if (ec == http::error::header_limit) {
-      return SendError(http::status::request_header_fields_too_large, kJsonRpcInvalidRequest,
-                       "idemgate: the request headers are larger than " +
-                           std::to_string(options_.max_header_bytes) +
-                           " bytes: send smaller headers");
-    }
-    if (ec.category() == beast::error_code(http::error::end_of_stream).category()) {
-      return SendError(http::status::bad_request, kJsonRpcInvalidRequest,
-                       "idemgate: malformed HTTP request (" + ec.message() + ")");
-    }
-    CloseNow();
+    SendRefusal(*refusal);
   }
 
   // ── Handling ──
@@ -339,12 +298,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     tenant_ = "default";
     if (options_.authenticate) {
-      std::string_view auth(request_[http::field::authorization].data(),
-                            request_[http::field::authorization].size());
+      const std::string_view token = Token();
       std::optional<std::string> tenant;
-      if (auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ")) {
-        tenant = options_.authenticate(auth.substr(7));
-      }
+      if (!token.empty()) tenant = options_.authenticate(token);
       if (!tenant) {
         return SendError(http::status::unauthorized, kJsonRpcInvalidRequest,
                          "idemgate: a valid bearer token is required (Authorization: Bearer ...)");
@@ -395,10 +351,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                        "idemgate: this listener does not serve metrics");
     }
     if (metrics && options_.authenticate) {
-      std::string_view auth(request_[http::field::authorization].data(),
-                            request_[http::field::authorization].size());
-      std::string_view token;
-      if (auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ")) token = auth.substr(7);
+      const std::string_view token = Token();
       if (token.empty() || !options_.authenticate(token)) {
         return SendError(http::status::unauthorized, kJsonRpcInvalidRequest,
                          "idemgate: /metrics needs an admin tenant's bearer token");
@@ -670,6 +623,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!session_id_header_.empty()) res.set("Mcp-Session-Id", session_id_header_);
   }
 
+  // The request's bearer token, or empty.
+  std::string_view Token() const {
+    const auto auth = request_[http::field::authorization];
+    return idem::net::BearerToken(std::string_view(auth.data(), auth.size()));
+  }
+
+  void SendRefusal(const idem::net::Refusal& r) {
+    SendError(static_cast<http::status>(r.status), kJsonRpcInvalidRequest, r.detail);
+  }
+
   void SendError(http::status status, int code, const std::string& message,
                  std::string_view allow = {}, std::string_view data_json = {}) {
     http::response<http::string_body> res{status, 11};
@@ -870,32 +833,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (stopping_) return CloseNow();
     state_ = State::kClosed;
     keepalive_timer_.cancel();
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(options_.read_timeout);
-    Drain();
-  }
-
-  void Drain() {
-    stream_.async_read_some(
-        net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
-          self->drained_ += n;
-          if (ec || self->drained_ > 4 * self->options_.max_body_bytes + (1 << 20)) {
-            self->stream_.close();
-            return;
-          }
-          self->Drain();
-        });
+    idem::net::LingerThenClose(stream_, shared_from_this(), options_.read_timeout,
+                               4 * options_.max_body_bytes + (1 << 20));
   }
 
   HttpMcpServer::Impl* server_;
   const HttpServerOptions& options_;
+  const idem::net::RequestLimits limits_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   net::steady_timer keepalive_timer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
-  std::string continue_;
   State state_ = State::kReading;
   bool keep_alive_ = true;
   bool held_as_json_ = false;  // kHeldStream: the final answer goes out as plain JSON
@@ -911,8 +860,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool finish_after_write_ = false;
   bool watching_ = false;
   bool resume_after_watch_ = false;
-  char drain_[16 * 1024];
-  size_t drained_ = 0;
 };
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <boost/asio/error.hpp>
+
+#include "net/http_server_io.h"
 #include "net/http_target.h"
 #include "net/tls_client.h"
 #include "net/url_text.h"
@@ -66,6 +69,41 @@ TEST(UrlTextTest, PasswordsAreReplaced) {
   EXPECT_EQ(WithoutPassword("redis://h:6379/0?prefix=a@b"), "redis://h:6379/0?prefix=a@b");
   EXPECT_EQ(WithoutPassword("sqlite:/var/lib/idemgate.db"), "sqlite:/var/lib/idemgate.db");
   EXPECT_EQ(WithoutPassword("memory:"), "memory:");
+}
+
+TEST(HttpServerIoTest, BearerTokens) {
+  EXPECT_EQ(BearerToken("Bearer abc"), "abc");
+  EXPECT_EQ(BearerToken("bearer  abc "), "abc");
+  EXPECT_EQ(BearerToken("Basic YWxhZGRpbjpvcGVu"), "");
+  EXPECT_EQ(BearerToken("Bearer "), "");
+  EXPECT_EQ(BearerToken(""), "");
+}
+
+TEST(HttpServerIoTest, RefusalsNameTheLimitAndAClientThatLeftGetsNone) {
+  namespace http = boost::beast::http;
+  const RequestLimits limits{
+      .max_header_bytes = 8192, .max_header_count = 20, .max_body_bytes = 1000};
+  auto body = ReadRefusal(http::error::body_limit, limits);
+  ASSERT_TRUE(body);
+  EXPECT_EQ(body->status, 413);
+  EXPECT_NE(body->detail.find("1000 bytes (limits.max_body_bytes)"), std::string::npos);
+  auto headers = ReadRefusal(http::error::header_limit, limits);
+  ASSERT_TRUE(headers);
+  EXPECT_EQ(headers->status, 431);
+  EXPECT_NE(headers->detail.find("8192 bytes (max_header_bytes)"), std::string::npos);
+  auto malformed = ReadRefusal(http::error::bad_method, limits);
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+  EXPECT_FALSE(ReadRefusal(http::error::end_of_stream, limits));
+  EXPECT_FALSE(ReadRefusal(boost::asio::error::connection_reset, limits));
+  EXPECT_FALSE(ReadRefusal(boost::asio::error::operation_aborted, limits));
+
+  EXPECT_FALSE(TooManyHeaders(20, limits));
+  auto many = TooManyHeaders(21, limits);
+  ASSERT_TRUE(many);
+  EXPECT_EQ(many->status, 431);
+  EXPECT_NE(many->detail.find("at most 20 are accepted"), std::string::npos);
+  EXPECT_EQ(SlowRequest(limits).status, 408);
 }
 
 TEST(TlsClientTest, UnreadableFilesAreNamedByTheirOption) {

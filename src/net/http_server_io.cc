@@ -1,0 +1,121 @@
+#include "net/http_server_io.h"
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/write.hpp>
+#include <climits>
+
+namespace idem::net {
+
+namespace beast = boost::beast;
+
+std::optional<Refusal> TooManyHeaders(size_t count, const RequestLimits& limits) {
+  if (count <= limits.max_header_count) return std::nullopt;
+  return Refusal{431, "headers-too-large", "Request header fields too large",
+                 "idemgate: the request has " + std::to_string(count) + " header fields; at most " +
+                     std::to_string(limits.max_header_count) +
+                     " are accepted (max_header_count): send fewer"};
+}
+
+std::optional<Refusal> ReadRefusal(beast::error_code ec, const RequestLimits& limits) {
+  namespace http = beast::http;
+  if (ec == http::error::body_limit) {
+    return Refusal{413, "body-too-large", "Request body too large",
+                   "idemgate: the request body is larger than the limit of " +
+                       std::to_string(limits.max_body_bytes) +
+                       " bytes (limits.max_body_bytes): send less, or raise the limit"};
+  }
+  if (ec == http::error::header_limit) {
+    return Refusal{431, "headers-too-large", "Request header fields too large",
+                   "idemgate: the request header block is larger than " +
+                       std::to_string(limits.max_header_bytes) +
+                       " bytes (max_header_bytes): send smaller headers"};
+  }
+  if (ec == http::error::end_of_stream) return std::nullopt;  // the client left
+  if (ec.category() == beast::error_code(http::error::end_of_stream).category()) {
+    return Refusal{400, "malformed-request", "Malformed HTTP request",
+                   "idemgate: the request is not valid HTTP/1.1 (" + ec.message() + ")"};
+  }
+  return std::nullopt;  // EOF, reset, cancelled, timed out: nothing to answer
+}
+
+Refusal SlowRequest(const RequestLimits& limits) {
+  return Refusal{408, "request-timeout", "Request timeout",
+                 "idemgate: the whole request must arrive within " +
+                     std::to_string(limits.read_timeout.count()) +
+                     " ms (read_timeout); send it faster or raise the limit"};
+}
+
+void ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer, RequestParser& parser,
+                 const RequestLimits& limits, std::shared_ptr<void> owner, ReadDone done) {
+  namespace http = beast::http;
+  parser.header_limit(static_cast<uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+  parser.body_limit(limits.max_body_bytes);
+  http::async_read_header(
+      stream, buffer, parser,
+      [&stream, &buffer, &parser, limits, owner, done](beast::error_code ec, size_t) {
+        if (ec) return done(ec, std::nullopt);
+        const auto& req = parser.get();
+        const size_t count = static_cast<size_t>(std::distance(req.begin(), req.end()));
+        if (auto refusal = TooManyHeaders(count, limits)) {
+          return done({}, std::move(refusal));
+        }
+        auto body = [&stream, &buffer, &parser, owner, done] {
+          http::async_read(stream, buffer, parser,
+                           [owner, done](beast::error_code ec, size_t) { done(ec, std::nullopt); });
+        };
+        if (!beast::iequals(req[http::field::expect], "100-continue")) return body();
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        boost::asio::async_write(stream, boost::asio::buffer(kContinue.data(), kContinue.size()),
+                                 [done, body](beast::error_code ec, size_t) {
+                                   if (ec) return done(ec, std::nullopt);
+                                   body();
+                                 });
+      });
+}
+
+std::string_view BearerToken(std::string_view authorization) {
+  if (authorization.size() <= 7 || !beast::iequals(authorization.substr(0, 7), "Bearer ")) {
+    return {};
+  }
+  std::string_view token = authorization.substr(7);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  return token;
+}
+
+namespace {
+
+struct Drain : std::enable_shared_from_this<Drain> {
+  Drain(beast::tcp_stream& s, std::shared_ptr<void> o, size_t max)
+      : stream(s), owner(std::move(o)), max_bytes(max) {}
+
+  void Next() {
+    stream.async_read_some(boost::asio::buffer(buffer),
+                           [self = shared_from_this()](beast::error_code ec, size_t n) {
+                             self->drained += n;
+                             if (ec || self->drained > self->max_bytes) {
+                               self->stream.close();
+                               return;
+                             }
+                             self->Next();
+                           });
+  }
+
+  beast::tcp_stream& stream;
+  const std::shared_ptr<void> owner;  // keeps `stream` alive
+  const size_t max_bytes;
+  size_t drained = 0;
+  char buffer[16 * 1024];
+};
+
+}  // namespace
+
+void LingerThenClose(beast::tcp_stream& stream, std::shared_ptr<void> owner,
+                     std::chrono::milliseconds timeout, size_t max_bytes) {
+  beast::error_code ignored;
+  stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+  stream.expires_after(timeout);
+  std::make_shared<Drain>(stream, std::move(owner), max_bytes)->Next();
+}
+
+}  // namespace idem::net
