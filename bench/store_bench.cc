@@ -4,6 +4,7 @@
 //   store_bench [--redis URL] [--cluster URL] [--postgres URL] [--callers N] [--seconds N]
 //               [--rounds N] [--scale N,N,...] [--only main|scale]
 //               [--postgres-options OPTS]   (appended to the PostgreSQL store URL: pool_size=16)
+//               [--redis-tls URL]           (rediss:// to the --redis server's TLS port)
 //
 // URLs are those of tests/servers/redis.sh and postgres.sh (no query part): redis://H:P,
 // redis+cluster://H:P,H:P,..., postgres://postgres@H:P/DB. A backend without a URL is skipped.
@@ -20,6 +21,8 @@
 //    INSERT INTO bench_kv(k, v) VALUES (:k, 'v') ON CONFLICT DO NOTHING.
 // Ratios are taken within each round (median and range): Redis claim->complete / SET NX
 // (target >= 0.4), Redis replay / SET NX (>= 0.7), PostgreSQL claim->complete / pgbench (>= 0.5).
+// With --redis-tls, claim->complete and replay also run over TLS on the same server (its
+// counters read through --redis), and the bench prints TLS / plain for both.
 //
 // Where the time goes, from the servers' own counters around each case: Redis commands per call
 // (INFO commandstats: EVALSHA, XADD, ...) and server CPU per call (INFO cpu); PostgreSQL
@@ -78,6 +81,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 struct Options {
   std::string redis, cluster, postgres;
+  std::string redis_tls;         // the --redis server's TLS port, as a rediss:// URL
   std::string postgres_options;  // appended to the store's URL, e.g. pool_size=16
   int callers = 16;
   double seconds = 2;
@@ -554,8 +558,11 @@ void RunMainCases(const Options& o) {
   const int n = o.callers;
   auto rates = std::make_shared<std::map<std::string, double>>();
   std::string pg_script;
+  auto with_prefix = [](const std::string& url) {
+    return url + (url.find('?') == std::string::npos ? "?" : "&") + "prefix=sb:";
+  };
   auto redis_backend = [&](const std::string& label, const std::string& url, bool cluster) {
-    const std::string store_url = url + "?prefix=sb:";
+    const std::string store_url = with_prefix(url);
     Pair p{.label = label};
     auto counters = [url] { return RedisCounters(url); };
     p.cc = cases.size();
@@ -579,6 +586,19 @@ void RunMainCases(const Options& o) {
     pairs.push_back(p);
   };
   if (!o.redis.empty()) redis_backend("redis", o.redis, false);
+  // The ledger over TLS on the same server: its counters through the plain port.
+  size_t tls_cc = SIZE_MAX, tls_replay = SIZE_MAX;
+  if (!o.redis_tls.empty()) {
+    if (o.redis.empty()) Die("--redis-tls needs --redis: the same server's plain port");
+    const std::string store_url = with_prefix(o.redis_tls);
+    auto counters = [url = o.redis] { return RedisCounters(url); };
+    tls_cc = cases.size();
+    cases.push_back({"redis tls claim->complete",
+                     [=] { return ClaimComplete(*OpenOrDie(store_url), n, o.seconds); }, counters});
+    tls_replay = cases.size();
+    cases.push_back({"redis tls replay",
+                     [=] { return Replay(*OpenOrDie(store_url), n, o.seconds); }, counters});
+  }
   if (!o.cluster.empty()) redis_backend("cluster", o.cluster, true);
   if (!o.postgres.empty()) {
     pg_script = WriteBenchScript(o.postgres);
@@ -614,18 +634,18 @@ void RunMainCases(const Options& o) {
               o.seconds);
   std::printf("%-42s %10s %11s | %s\n", "case", "calls/s", "client cores",
               "server, per call (median)");
+  auto row = [&](size_t i, bool pg) {
+    if (i == SIZE_MAX) return;
+    const Case& c = cases[i];
+    std::vector<double> cores;
+    for (const Sample& s : c.samples) cores.push_back(s.client_cores);
+    std::printf("%-42s %10.0f %11.2f | %s\n", c.name.c_str(), MedianRate(c.samples), Median(cores),
+                ServerPerCall(c.samples, pg).c_str());
+  };
   for (const Pair& p : pairs) {
-    for (size_t i : {p.cc, p.replay, p.baseline, p.pipelined}) {
-      if (i == SIZE_MAX) continue;
-      const Case& c = cases[i];
-      std::printf("%-42s %10.0f %11.2f | ", c.name.c_str(), MedianRate(c.samples), Median([&] {
-                    std::vector<double> v;
-                    for (const Sample& s : c.samples) v.push_back(s.client_cores);
-                    return v;
-                  }()));
-      std::printf("%s\n", ServerPerCall(c.samples, p.pg).c_str());
-    }
+    for (size_t i : {p.cc, p.replay, p.baseline, p.pipelined}) row(i, p.pg);
   }
+  for (size_t i : {tls_cc, tls_replay}) row(i, false);
   for (const Pair& p : pairs) {
     if (p.pg) {
       PrintRatio("postgres claim->complete / pgbench", cases[p.cc].samples,
@@ -640,6 +660,13 @@ void RunMainCases(const Options& o) {
       PrintRatio(p.label + " claim->complete / SET NX -P 16", cases[p.cc].samples,
                  cases[p.pipelined].samples, "none");
     }
+  }
+  if (tls_cc != SIZE_MAX) {
+    const Pair& plain = pairs.front();
+    PrintRatio("redis tls claim->complete / plain", cases[tls_cc].samples, cases[plain.cc].samples,
+               "none");
+    PrintRatio("redis tls replay / plain", cases[tls_replay].samples, cases[plain.replay].samples,
+               "none");
   }
   std::fflush(stdout);
 }
@@ -1035,11 +1062,13 @@ void RunScaleCases(const Options& o) {
 }
 
 [[noreturn]] void Usage() {
-  std::fprintf(stderr,
-               "usage: store_bench [--redis URL] [--cluster URL] [--postgres URL] [--callers N]\n"
-               "                   [--postgres-options pool_size=N]\n"
-               "                   [--seconds N] [--rounds N] [--scale N,N,...] "
-               "[--only main|scale]\n");
+  std::fprintf(
+      stderr,
+      "usage: store_bench [--redis URL] [--redis-tls URL] [--cluster URL] [--postgres URL]\n"
+      "                   [--callers N]\n"
+      "                   [--postgres-options pool_size=N]\n"
+      "                   [--seconds N] [--rounds N] [--scale N,N,...] "
+      "[--only main|scale]\n");
   std::exit(2);
 }
 
@@ -1053,6 +1082,8 @@ int main(int argc, char** argv) {
     const std::string v = argv[++i];
     if (flag == "--redis") {
       o.redis = v;
+    } else if (flag == "--redis-tls") {
+      o.redis_tls = v;
     } else if (flag == "--cluster") {
       o.cluster = v;
     } else if (flag == "--postgres") {
