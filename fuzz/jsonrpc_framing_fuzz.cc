@@ -4,7 +4,8 @@
 //    small limit as with the default one;
 //  - the frames are the stream's lines without one trailing CR, blank
 //    lines skipped, one oversize frame per line over the limit, carrying
-//    the id found in the line's first limit + 1 bytes (ModelFrames);
+//    the id an IdSkeleton of the whole line finds (ModelFrames), which is
+//    null or a string or a number;
 //  - FrameLine(frame) framed again gives the frame back (CR/LF as spaces);
 //  - ParseMessage refuses with kInvalidArgument (kResourceExhausted: too
 //    deep) or classifies as the JSON says, and idemgate's own answers to a
@@ -76,16 +77,25 @@ void CheckSameFrames(const std::vector<LineFramer::Frame>& a,
 bool IsBlank(std::string_view s) { return s.find_first_not_of(" \t\r") == std::string_view::npos; }
 
 // The framing as documented: each line without one trailing CR; one
-// oversize frame for a line longer than `max`; blank lines skipped.
+// oversize frame for a line longer than `max`, at its end; blank lines
+// skipped.
 std::vector<LineFramer::Frame> ModelFrames(std::string_view stream, size_t max) {
   std::vector<LineFramer::Frame> out;
   while (!stream.empty()) {
     const size_t nl = stream.find('\n');
     std::string_view line = stream.substr(0, nl);
-    const std::string_view head = line.substr(0, max + 1);
+    const std::string_view whole = line;
     if (line.ends_with('\r')) line.remove_suffix(1);
     if (line.size() > max) {
-      out.push_back(LineFramer::Frame{{}, true, idem::mcp::RecoverIdText(head)});
+      idem::mcp::IdSkeleton skeleton;
+      skeleton.Feed(whole);
+      const std::string id = skeleton.IdText();
+      if (id != "null") {
+        boost::system::error_code ec;
+        const boost::json::value v = boost::json::parse(id, ec);
+        FUZZ_CHECK(!ec && (v.is_string() || v.is_number()));
+      }
+      out.push_back(LineFramer::Frame{{}, true, id});
     } else if (!IsBlank(line)) {
       out.push_back(LineFramer::Frame{std::string(line), false});
     }

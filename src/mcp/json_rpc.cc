@@ -46,17 +46,75 @@ bool Representable(const boost::json::value& v) {
 
 }  // namespace
 
+void IdSkeleton::Keep(char c) {
+  constexpr size_t kMaxSkeletonBytes = 64 * 1024;
+  if (skeleton_.size() < kMaxSkeletonBytes) skeleton_.push_back(c);
+}
+
+void IdSkeleton::Feed(std::string_view bytes) {
+  constexpr size_t kMaxStringBytes = 1024;
+  for (char c : bytes) {
+    const bool top = depth_ <= 1;
+    if (in_string_) {
+      if (escape_) {
+        escape_ = false;
+        if (top && !cut_) Keep(c);
+      } else if (c == '"') {
+        in_string_ = false;
+        if (top) Keep(c);
+      } else {
+        escape_ = c == '\\';
+        if (top && !cut_) {
+          string_bytes_ += escape_ ? 2 : 1;  // an escape and what it escapes stay together
+          if (string_bytes_ > kMaxStringBytes) {
+            cut_ = true;
+            Keep('\x01');  // raw control bytes are not JSON: no longer an id
+          } else {
+            Keep(c);
+          }
+        }
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string_ = true;
+        cut_ = false;
+        string_bytes_ = 0;
+        if (top) Keep(c);
+        break;
+      case '{':
+      case '[':
+        if (++depth_ <= 2) Keep(c);
+        break;
+      case '}':
+      case ']':
+        if (depth_-- <= 2) Keep(c);
+        break;
+      default:
+        if (top) Keep(c);
+    }
+  }
+}
+
+std::string IdSkeleton::IdText() const { return RecoverIdText(skeleton_); }
+
 void LineFramer::Complete(std::vector<Frame>& out) {
   if (discarding_) {
     discarding_ = false;
+    out.push_back(Frame{{}, true, skeleton_.IdText()});
+    skeleton_ = IdSkeleton();
     partial_.clear();
     return;
   }
-  if (!partial_.empty() && partial_.back() == '\r') partial_.pop_back();
-  if (partial_.size() > max_) {
-    out.push_back(Frame{{}, true, RecoverIdText(partial_)});
-  } else if (!IsBlank(partial_)) {
-    out.push_back(Frame{std::move(partial_), false});
+  const bool cr = !partial_.empty() && partial_.back() == '\r';
+  if (partial_.size() - cr > max_) {  // one byte over: read whole, but the same answer
+    IdSkeleton skeleton;
+    skeleton.Feed(partial_);
+    out.push_back(Frame{{}, true, skeleton.IdText()});
+  } else {
+    if (cr) partial_.pop_back();
+    if (!IsBlank(partial_)) out.push_back(Frame{std::move(partial_), false});
   }
   partial_.clear();
 }
@@ -66,19 +124,19 @@ std::vector<LineFramer::Frame> LineFramer::Feed(std::string_view bytes) {
   while (!bytes.empty()) {
     size_t nl = bytes.find('\n');
     std::string_view piece = bytes.substr(0, nl);
-    if (!discarding_) {
-      // "+ 1" leaves room for a CR that the newline will strip.
-      if (partial_.size() + piece.size() > max_ + 1) {
-        // The head, up to the limit, may name the request to answer.
-        partial_.append(piece.substr(0, max_ + 1 - partial_.size()));
-        std::string id_text = RecoverIdText(partial_);
-        discarding_ = true;
-        partial_.clear();
-        partial_.shrink_to_fit();
-        out.push_back(Frame{{}, true, std::move(id_text)});
-      } else {
-        partial_.append(piece);
-      }
+    if (discarding_) {
+      skeleton_.Feed(piece);
+    } else if (partial_.size() + piece.size() > max_ + 1) {
+      // "+ 1" above leaves room for a CR that the newline will strip. Over
+      // the limit: the line is read on, kept only as its skeleton, which
+      // finds the id to answer wherever it comes.
+      skeleton_.Feed(partial_);
+      skeleton_.Feed(piece);
+      discarding_ = true;
+      partial_.clear();
+      partial_.shrink_to_fit();
+    } else {
+      partial_.append(piece);
     }
     if (nl == std::string_view::npos) break;
     Complete(out);

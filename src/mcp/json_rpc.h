@@ -53,6 +53,29 @@ inline constexpr size_t kMaxMessageDepth = 1024;
 // longer than the limit is dropped whole and reported once, as soon as it
 // passes the limit: the framer never holds more than the limit (plus one
 // byte) of it.
+// The top level of one JSON text, fed in pieces of any size, kept small
+// enough to hold whatever the text's size: nested containers are kept as
+// "{}" or "[]", strings at the top level up to 1 KiB (a longer one is cut and
+// marked with a control byte, so it is never taken for an id), and the whole
+// skeleton up to 64 KiB. For the "id" of a message too large to hold,
+// wherever in it the id comes.
+class IdSkeleton {
+ public:
+  void Feed(std::string_view bytes);
+  // RecoverIdText of what was fed.
+  std::string IdText() const;
+
+ private:
+  void Keep(char c);
+
+  std::string skeleton_;
+  int depth_ = 0;
+  bool in_string_ = false;
+  bool escape_ = false;
+  bool cut_ = false;  // the current string is over its bound
+  size_t string_bytes_ = 0;
+};
+
 class LineFramer {
  public:
   explicit LineFramer(size_t max_message_bytes = kDefaultMaxMessageBytes)
@@ -61,8 +84,9 @@ class LineFramer {
   struct Frame {
     std::string message;    // one JSON text, without the newline
     bool oversize = false;  // true: a message was dropped; `message` is empty
-    // Of a dropped message: its "id" if the part read before the limit
-    // holds it whole (RecoverIdText), else "null".
+    // Of a dropped message: its top-level "id" as an IdSkeleton of the
+    // whole line (its CR included) reads it, else "null". A dropped
+    // message's frame comes at its end of line.
     std::string id_text = "null";
   };
 
@@ -80,6 +104,7 @@ class LineFramer {
   const size_t max_;
   std::string partial_;
   bool discarding_ = false;  // inside a line that is already over the limit
+  IdSkeleton skeleton_;      // of the line being discarded
 };
 
 // One message framed for stdio: `message` plus "\n". A raw CR or LF can only

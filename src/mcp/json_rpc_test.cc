@@ -57,8 +57,9 @@ TEST(LineFramerTest, DeliversAnUnterminatedLastMessageAtEndOfStream) {
 TEST(LineFramerTest, DropsAnOversizeMessageAndKeepsGoing) {
   LineFramer framer(10);
   EXPECT_EQ(Messages(framer.Feed("{\"a\":\"0123")), Strings{});
-  EXPECT_EQ(Messages(framer.Feed("456789\"}")), (Strings{"<oversize>"}));  // reported once
-  EXPECT_EQ(Messages(framer.Feed("still the same line\n{\"ok\":1}\n")), (Strings{"{\"ok\":1}"}));
+  EXPECT_EQ(Messages(framer.Feed("456789\"}")), Strings{});  // reported at its end of line
+  EXPECT_EQ(Messages(framer.Feed("still the same line\n{\"ok\":1}\n")),
+            (Strings{"<oversize>", "{\"ok\":1}"}));
 }
 
 TEST(LineFramerTest, MessageOfExactlyTheLimitPasses) {
@@ -195,24 +196,42 @@ TEST(EnvelopeTest, MessagesAPeerWouldDropSilentlyAreNamed) {
             "\"params\" must be an object, not an array");
 }
 
-TEST(LineFramerTest, AnOversizeMessageKeepsTheIdFromItsHead) {
+TEST(LineFramerTest, AnOversizeMessageKeepsItsIdWhereverItComes) {
   LineFramer framer(64);
-  std::vector<LineFramer::Frame> frames = framer.Feed(
-      R"({"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"arguments":{"blob":")");
-  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_TRUE(
+      framer
+          .Feed(R"({"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"arguments":{"blob":")")
+          .empty());
+  EXPECT_TRUE(framer.Feed(std::string(1 << 20, 'a')).empty());  // still the same line
+  std::vector<LineFramer::Frame> frames = framer.Feed("\"}}}\n{\"id\":42}\n");
+  ASSERT_EQ(frames.size(), 2u);
   EXPECT_TRUE(frames[0].oversize);
   EXPECT_EQ(frames[0].id_text, "41");
-  EXPECT_TRUE(framer.Feed(std::string(1 << 20, 'a')).empty());  // still the same line
-  frames = framer.Feed("\"}}}\n{\"id\":42}\n");
-  ASSERT_EQ(frames.size(), 1u);
-  EXPECT_EQ(frames[0].message, R"({"id":42})");
+  EXPECT_EQ(frames[1].message, R"({"id":42})");
 
-  // The id after a long params is beyond the limit: null.
-  frames = framer.Feed(R"({"method":"tools/call","params":{"arguments":{"blob":")" +
-                       std::string(100, 'a') + "\"}}},\"id\":43}\n");
+  // The id last, after a megabyte of params, as the TypeScript SDK writes it.
+  EXPECT_TRUE(framer.Feed(R"({"method":"tools/call","params":{"arguments":{"blob":")").empty());
+  EXPECT_TRUE(framer.Feed(std::string(1 << 20, 'a') + R"(\"}\\"}},"jsonrpc":"2.0",)").empty());
+  frames = framer.Feed("\"id\":\"req-43\"}\n");
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_TRUE(frames[0].oversize);
+  EXPECT_EQ(frames[0].id_text, R"("req-43")");
+
+  // Neither an id inside params nor one cut short is taken.
+  framer.Feed(R"({"params":{"id":9,"blob":")" + std::string(100, 'a') + "\"}}\n");
+  frames = framer.Feed(R"({"id":")" + std::string(2000, 'x') + "\"}\n");
+  ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].id_text, "null");
+}
+
+TEST(IdSkeletonTest, KeepsTheTopLevelOnly) {
+  IdSkeleton s;
+  s.Feed(R"({"a":[1,{"id":2}],"b":"x\"y",)");
+  s.Feed(R"("id":17})");
+  EXPECT_EQ(s.IdText(), "17");
+  IdSkeleton nested;
+  nested.Feed(R"({"params":{"id":9}})");
+  EXPECT_EQ(nested.IdText(), "null");
 }
 
 TEST(ParseMessageTest, DuplicateIdIsRefused) {

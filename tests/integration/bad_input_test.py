@@ -416,6 +416,20 @@ class StdioMcpTest(McpFront):
                                   LIMIT, "nothing in it was executed", "raise the limit")
 
         self.case("100 MB argument object", huge)
+
+        def huge_id_last():
+            # The id last, as the TypeScript SDK writes it: found while the line is discarded.
+            head = (b'{"method":"tools/call","params":{"name":"create_ticket","_meta":'
+                    b'{"dev.idemgate/turnId":"t-huge-2"},"arguments":{"title":"x","blob":"')
+            self.client.proc.stdin.write(head)
+            for _ in range(8):
+                self.client.proc.stdin.write(b"a" * MIB)
+            self.client.send(b'"}},"jsonrpc":"2.0","id":3002}')
+            self.assert_rpc_error(self.client.answer(3002), -32600,
+                                  "larger than the limit of %d bytes (limits.max_body_bytes)" %
+                                  LIMIT, "nothing in it was executed")
+
+        self.case("8 MB argument object, id last", huge_id_last)
         self.end_mcp_campaign()
 
     def test_unknown_protocol_version_is_negotiated(self):
