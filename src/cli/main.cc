@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
   // `idemgate inspect KEY --store sqlite:x.db`.
   app.fallthrough();
   app.add_option("--store", cli.globals.store_url,
-                 "Store URL (memory:, sqlite:PATH); default: the config's `store`, else "
-                 "sqlite: in $XDG_STATE_HOME/idemgate (~/.local/state/idemgate)");
+                 "Store URL: sqlite:PATH, redis://HOST:PORT[/DB], rediss:// (TLS), "
+                 "redis+cluster://HOST:PORT,..., postgres://USER@HOST/DB, memory:; default: the "
+                 "config's `store`, else sqlite: in $XDG_STATE_HOME/idemgate "
+                 "(~/.local/state/idemgate)");
   app.add_option("--config", cli.globals.config_path,
                  "Config file (idemgate.toml); default: none, built-in defaults");
 

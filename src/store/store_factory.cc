@@ -43,7 +43,8 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, Clock& clock,
   return MakeError(ErrorCode::kInvalidArgument,
                    "unsupported store URL \"" + net::WithoutPassword(url) +
                        "\"; supported: memory:, sqlite:PATH, redis://HOST[:PORT][/DB], "
-                       "redis+cluster://HOST:PORT,HOST:PORT,…, "
+                       "redis+cluster://HOST:PORT,HOST:PORT,… (rediss:// and "
+                       "rediss+cluster:// for TLS), "
                        "postgres://USER@HOST[:PORT]/DBNAME[?schema=NAME]");
 }
 
