@@ -125,7 +125,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         limits_{options_.max_header_bytes, options_.max_header_count, options_.max_body_bytes,
                 options_.read_timeout},
         stream_(std::move(socket)),
-        read_timer_(stream_.get_executor()) {}
+        hold_(stream_.get_executor()) {}
 
   ~Connection() { server_->Forget(this); }
 
@@ -183,30 +183,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void DoRead() {
     state_ = State::kReading;
     ++serial_;
-    read_timed_out_ = false;
     parser_.emplace();
     stream_.expires_never();
-    read_timer_.expires_after(options_.read_timeout);
-    read_timer_.async_wait([self = shared_from_this(), serial = serial_](beast::error_code ec) {
-      if (ec || serial != self->serial_ || self->state_ != State::kReading) return;
-      self->read_timed_out_ = true;
-      beast::error_code ignored;
-      self->stream_.socket().cancel(ignored);
-    });
     idem::net::ReadRequest(stream_, buffer_, *parser_, limits_, shared_from_this(),
                            [self = shared_from_this()](beast::error_code ec,
                                                        std::optional<idem::net::Refusal> refusal) {
                              if (!refusal) return self->OnRead(ec);
-                             self->read_timer_.cancel();
                              self->keep_alive_ = false;
-                             self->linger_ = true;
+                             self->linger_ = refusal->linger;
                              self->SendRefusal(*refusal);
                            });
   }
 
   void OnRead(beast::error_code ec) {
     if (ec) return OnReadError(ec);
-    read_timer_.cancel();
     bhttp::request<bhttp::string_body> req = parser_->release();
     keep_alive_ = keep_alive_ && req.keep_alive();
     head_ = req.method() == bhttp::verb::head;
@@ -226,15 +216,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void OnReadError(beast::error_code ec) {
-    read_timer_.cancel();
-    if (read_timed_out_) {
-      // Part of a request arrived too slowly: say so, then close. An idle
-      // keep-alive connection just closes.
-      bool partial = buffer_.size() > 0 || (parser_ && parser_->got_some());
-      if (!partial) return CloseNow();
-      keep_alive_ = false;
-      return SendRefusal(idem::net::SlowRequest(limits_));
-    }
     auto refusal = idem::net::ReadRefusal(ec, limits_);
     if (!refusal) return CloseNow();
     keep_alive_ = false;
@@ -281,8 +262,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
     // Nothing else holds the connection while the handler works: this wait
     // does, until the answer is sent or the connection is closed (Stop).
-    read_timer_.expires_at(net::steady_timer::time_point::max());
-    read_timer_.async_wait([self = shared_from_this()](beast::error_code) {});
+    hold_.expires_at(net::steady_timer::time_point::max());
+    hold_.async_wait([self = shared_from_this()](beast::error_code) {});
 
     auto state = std::make_shared<ResponderState>();
     state->server = server_->weak_from_this();
@@ -317,7 +298,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void SendResponse(Response r) {
     if (state_ == State::kClosed) return;
     state_ = State::kWriting;
-    read_timer_.cancel();  // the hold set in Handle
+    hold_.cancel();  // the hold set in Handle
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
         static_cast<bhttp::status>(r.status), 11);
     for (Header& h : r.headers) {
@@ -366,7 +347,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void CloseNow() {
     if (state_ == State::kClosed && !stream_.socket().is_open()) return;
     state_ = State::kClosed;
-    read_timer_.cancel();
+    hold_.cancel();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
@@ -390,7 +371,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const ListenerOptions& options_;
   const idem::net::RequestLimits limits_;
   beast::tcp_stream stream_;
-  net::steady_timer read_timer_;
+  net::steady_timer hold_;  // keeps the connection alive while a handler works (Handle)
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::shared_ptr<bhttp::response<bhttp::string_body>> response_;
@@ -400,7 +381,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool head_ = false;
   bool linger_ = false;
-  bool read_timed_out_ = false;
 };
 
 void ResponderState::Answer(Response response) {

@@ -100,8 +100,8 @@ struct HttpServerOptions {
   size_t max_json_depth = 136;
   // A whole request (headers and body) must arrive within this, counted from
   // the first moment the server waits for it, including keep-alive idle time.
-  // A slow or stalled client is disconnected without holding anyone else up.
-  // Default 30 s.
+  // A slow or stalled client is answered 408 (an idle one is just closed) and
+  // disconnected, without holding anyone else up. Default 30 s.
   std::chrono::milliseconds read_timeout{30'000};
   // One write to a client must complete within this, or the connection is
   // dropped (a client that stops reading its SSE stream). Default 30 s.

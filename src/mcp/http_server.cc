@@ -231,12 +231,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_.reset();
     session_.reset();
     parser_.emplace();
-    stream_.expires_after(options_.read_timeout);  // the whole request
+    stream_.expires_never();
     idem::net::ReadRequest(stream_, buffer_, *parser_, limits_, shared_from_this(),
                            [self = shared_from_this()](beast::error_code ec,
                                                        std::optional<idem::net::Refusal> refusal) {
                              if (!refusal) return self->OnRead(ec);
                              self->keep_alive_ = false;
+                             self->linger_ = refusal->linger;
                              self->SendRefusal(*refusal);
                            });
   }
@@ -250,8 +251,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void OnReadError(beast::error_code ec) {
-    // A closed, stopped or too-slow client gets no answer (a timed-out
-    // tcp_stream is already closed).
+    // A client that left or was stopped, or an idle one past read_timeout,
+    // gets no answer.
     auto refusal = idem::net::ReadRefusal(ec, limits_);
     if (!refusal) return CloseNow();
     keep_alive_ = false;
@@ -768,7 +769,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_.reset();
     session_.reset();
     session_id_header_.clear();
-    if (!keep_alive_) return LingerClose();
+    if (!keep_alive_) return linger_ ? LingerClose() : CloseNow();
     if (watching_) {
       // Stop watching for a disconnect first; its handler continues.
       resume_after_watch_ = true;
@@ -849,6 +850,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool held_as_json_ = false;  // kHeldStream: the final answer goes out as plain JSON
   bool stopping_ = false;  // the server is stopping: no more requests, no lingering
+  bool linger_ = true;     // a connection that closes after an answer drains first
   uint64_t serial_ = 0;
   std::string tenant_;
   std::string version_;

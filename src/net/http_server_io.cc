@@ -1,6 +1,7 @@
 #include "net/http_server_io.h"
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <climits>
 
@@ -42,7 +43,8 @@ Refusal SlowRequest(const RequestLimits& limits) {
   return Refusal{408, "request-timeout", "Request timeout",
                  "idemgate: the whole request must arrive within " +
                      std::to_string(limits.read_timeout.count()) +
-                     " ms (read_timeout); send it faster or raise the limit"};
+                     " ms (read_timeout); send it faster or raise the limit",
+                 /*linger=*/false};
 }
 
 void ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer, RequestParser& parser,
@@ -50,24 +52,48 @@ void ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer, RequestP
   namespace http = beast::http;
   parser.header_limit(static_cast<uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
   parser.body_limit(limits.max_body_bytes);
+  // The deadline cancels the read; a request cut short by it is answered 408,
+  // an idle connection just closes.
+  struct Deadline {
+    explicit Deadline(const boost::asio::any_io_executor& ex) : timer(ex) {}
+    boost::asio::steady_timer timer;
+    bool finished = false;
+    bool expired = false;
+  };
+  auto deadline = std::make_shared<Deadline>(stream.get_executor());
+  deadline->timer.expires_after(limits.read_timeout);
+  deadline->timer.async_wait([deadline, &stream, owner](beast::error_code ec) {
+    if (ec || deadline->finished) return;
+    deadline->expired = true;
+    beast::error_code ignored;
+    stream.socket().cancel(ignored);
+  });
+  auto finish = [deadline, &buffer, &parser, limits, done](beast::error_code ec,
+                                                           std::optional<Refusal> refusal) {
+    deadline->finished = true;
+    deadline->timer.cancel();
+    if (ec && deadline->expired && (buffer.size() > 0 || parser.got_some())) {
+      refusal = SlowRequest(limits);
+    }
+    done(ec, std::move(refusal));
+  };
   http::async_read_header(
       stream, buffer, parser,
-      [&stream, &buffer, &parser, limits, owner, done](beast::error_code ec, size_t) {
-        if (ec) return done(ec, std::nullopt);
+      [&stream, &buffer, &parser, limits, owner, finish](beast::error_code ec, size_t) {
+        if (ec) return finish(ec, std::nullopt);
         const auto& req = parser.get();
         const size_t count = static_cast<size_t>(std::distance(req.begin(), req.end()));
-        if (auto refusal = TooManyHeaders(count, limits)) {
-          return done({}, std::move(refusal));
-        }
-        auto body = [&stream, &buffer, &parser, owner, done] {
-          http::async_read(stream, buffer, parser,
-                           [owner, done](beast::error_code ec, size_t) { done(ec, std::nullopt); });
+        if (auto refusal = TooManyHeaders(count, limits)) return finish({}, std::move(refusal));
+        auto body = [&stream, &buffer, &parser, owner, finish] {
+          http::async_read(stream, buffer, parser, [owner, finish](beast::error_code ec, size_t) {
+            finish(ec, std::nullopt);
+          });
         };
         if (!beast::iequals(req[http::field::expect], "100-continue")) return body();
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
         boost::asio::async_write(stream, boost::asio::buffer(kContinue.data(), kContinue.size()),
-                                 [done, body](beast::error_code ec, size_t) {
-                                   if (ec) return done(ec, std::nullopt);
+                                 [finish, body](beast::error_code ec, size_t) {
+                                   if (ec) return finish(ec, std::nullopt);
                                    body();
                                  });
       });

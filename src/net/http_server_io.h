@@ -31,6 +31,10 @@ struct Refusal {
   std::string type;    // "body-too-large"
   std::string title;   // "Request body too large"
   std::string detail;  // what was wrong and what to do
+  // After the answer, read and discard what the client still sends before
+  // closing (LingerThenClose), so that it sees the answer; not for a client
+  // too slow to be worth waiting for.
+  bool linger = true;
 };
 
 // A request with `count` header fields, over the limit: 431.
@@ -42,11 +46,12 @@ std::optional<Refusal> ReadRefusal(boost::beast::error_code ec, const RequestLim
 Refusal SlowRequest(const RequestLimits& limits);
 
 // Reads one request into `parser`, whose limits it sets: the header, the
-// header count, "100 Continue" if the client waits for it, then the body.
-// `done` gets the read's error, or a refusal (too many header fields), or
-// neither: the whole request is in `parser`. The deadline is the caller's
-// (a timer or the stream's expiry). `owner` (which owns the stream, buffer
-// and parser) is kept alive until `done` has run.
+// header count, "100 Continue" if the client waits for it, then the body,
+// all within read_timeout (idle keep-alive time included). `done` gets the
+// read's error, or a refusal (too many header fields; 408 when part of a
+// request arrived but not all of it in time), or neither: the whole request
+// is in `parser`. `owner` (which owns the stream, buffer and parser) is kept
+// alive until `done` has run. Call on the stream's executor.
 using RequestParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 using ReadDone = std::function<void(boost::beast::error_code, std::optional<Refusal>)>;
 void ReadRequest(boost::beast::tcp_stream& stream, boost::beast::flat_buffer& buffer,
