@@ -448,7 +448,8 @@ Response BeginAnswer(const Call& call, const Decision& d) {
 LedgerApi::LedgerApi(Ledger& ledger, const Config& config, WorkerPool& pool)
     : ledger_(ledger), config_(config), pool_(pool) {}
 
-bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence, Outcome outcome,
+bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
+                                        std::shared_ptr<const Outcome> outcome,
                                         const Responder& respond) {
   auto answer = [respond](Response r) {
     FaultPoint("before_reply");
@@ -461,7 +462,7 @@ bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence, Outc
         // Alive until CompleteAsync's callback has run.
         auto call = std::make_shared<const Call>(CallOf(**got, config_));
         const Decision d = ExecutionOf(**got, fence);
-        if (ReleasesOn(*call, outcome.cls)) {
+        if (ReleasesOn(*call, outcome->cls)) {
           // Rare, and Release may block: a worker's.
           if (!pool_.Submit([this, call, d, id, answer] {
                 answer(ReleaseAnswer(id, ledger_.Release(*call, d)));
@@ -470,13 +471,13 @@ bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence, Outc
           }
           return;
         }
-        if (ledger_.CompleteAsync(*call, d, outcome, [call, id, answer](const Result<Record>& r) {
+        if (ledger_.CompleteAsync(*call, d, *outcome, [call, id, answer](const Result<Record>& r) {
               answer(CompleteAnswer(id, r));
             })) {
           return;
         }
         if (!pool_.Submit([this, call, d, outcome, id, answer] {
-              answer(CompleteAnswer(id, ledger_.Complete(*call, d, outcome)));
+              answer(CompleteAnswer(id, ledger_.Complete(*call, d, *outcome)));
             })) {
           respond(Stopping());
         }
@@ -637,21 +638,18 @@ void LedgerApi::Handle(Request request, Responder respond) {
     if (!key) return respond(std::move(key.error()));
     auto fence = RequiredFence(*body);
     if (!fence) return respond(std::move(fence.error()));
-    std::optional<ParsedOutcome> outcome;
+    // complete: the outcome, made once and shared by whichever path stores it.
+    std::shared_ptr<Outcome> outcome;
     if (step == "complete") {
       auto o = RequiredOutcome(*body);
       if (!o) return respond(std::move(o.error()));
-      outcome = std::move(*o);
+      outcome = std::make_shared<Outcome>(Outcome{o->cls, std::move(o->text)});
     }
     const RecordId id{who.tenant, *key};
     // A complete reads the record and stores the outcome without a worker
     // where the store allows (Store::GetAsync, Ledger::CompleteAsync).
-    if (step == "complete" &&
-        CompleteWithoutBlocking(id, *fence, Outcome{outcome->cls, outcome->text}, respond)) {
-      return;
-    }
-    return offload([this, step = std::string(step), id, fence = *fence,
-                    outcome = std::move(outcome)]() mutable -> Response {
+    if (outcome && CompleteWithoutBlocking(id, *fence, outcome, respond)) return;
+    return offload([this, step = std::string(step), id, fence = *fence, outcome]() -> Response {
       auto got = ledger_.store().Get(id);
       if (!got) return FromError(got.error(), id.key);
       if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
@@ -676,8 +674,9 @@ void LedgerApi::Handle(Request request, Responder respond) {
         o["expires_at"] = FormatIsoTime(marked->expires_at);
         return Json(200, o);
       }
-      return CompleteAnswer(
-          id, ledger_.Complete(call, d, Outcome{outcome->cls, std::move(outcome->text)}));
+      // The asynchronous path declined and dropped its share: the outcome is
+      // this lambda's alone.
+      return CompleteAnswer(id, ledger_.Complete(call, d, std::move(*outcome)));
     });
   }
 

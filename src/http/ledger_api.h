@@ -31,6 +31,8 @@
 // store work (Begin may wait up to policy.wait) on `pool`.
 #pragma once
 
+#include <memory>
+
 #include "core/worker_pool.h"
 #include "http/http_listener.h"
 #include "idem/config.h"
@@ -53,8 +55,8 @@ class LedgerApi {
   // /v1/calls/complete through Store::GetAsync and Ledger::CompleteAsync,
   // answering through `respond`; false if the store cannot read without
   // blocking (`respond` is not used: the caller completes on a worker).
-  bool CompleteWithoutBlocking(const RecordId& id, uint64_t fence, Outcome outcome,
-                               const Responder& respond);
+  bool CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
+                               std::shared_ptr<const Outcome> outcome, const Responder& respond);
 
   Ledger& ledger_;
   const Config& config_;

@@ -233,30 +233,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     stream_.expires_never();
     idem::net::ReadRequest(stream_, buffer_, *parser_, limits_, shared_from_this(),
-                           [self = shared_from_this()](beast::error_code ec,
-                                                       std::optional<idem::net::Refusal> refusal) {
-                             if (!refusal) return self->OnRead(ec);
-                             self->keep_alive_ = false;
-                             self->linger_ = refusal->linger;
-                             self->SendRefusal(*refusal);
-                           });
+                           beast::bind_front_handler(&Connection::OnRead, shared_from_this()));
   }
 
-  void OnRead(beast::error_code ec) {
-    if (ec) return OnReadError(ec);
-    stream_.expires_never();
+  void OnRead(beast::error_code ec, std::optional<idem::net::Refusal> refusal) {
+    if (refusal) {
+      keep_alive_ = false;
+      linger_ = refusal->linger;
+      return SendRefusal(*refusal);
+    }
+    if (ec) return CloseNow();  // the client left, was stopped, or sat idle too long
     request_ = parser_->release();
     keep_alive_ = request_.keep_alive();
     Handle();
-  }
-
-  void OnReadError(beast::error_code ec) {
-    // A client that left or was stopped, or an idle one past read_timeout,
-    // gets no answer.
-    auto refusal = idem::net::ReadRefusal(ec, limits_);
-    if (!refusal) return CloseNow();
-    keep_alive_ = false;
-    SendRefusal(*refusal);
   }
 
   // ── Handling ──

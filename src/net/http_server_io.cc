@@ -72,8 +72,9 @@ void ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer, RequestP
                                                            std::optional<Refusal> refusal) {
     deadline->finished = true;
     deadline->timer.cancel();
-    if (ec && deadline->expired && (buffer.size() > 0 || parser.got_some())) {
-      refusal = SlowRequest(limits);
+    if (ec && !refusal) {
+      const bool cut_short = deadline->expired && (buffer.size() > 0 || parser.got_some());
+      refusal = cut_short ? SlowRequest(limits) : ReadRefusal(ec, limits);
     }
     done(ec, std::move(refusal));
   };

@@ -47,10 +47,10 @@ Refusal SlowRequest(const RequestLimits& limits);
 
 // Reads one request into `parser`, whose limits it sets: the header, the
 // header count, "100 Continue" if the client waits for it, then the body,
-// all within read_timeout (idle keep-alive time included). `done` gets the
-// read's error, or a refusal (too many header fields; 408 when part of a
-// request arrived but not all of it in time), or neither: the whole request
-// is in `parser`. `owner` (which owns the stream, buffer and parser) is kept
+// all within read_timeout (idle keep-alive time included). `done` gets a
+// refusal to answer (ReadRefusal, TooManyHeaders, SlowRequest), or else the
+// read's error (the connection just closes), or neither: the whole request is
+// in `parser`. `owner` (which owns the stream, buffer and parser) is kept
 // alive until `done` has run. Call on the stream's executor.
 using RequestParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 using ReadDone = std::function<void(boost::beast::error_code, std::optional<Refusal>)>;
