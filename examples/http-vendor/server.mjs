@@ -199,12 +199,66 @@ function getCharge(url) {
   return { status: 200, body: stored.body, mutated: false };
 }
 
+// Streamed answers, written as they are produced (no side effect): what a pass-through route of
+// a real API looks like when it serves a download or an event stream.
+const EXPORT_BLOCK = Buffer.from(Array.from({ length: 251 * 256 }, (_, i) => i % 251));
+const MAX_EXPORT = 1 << 30;
+
+/** `bytes` bytes (default 1 MiB), byte i being i % 251, written block by block as the client reads. */
+async function getExport(req, res, url) {
+  const bytes = Number(url.searchParams.get('bytes') ?? 1 << 20);
+  if (!Number.isInteger(bytes) || bytes < 0 || bytes > MAX_EXPORT) {
+    throw new Reject(400, `bytes must be an integer from 0 to ${MAX_EXPORT}`);
+  }
+  countOpen(res);
+  res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': bytes });
+  for (let sent = 0; sent < bytes && !res.destroyed; ) {
+    const block = EXPORT_BLOCK.subarray(0, Math.min(EXPORT_BLOCK.length, bytes - sent));
+    sent += block.length;
+    if (!res.write(block)) await new Promise((resolve) => res.once('drain', resolve).once('close', resolve));
+  }
+  res.end();
+}
+
+let openStreams = 0; // streamed answers not finished or abandoned yet (GET /healthz shows it)
+function countOpen(res) {
+  openStreams += 1;
+  res.on('close', () => (openStreams -= 1));
+}
+
+const heldStreams = new Set(); // event streams waiting for POST /v1/events/release
+
+/** An event stream: `data: first` now, `data: second` and the end once /v1/events/release is posted. */
+function getEvents(req, res) {
+  countOpen(res);
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  res.write('data: first\n\n');
+  const finish = () => {
+    heldStreams.delete(finish);
+    res.end('data: second\n\n');
+  };
+  heldStreams.add(finish);
+  res.on('close', () => heldStreams.delete(finish));
+}
+
+function releaseEvents() {
+  const waiting = [...heldStreams];
+  waiting.forEach((finish) => finish());
+  return { status: 200, body: { released: waiting.length }, mutated: false };
+}
+
+const STREAMED_ROUTES = {
+  'GET /v1/export': getExport,
+  'GET /v1/events': getEvents,
+};
+
 const ROUTES = {
+  'POST /v1/events/release': releaseEvents,
   'POST /v1/charges': postCharge,
   'POST /v1/tickets': postTicket,
   'GET /v1/charges': (req, body, url) => getCharge(url),
   'GET /v1/ledger': () => ({ status: 200, body: { lines: readLedger() }, mutated: false }),
-  'GET /healthz': () => ({ status: 200, body: { ok: true }, mutated: false }),
+  'GET /healthz': () => ({ status: 200, body: { ok: true, open_streams: openStreams }, mutated: false }),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -266,9 +320,13 @@ async function handle(req, res) {
   if (fault?.kind === '500-before') return send(res, 500, { error: 'injected fault: 500-before' });
   if (fault?.kind === '400') return send(res, 400, { error: 'injected fault: 400' });
 
+  const streamed = STREAMED_ROUTES[`${req.method} ${url.pathname}`];
+  if (streamed) return streamed(req, res, url);
   const handler = ROUTES[`${req.method} ${url.pathname}`];
   if (!handler) {
-    const known = Object.keys(ROUTES).some((r) => r.endsWith(` ${url.pathname}`));
+    const known = [...Object.keys(ROUTES), ...Object.keys(STREAMED_ROUTES)].some((r) =>
+      r.endsWith(` ${url.pathname}`),
+    );
     throw new Reject(known ? 405 : 404, known ? 'method not allowed' : 'not found');
   }
   let body = null;

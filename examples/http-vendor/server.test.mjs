@@ -182,6 +182,41 @@ test('unknown route 404, wrong method 405', async () => {
   assert.equal((await request(vendor.url, 'DELETE', '/v1/charges')).status, 405);
 });
 
+test('GET /v1/export streams N bytes, byte i being i % 251; no side effect', async () => {
+  const n = ledger().length;
+  const bytes = 200_000;
+  const res = await new Promise((resolve, reject) =>
+    http.get(new URL(`/v1/export?bytes=${bytes}`, vendor.url), { agent: false }, resolve).on('error', reject),
+  );
+  assert.equal(res.statusCode, 200);
+  assert.equal(res.headers['content-length'], String(bytes));
+  const chunks = [];
+  for await (const c of res) chunks.push(c);
+  const body = Buffer.concat(chunks);
+  assert.equal(body.length, bytes);
+  assert.ok(body.every((b, i) => b === i % 251));
+  assert.equal((await request(vendor.url, 'GET', '/v1/export?bytes=-1')).status, 400);
+  assert.equal(ledger().length, n);
+});
+
+test('GET /v1/events sends the first event at once, the second after the release', async () => {
+  const res = await new Promise((resolve, reject) =>
+    http.get(new URL('/v1/events', vendor.url), { agent: false }, resolve).on('error', reject),
+  );
+  assert.equal(res.statusCode, 200);
+  assert.equal(res.headers['content-type'], 'text/event-stream');
+  res.setEncoding('utf8');
+  const [first] = await once(res, 'data');
+  assert.equal(first, 'data: first\n\n');
+  const rest = [];
+  res.on('data', (c) => rest.push(c));
+  const ended = once(res, 'end');
+  const released = await request(vendor.url, 'POST', '/v1/events/release', { body: {} });
+  assert.deepEqual(released.body, { released: 1 });
+  await ended;
+  assert.equal(rest.join(''), 'data: second\n\n');
+});
+
 // Faults ------------------------------------------------------------------------------------
 
 async function withFault(fault, key, n = 4) {

@@ -152,15 +152,18 @@ struct HttpConfig {
   // DNS + TCP connect + TLS handshake of a new upstream connection. Default 5 s.
   Duration upstream_connect_timeout{5'000};
   // Sending a request and receiving its whole answer; after that the outcome
-  // is unknown (504). Default 60 s.
+  // is unknown (504). A pass-through answer, streamed: its header, then each
+  // piece of its body. Default 60 s.
   Duration upstream_timeout{60'000};
   // An idle upstream connection is not reused after this long (the server
   // may be closing it). Default 2 s.
   Duration upstream_idle_timeout{2'000};
   // Idle upstream connections kept for reuse. Default 64.
   size_t max_idle_connections = 64;
-  // Largest upstream answer body read; a larger one is not relayed (502) and
-  // a gated request's record keeps a too-large marker. Default 16 MiB.
+  // Largest answer body to a gated request (read whole, since it is stored);
+  // a larger one is not relayed (502) and the record keeps a too-large
+  // marker. Pass-through answers are streamed, whatever their size.
+  // Default 16 MiB.
   size_t max_response_bytes = 16 << 20;
 };
 

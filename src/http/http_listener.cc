@@ -5,7 +5,9 @@
 // timer of its own, so that a request cut off half-way can still be answered
 // 408 before the socket closes), hands it to the handler and waits for the
 // Responder, writes the answer under write_timeout, and reads the next
-// request (keep-alive) or closes.
+// request (keep-alive) or closes. A streamed answer (Response::stream) is
+// written piece by piece, each under write_timeout, the next piece asked for
+// once the last is written; a closed connection cancels its source.
 //
 // Lifetimes: the listener's state (Server) is shared. A connection lives as
 // long as an operation of its own is pending (while a handler works, a timer
@@ -153,7 +155,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void PostResponse(uint64_t serial, Response response) {
     net::post(stream_.get_executor(),
               [self = shared_from_this(), serial, r = std::move(response)]() mutable {
-                if (serial != self->serial_ || self->state_ != State::kHandling) return;
+                if (serial != self->serial_ || self->state_ != State::kHandling) {
+                  if (r.stream) r.stream->Cancel();
+                  return;
+                }
                 self->SendResponse(std::move(r));
               });
   }
@@ -199,6 +204,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bhttp::request<bhttp::string_body> req = parser_->release();
     keep_alive_ = keep_alive_ && req.keep_alive();
     head_ = req.method() == bhttp::verb::head;
+    version_ = req.version();
     Request request;
     request.method = std::string(req.method_string());
     request.target = std::string(req.target());
@@ -286,17 +292,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     SendResponse(std::move(r));
   }
 
-  void SendResponse(Response r) {
-    if (state_ == State::kClosed) return;
-    state_ = State::kWriting;
-    hold_.cancel();  // the hold set in Handle
-    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
-        static_cast<bhttp::status>(r.status), 11);
-    for (Header& h : r.headers) {
+  // The answer's status and headers, without the ones the listener manages,
+  // with Server (unless the handler set one) and Date.
+  template <class Body>
+  static std::shared_ptr<bhttp::response<Body>> NewResponse(const Response& r) {
+    auto res = std::make_shared<bhttp::response<Body>>(static_cast<bhttp::status>(r.status), 11);
+    for (const Header& h : r.headers) {
       if (!IsManagedHeader(h.name)) res->insert(h.name, h.value);
     }
     if (res->find(bhttp::field::server) == res->end()) res->set(bhttp::field::server, "idemgate");
     res->set(bhttp::field::date, HttpDate());
+    return res;
+  }
+
+  void SendResponse(Response r) {
+    if (state_ == State::kClosed) {
+      if (r.stream) r.stream->Cancel();
+      return;
+    }
+    state_ = State::kWriting;
+    hold_.cancel();  // the hold set in Handle
+    if (r.stream) return SendStreamed(std::move(r));
+    auto res = NewResponse<bhttp::string_body>(r);
     res->keep_alive(keep_alive_);
     if (head_) {
       res->content_length(r.body.size());  // the size a GET would get, no body
@@ -318,9 +335,90 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
+  // A body from a BodySource: the header, then each piece as the source
+  // hands it over, the next asked for once the last is written.
+  void SendStreamed(Response r) {
+    auto res = NewResponse<bhttp::empty_body>(r);
+    if (r.stream_length) {
+      res->content_length(*r.stream_length);
+    } else if (version_ >= 11) {
+      res->chunked(true);
+      chunked_ = true;
+    } else {
+      keep_alive_ = false;  // an HTTP/1.0 client reads the body to the close
+    }
+    res->keep_alive(keep_alive_);
+    if (head_) {
+      r.stream->Cancel();  // a HEAD answer has no body to wait for
+    } else {
+      source_ = std::move(r.stream);
+    }
+    auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*res);
+    stream_.expires_after(options_.write_timeout);
+    bhttp::async_write_header(stream_, *sr,
+                              [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
+                                if (ec || !self->source_) return self->OnWrite(ec);
+                                self->NextPiece();
+                              });
+  }
+
+  void NextPiece() {
+    stream_.expires_never();
+    // As in Handle: the wait holds the connection while the source works.
+    hold_.expires_at(net::steady_timer::time_point::max());
+    hold_.async_wait([self = shared_from_this()](beast::error_code) {});
+    std::weak_ptr<Server> server = server_->weak_from_this();
+    std::weak_ptr<Connection> weak = weak_from_this();
+    const uint64_t serial = serial_;
+    source_->Next([server, weak, serial](BodySource::Piece piece) {
+      std::shared_ptr<Server> s = server.lock();  // first: keeps the io_context alive
+      if (!s) return;
+      std::shared_ptr<Connection> c = weak.lock();
+      if (!c) return;
+      net::post(c->stream_.get_executor(), [c, serial, p = std::move(piece)]() mutable {
+        if (serial != c->serial_ || c->state_ != State::kWriting || !c->source_) return;
+        c->WritePiece(std::move(p));
+      });
+    });
+  }
+
+  void WritePiece(BodySource::Piece p) {
+    hold_.cancel();
+    if (p.failed) return CloseNow();  // the client sees the body cut off, as it was
+    if (p.data.empty()) return p.last ? WriteEnd() : NextPiece();
+    piece_ = std::move(p.data);
+    auto done = [self = shared_from_this(), last = p.last](beast::error_code ec, size_t) {
+      if (ec) return self->OnWrite(ec);
+      if (last) return self->WriteEnd();
+      self->NextPiece();
+    };
+    stream_.expires_after(options_.write_timeout);
+    if (chunked_) {
+      net::async_write(stream_, bhttp::make_chunk(net::buffer(piece_)), std::move(done));
+    } else {
+      net::async_write(stream_, net::buffer(piece_), std::move(done));
+    }
+  }
+
+  void WriteEnd() {
+    source_.reset();
+    piece_.clear();
+    if (!chunked_) return OnWrite({});
+    chunked_ = false;
+    stream_.expires_after(options_.write_timeout);
+    net::async_write(
+        stream_, bhttp::make_chunk_last(),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+  }
+
   void OnWrite(beast::error_code ec) {
     response_.reset();
     stream_.expires_never();
+    if (source_) {  // the header's write failed
+      source_->Cancel();
+      source_.reset();
+    }
+    chunked_ = false;
     if (ec) return CloseNow();
     if (state_ == State::kClosed) return;
     if (keep_alive_) {
@@ -339,6 +437,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (state_ == State::kClosed && !stream_.socket().is_open()) return;
     state_ = State::kClosed;
     hold_.cancel();
+    if (source_) {
+      source_->Cancel();
+      source_.reset();
+    }
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
@@ -366,6 +468,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::shared_ptr<bhttp::response<bhttp::string_body>> response_;
+  std::shared_ptr<BodySource> source_;  // a streamed body being written
+  std::string piece_;                   // the piece being written
+  bool chunked_ = false;                // source_ is written chunked
+  unsigned version_ = 11;               // the request's HTTP version
   std::string remote_;
   State state_ = State::kReading;
   uint64_t serial_ = 0;

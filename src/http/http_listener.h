@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -60,12 +61,38 @@ struct Request {
   size_t CountHeader(std::string_view name) const;
 };
 
+// A response body that arrives piece by piece (a pass-through answer relayed
+// while the upstream still sends it: a download, a text/event-stream).
+class BodySource {
+ public:
+  struct Piece {
+    std::string data;     // the next bytes; may be empty
+    bool last = false;    // the body ends after `data`
+    bool failed = false;  // the body broke off: the listener closes the connection
+  };
+  virtual ~BodySource() = default;
+  // Asks for the next piece. `next` is called exactly once, from any thread,
+  // possibly before Next returns. The listener asks again only once it has
+  // written the piece to the client: a slow client slows the source down.
+  virtual void Next(std::function<void(Piece)> next) = 0;
+  // The client is gone or the listener stops: the source lets go of what it
+  // holds. At most once; a Next still pending may still call back, or not.
+  virtual void Cancel() = 0;
+};
+
 struct Response {
   int status = 200;
-  // Sent as given, in order. The listener sets Content-Length, Date and
-  // Connection itself and drops any the handler set.
+  // Sent as given, in order. The listener sets Content-Length, Date,
+  // Connection and Transfer-Encoding itself and drops any the handler set.
   std::vector<Header> headers;
   std::string body;
+  // Set: the body is read from here instead of `body`, and written as it
+  // comes, with Content-Length `stream_length` when known, else chunked (or,
+  // to an HTTP/1.0 client, delimited by closing the connection). Each piece
+  // is written within write_timeout; waiting for the source has no deadline
+  // of the listener's (the source has its own).
+  std::shared_ptr<BodySource> stream;
+  std::optional<uint64_t> stream_length;
 };
 
 // An RFC 9457 problem: Content-Type application/problem+json, body

@@ -85,6 +85,22 @@ class Client {
     size_t n = socket_.read_some(net::buffer(&c, 1), ec);
     return n == 0 && (ec == net::error::eof || ec == net::error::connection_reset);
   }
+  // Raw bytes up to and including `needle` (empty if the connection ends
+  // first); what follows stays buffered.
+  std::string ReadUntil(std::string_view needle) {
+    beast::error_code ec;
+    size_t n = net::read_until(socket_, net::dynamic_buffer(raw_), needle, ec);
+    if (ec) return {};
+    std::string out = raw_.substr(0, n);
+    raw_.erase(0, n);
+    return out;
+  }
+  // Everything up to the server's close.
+  std::string ReadToClose() {
+    beast::error_code ec;
+    net::read(socket_, net::dynamic_buffer(raw_), ec);
+    return std::exchange(raw_, {});
+  }
   std::string local() const { return std::to_string(socket_.local_endpoint().port()); }
   void Close() {
     beast::error_code ignored;
@@ -96,6 +112,7 @@ class Client {
   net::io_context ioc_;
   tcp::socket socket_;
   beast::flat_buffer buffer_;
+  std::string raw_;  // ReadUntil's
 };
 
 Response Ok(std::string body) {
@@ -130,12 +147,57 @@ class Held {
   std::vector<Responder> held_;
 };
 
+// A BodySource the test feeds: each Give() answers the Next() the listener
+// is waiting on.
+class TestSource : public BodySource {
+ public:
+  void Next(std::function<void(Piece)> next) override {
+    std::lock_guard g(mu_);
+    next_ = std::move(next);
+    cv_.notify_all();
+  }
+  void Cancel() override {
+    std::lock_guard g(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+  // Waits until the listener asks, then hands it `piece`; false if it did
+  // not ask (it cancelled, or the safety timeout passed).
+  bool Give(Piece piece) {
+    std::function<void(Piece)> next;
+    {
+      std::unique_lock g(mu_);
+      if (!cv_.wait_for(g, 10s, [&] { return next_ || cancelled_; }) || !next_) return false;
+      next = std::exchange(next_, nullptr);
+    }
+    std::thread([next, piece]() mutable { next(std::move(piece)); }).join();
+    return true;
+  }
+  bool WaitCancelled() {
+    std::unique_lock g(mu_);
+    return cv_.wait_for(g, 10s, [&] { return cancelled_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void(Piece)> next_;
+  bool cancelled_ = false;
+};
+
 class HttpListenerTest : public ::testing::Test {
  protected:
   void Start(ListenerOptions options = {}) {
     options.announce = false;
     auto l = HttpListener::Start(options, [this](Request req, Responder respond) {
       if (req.path == "/hold") return held_.Add(std::move(respond));
+      if (req.path == "/stream") {  // ?N: Content-Length N
+        Response r;
+        r.headers = {{"Content-Type", "text/event-stream"}, {"Content-Length", "999"}};
+        r.stream = source_;
+        if (!req.query.empty()) r.stream_length = std::stoull(req.query);
+        return respond(std::move(r));
+      }
       if (req.path == "/drop") return;  // drops the Responder unanswered
       std::string who = req.principal.tenant + (req.principal.admin ? "+admin" : "");
       respond(Ok(req.method + " " + req.path + " q=" + req.query + " body=" + req.body +
@@ -147,6 +209,7 @@ class HttpListenerTest : public ::testing::Test {
   std::string address() const { return listener_->bound_address(); }
 
   Held held_;
+  std::shared_ptr<TestSource> source_ = std::make_shared<TestSource>();
   std::unique_ptr<HttpListener> listener_;
 };
 
@@ -381,6 +444,82 @@ TEST_F(HttpListenerTest, ResponderAfterTheClientLeftIsHarmless) {
   std::thread([r] { r(Ok("nobody listens")); }).join();
   Client other(address());
   EXPECT_EQ(other.Request("GET", "/fine").status, 200);
+}
+
+TEST_F(HttpListenerTest, StreamedBodyIsWrittenChunkedAsItComes) {
+  Start();
+  Client c(address());
+  ASSERT_TRUE(c.Write("GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::string head = c.ReadUntil("\r\n\r\n");
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 200 OK\r\n")) << head;
+  EXPECT_NE(head.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << head;
+  EXPECT_EQ(head.find("Content-Length"), std::string::npos) << "the handler's is dropped";
+  ASSERT_TRUE(source_->Give({.data = "data: one\n\n"}));
+  EXPECT_EQ(c.ReadUntil("\n\n\r\n"), "b\r\ndata: one\n\n\r\n") << "written before the next";
+  ASSERT_TRUE(source_->Give({.data = ""}));  // nothing yet: asked again
+  ASSERT_TRUE(source_->Give({.data = "data: two\n\n", .last = true}));
+  EXPECT_EQ(c.ReadUntil("0\r\n\r\n"), "b\r\ndata: two\n\n\r\n0\r\n\r\n");
+  EXPECT_EQ(c.Request("GET", "/after").status, 200) << "the connection is kept";
+}
+
+TEST_F(HttpListenerTest, StreamedBodyOfKnownLengthIsWrittenAsIs) {
+  Start();
+  Client c(address());
+  ASSERT_TRUE(c.Write("GET /stream?10 HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::string head = c.ReadUntil("\r\n\r\n");
+  EXPECT_NE(head.find("Content-Length: 10\r\n"), std::string::npos) << head;
+  EXPECT_EQ(head.find("chunked"), std::string::npos) << head;
+  ASSERT_TRUE(source_->Give({.data = "01234"}));
+  ASSERT_TRUE(source_->Give({.data = "56789", .last = true}));
+  EXPECT_EQ(c.ReadUntil("789"), "0123456789");
+  EXPECT_EQ(c.Request("GET", "/after").status, 200);
+}
+
+TEST_F(HttpListenerTest, StreamedBodyToAnHttp10ClientEndsWithTheConnection) {
+  Start();
+  Client c(address());
+  ASSERT_TRUE(c.Write("GET /stream HTTP/1.0\r\nHost: localhost\r\n\r\n"));
+  ASSERT_TRUE(source_->Give({.data = "abc"}));
+  ASSERT_TRUE(source_->Give({.data = "def", .last = true}));
+  std::string all = c.ReadToClose();
+  EXPECT_EQ(all.find("chunked"), std::string::npos) << all;
+  EXPECT_TRUE(all.ends_with("\r\n\r\nabcdef")) << all;
+}
+
+TEST_F(HttpListenerTest, StreamThatBreaksOffClosesTheConnection) {
+  Start();
+  Client c(address());
+  ASSERT_TRUE(c.Write("GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  ASSERT_TRUE(source_->Give({.data = "part"}));
+  ASSERT_TRUE(source_->Give({.failed = true}));
+  std::string all = c.ReadToClose();
+  EXPECT_TRUE(all.ends_with("4\r\npart\r\n")) << "cut off, no last chunk: " << all;
+}
+
+TEST_F(HttpListenerTest, ClientLeavingMidStreamCancelsTheSource) {
+  Start();
+  {
+    Client c(address());
+    ASSERT_TRUE(c.Write("GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    ASSERT_FALSE(c.ReadUntil("\r\n\r\n").empty());
+    c.Close();
+  }
+  // The listener finds out when a write fails (a closed socket may still
+  // take a write or two); then it cancels instead of asking again.
+  std::string piece(64 * 1024, 'x');
+  for (int i = 0; i < 100 && source_->Give({.data = piece}); ++i) {
+  }
+  EXPECT_TRUE(source_->WaitCancelled());
+}
+
+TEST_F(HttpListenerTest, StopCancelsAStreamWaitingForItsSource) {
+  Start();
+  Client c(address());
+  ASSERT_TRUE(c.Write("GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  ASSERT_FALSE(c.ReadUntil("\r\n\r\n").empty());
+  listener_->Stop();
+  EXPECT_TRUE(source_->WaitCancelled());
+  EXPECT_TRUE(c.ServerClosed());
 }
 
 TEST_F(HttpListenerTest, SlowClientIsCutOffWhileOthersAreServed) {

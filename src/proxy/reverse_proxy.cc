@@ -185,6 +185,7 @@ void ReverseProxy::ToWorkers(const std::shared_ptr<Gated>& g, std::function<void
 
 void ReverseProxy::PassThrough(http::Request request, http::Responder respond) {
   UpstreamRequest forward = Forwarded(request, nullptr);
+  forward.stream = true;  // never stored: relayed as it comes, any size
   upstream_.Send(std::move(forward), [this, respond = std::move(respond)](UpstreamResult r) {
     switch (r.kind) {
       case UpstreamResult::Kind::kResponse:

@@ -29,6 +29,11 @@
 // (route_reconcile.h). Every answer
 // idemgate makes itself is application/problem+json (RFC 9457).
 //
+// A request that is not gated is passed through: its answer is relayed as
+// the upstream sends it (a download of any size, a text/event-stream), since
+// it is never stored. A gated answer is read whole, within
+// max_response_bytes, because it is stored before the client sees it.
+//
 // Request headers forwarded: all but hop-by-hop ones, Host (rewritten to the
 // upstream's), Idempotency-Key and the turn header (idemgate's own; the key
 // goes out in key_header), and Authorization when tenant tokens are

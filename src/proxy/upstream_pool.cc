@@ -55,6 +55,9 @@ Result<Origin> ParseOrigin(const std::string& url) {
 
 using Conn = mcp::ClientConn;
 
+// How much of a streamed body is read at a time.
+constexpr size_t kPieceBytes = 64 * 1024;
+
 // One request and its answer.
 struct Exchange {
   UpstreamCallback done;
@@ -64,7 +67,17 @@ struct Exchange {
   std::unique_ptr<Conn> conn;
   bool head = false;
   bool written = false;
-  bool finished = false;
+  bool finished = false;  // `done` was called
+
+  // UpstreamRequest::stream. After `done` handed the header over, the body
+  // is read through `stream_parser` into `piece`, on the connection's strand
+  // `strand`, while `conn` is set; `next` is the BodySource's callback
+  // waiting for a read.
+  bool stream = false;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> stream_parser;
+  std::optional<net::any_io_executor> strand;
+  std::string piece;
+  std::function<void(http::BodySource::Piece)> next;
 };
 
 }  // namespace
@@ -214,6 +227,7 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   }
 
   void Read(const std::shared_ptr<Exchange>& ex) {
+    if (ex->stream) return ReadStreamHeader(ex);
     ex->parser.emplace();
     ex->parser->header_limit(64 * 1024);
     ex->parser->body_limit(options.max_response_bytes);
@@ -236,22 +250,8 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
                  std::to_string(options.max_response_bytes) + " bytes";
       return Finish(ex, std::move(r), false);
     }
-    if (ec) {
-      UpstreamResult r;
-      r.kind = UpstreamResult::Kind::kMaybeSent;
-      r.timed_out = ec == beast::error::timeout;
-      r.detail = ec == beast::error::timeout
-                     ? "the request was sent but no answer came within " +
-                           std::to_string(options.response_timeout.count()) + " ms"
-                     : "the request was sent but the connection broke before a whole answer (" +
-                           ec.message() + ")";
-      return Finish(ex, std::move(r), false);
-    }
-    // An interim answer (102 Processing, 103 Early Hints, an unasked-for 100):
-    // the final one follows on the same connection. 101 is final, and never
-    // asked for: Upgrade is not forwarded.
-    const unsigned status = ex->parser->get().result_int();
-    if (status >= 100 && status < 200 && status != 101) return Read(ex);
+    if (ec) return FailAfterSend(ex, ec);
+    if (IsInterim(ex->parser->get().result_int())) return Read(ex);
     const bool reusable = ex->parser->keep_alive();
     bhttp::response<bhttp::string_body> res = ex->parser->release();
     UpstreamResult r;
@@ -259,6 +259,97 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     CopyHeaders(res, r.response);
     r.response.body = std::move(res.body());
     Finish(ex, std::move(r), reusable);
+  }
+
+  void FailAfterSend(const std::shared_ptr<Exchange>& ex, const beast::error_code& ec) {
+    UpstreamResult r;
+    r.kind = UpstreamResult::Kind::kMaybeSent;
+    r.timed_out = ec == beast::error::timeout;
+    r.detail = ec == beast::error::timeout
+                   ? "the request was sent but no answer came within " +
+                         std::to_string(options.response_timeout.count()) + " ms"
+                   : "the request was sent but the connection broke before a whole answer (" +
+                         ec.message() + ")";
+    Finish(ex, std::move(r), false);
+  }
+
+  // An interim answer (102 Processing, 103 Early Hints, an unasked-for 100):
+  // the final one follows on the same connection. 101 is final, and never
+  // asked for: Upgrade is not forwarded.
+  static bool IsInterim(unsigned status) { return status >= 100 && status < 200 && status != 101; }
+
+  // ── Streamed answers ──
+
+  void ReadStreamHeader(const std::shared_ptr<Exchange>& ex) {
+    ex->stream_parser.emplace();
+    ex->stream_parser->header_limit(64 * 1024);
+    ex->stream_parser->body_limit(boost::none);
+    if (ex->head) ex->stream_parser->skip(true);
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_read_header(stream, ex->conn->buffer, *ex->stream_parser,
+                               [self = shared_from_this(), ex](beast::error_code ec, size_t) {
+                                 self->OnStreamHeader(ex, ec);
+                               });
+    });
+  }
+
+  void OnStreamHeader(const std::shared_ptr<Exchange>& ex, beast::error_code ec);
+
+  // On the strand: reads the next piece into ex->next.
+  void ReadPiece(const std::shared_ptr<Exchange>& ex) {
+    if (!ex->conn) return EndPiece(ex, {.failed = true});  // cancelled meanwhile
+    ex->piece.resize(kPieceBytes);
+    auto& body = ex->stream_parser->get().body();
+    body.data = ex->piece.data();
+    body.size = ex->piece.size();
+    body.more = true;
+    ex->conn->lowest().expires_after(options.response_timeout);
+    // read_some: what has arrived, not a full piece; an event stream's event
+    // is relayed when it comes.
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_read_some(
+          stream, ex->conn->buffer, *ex->stream_parser,
+          [self = shared_from_this(), ex](beast::error_code ec, size_t) { self->OnPiece(ex, ec); });
+    });
+  }
+
+  void OnPiece(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+    if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
+    if (ec || !ex->conn) {
+      EndStream(ex, false);
+      return EndPiece(ex, {.failed = true});
+    }
+    ex->piece.resize(ex->piece.size() - ex->stream_parser->get().body().size);
+    if (ex->piece.empty() && !ex->stream_parser->is_done()) return ReadPiece(ex);  // framing only
+    http::BodySource::Piece p{.data = std::move(ex->piece)};
+    if (ex->stream_parser->is_done()) {
+      p.last = true;
+      EndStream(ex, ex->stream_parser->keep_alive());
+    }
+    EndPiece(ex, std::move(p));
+  }
+
+  static void EndPiece(const std::shared_ptr<Exchange>& ex, http::BodySource::Piece p) {
+    auto next = std::move(ex->next);
+    ex->next = nullptr;
+    if (next) next(std::move(p));
+  }
+
+  // On the strand (or after Stop): the body is over or abandoned; its
+  // connection goes back to the pool or is closed.
+  void EndStream(const std::shared_ptr<Exchange>& ex, bool reusable) {
+    if (!ex->conn) return;
+    Release(ex, reusable);
+  }
+
+  // Runs `f` on the exchange's strand, or returns false once the pool has
+  // stopped (its io_context may be gone) or the body has ended.
+  template <class F>
+  bool OnStrand(const std::shared_ptr<Exchange>& ex, F&& f) {
+    std::lock_guard g(mu);
+    if (stopped || !ex->strand) return false;
+    net::post(*ex->strand, std::forward<F>(f));
+    return true;
   }
 
   static void CopyHeaders(const bhttp::response_header<>& res, http::Response& out) {
@@ -277,10 +368,18 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   void Finish(const std::shared_ptr<Exchange>& ex, UpstreamResult result, bool reusable) {
     if (ex->finished) return;
     ex->finished = true;
+    Release(ex, reusable);
+    UpstreamCallback done = std::move(ex->done);
+    done(std::move(result));
+  }
+
+  // The exchange is over: its connection goes back to the pool or is closed.
+  void Release(const std::shared_ptr<Exchange>& ex, bool reusable) {
     std::unique_ptr<Conn> conn = std::move(ex->conn);
     {
       std::lock_guard g(mu);
       in_flight.erase(ex);
+      ex->strand.reset();  // no strand may outlive the io_context (Stop)
       if (conn && reusable && !stopped && idle.size() < options.max_idle_connections) {
         conn->lowest().expires_never();
         conn->idle_since = SteadyClock::now();
@@ -288,8 +387,6 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
       }
     }
     if (conn) conn->Close();
-    UpstreamCallback done = std::move(ex->done);
-    done(std::move(result));
   }
 
   void Stop() {
@@ -316,7 +413,16 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     }
     // The threads are gone: what is left in flight ends here.
     for (const auto& ex : active) {
-      if (ex->finished) continue;
+      if (ex->finished) {  // a streamed body
+        if (ex->conn) ex->conn->Close();
+        ex->conn.reset();
+        {
+          std::lock_guard g(mu);
+          ex->strand.reset();
+        }
+        EndPiece(ex, {.failed = true});
+        continue;
+      }
       ex->finished = true;
       if (ex->conn) ex->conn->Close();
       ex->conn.reset();
@@ -330,6 +436,61 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     ioc_owner.reset();
   }
 };
+
+namespace {
+
+// The body of a streamed answer, read from the upstream as the listener asks.
+class StreamedBody : public http::BodySource {
+ public:
+  StreamedBody(std::shared_ptr<UpstreamPool::Impl> pool, std::shared_ptr<Exchange> ex)
+      : pool_(std::move(pool)), ex_(std::move(ex)) {}
+  ~StreamedBody() override { Cancel(); }
+
+  void Next(std::function<void(Piece)> next) override {
+    auto shared_next = std::make_shared<std::function<void(Piece)>>(std::move(next));
+    bool posted = pool_->OnStrand(ex_, [pool = pool_, ex = ex_, shared_next] {
+      ex->next = std::move(*shared_next);
+      pool->ReadPiece(ex);
+    });
+    if (!posted) (*shared_next)(Piece{.failed = true});
+  }
+
+  void Cancel() override {
+    if (cancelled_.exchange(true)) return;
+    pool_->OnStrand(ex_, [pool = pool_, ex = ex_] {
+      // A read in flight ends with operation_aborted and answers `next`.
+      if (ex->conn) ex->conn->Close();
+      if (!ex->next) pool->EndStream(ex, false);
+    });
+  }
+
+ private:
+  const std::shared_ptr<UpstreamPool::Impl> pool_;
+  const std::shared_ptr<Exchange> ex_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace
+
+void UpstreamPool::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+  if (ec) return FailAfterSend(ex, ec);
+  auto& parser = *ex->stream_parser;
+  if (IsInterim(parser.get().result_int())) return ReadStreamHeader(ex);
+  UpstreamResult r;
+  r.response.status = static_cast<int>(parser.get().result_int());
+  CopyHeaders(parser.get(), r.response);
+  if (parser.is_done()) return Finish(ex, std::move(r), parser.keep_alive());
+  if (auto length = parser.content_length()) r.response.stream_length = *length;
+  {
+    std::lock_guard g(mu);  // OnStrand reads it from other threads
+    ex->strand = ex->conn->lowest().get_executor();
+  }
+  ex->conn->lowest().expires_never();  // until the listener asks for a piece
+  r.response.stream = std::make_shared<StreamedBody>(shared_from_this(), ex);
+  ex->finished = true;  // the header is handed over; the body follows (in_flight until its end)
+  UpstreamCallback done = std::move(ex->done);
+  done(std::move(r));
+}
 
 Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(const UpstreamOptions& options) {
   Result<Origin> origin = ParseOrigin(options.url);
@@ -361,6 +522,7 @@ void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
   auto ex = std::make_shared<Exchange>();
   ex->done = std::move(done);
   ex->on_written = std::move(request.on_written);
+  ex->stream = request.stream;
   auto& req = ex->req;
   req.version(11);
   req.method_string(request.method);

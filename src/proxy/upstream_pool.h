@@ -18,6 +18,11 @@
 // open: a server closes idle connections on its own schedule, and a request
 // written into one it is closing would end maybe-sent for nothing.
 //
+// A streamed answer (UpstreamRequest::stream) keeps its connection until the
+// body has been read to its end (then it is pooled) or cancelled (then it is
+// closed); a piece that does not come within response_timeout, or a
+// connection that breaks, ends the body as failed.
+//
 // One pool serves one origin (scheme, host, port). Its I/O threads run every
 // exchange asynchronously (Boost.Beast); callbacks run on them and must not
 // block. Thread-safe.
@@ -43,8 +48,8 @@ struct UpstreamOptions {
   // within this. Config [http] upstream_connect_timeout. Default 5 s.
   std::chrono::milliseconds connect_timeout{5'000};
   // Writing a request and reading its whole answer must finish within this
-  // (a gated call's lease is renewed meanwhile). Config [http]
-  // upstream_timeout. Default 60 s.
+  // (a gated call's lease is renewed meanwhile); for a streamed answer, its
+  // header and then each piece. Config [http] upstream_timeout. Default 60 s.
   std::chrono::milliseconds response_timeout{60'000};
   // An idle connection is not reused after this long (most servers close
   // idle connections after 5 s; Node's default is 5 s). Config [http]
@@ -53,8 +58,9 @@ struct UpstreamOptions {
   // Idle connections kept for reuse; more are closed. Config [http]
   // max_idle_connections. Default 64.
   size_t max_idle_connections = 64;
-  // Largest answer body read; a larger one ends kMaybeSent with too_large.
-  // Config [http] max_response_bytes. Default 16 MiB.
+  // Largest answer body read whole; a larger one ends kMaybeSent with
+  // too_large. Not for a streamed answer. Config [http] max_response_bytes.
+  // Default 16 MiB.
   size_t max_response_bytes = 16 << 20;
   // Verify the upstream's certificate chain and host name. Config [http]
   // upstream_verify_tls. Default true.
@@ -73,6 +79,12 @@ struct UpstreamRequest {
   // Connection itself (drop them here).
   std::vector<http::Header> headers;
   std::string body;
+  // Hand the answer over as soon as its header is read, its body as a
+  // http::BodySource (response.stream) that reads it from the upstream piece
+  // by piece as the listener asks: any size, no max_response_bytes, each
+  // piece within response_timeout. For pass-through answers, which are
+  // relayed and never stored. An answer without a body comes whole.
+  bool stream = false;
   // Optional: called once, on an I/O thread, when the whole request has been
   // written and before its answer is read (the reverse proxy's after_send
   // fault point). Not called if the write fails. Must not block.
@@ -83,7 +95,9 @@ struct UpstreamResult {
   enum class Kind { kResponse, kNotSent, kMaybeSent };
   Kind kind = Kind::kResponse;
   // kResponse: the whole answer, headers as received (hop-by-hop ones
-  // included). kMaybeSent with too_large: the status and headers.
+  // included); with UpstreamRequest::stream its body may come in
+  // response.stream instead. kMaybeSent with too_large: the status and
+  // headers.
   http::Response response;
   bool timed_out = false;  // kMaybeSent: no whole answer within response_timeout
   bool too_large = false;  // kMaybeSent: the body was over max_response_bytes

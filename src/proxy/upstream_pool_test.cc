@@ -21,7 +21,9 @@ using tcp = net::ip::tcp;
 // A blocking HTTP/1.1 server on loopback whose behaviour is chosen by the
 // request path: /ok answers (keep-alive), /close reads the request and
 // closes, /hang reads it and never answers, /big answers 4 KiB,
-// /early-hints sends 103 and 102 interim answers before answering.
+// /early-hints sends 103 and 102 interim answers before answering,
+// /stream sends a chunked body's first chunk, then the rest once the test
+// calls ReleaseStream(), /large answers 5 MiB with a Content-Length.
 class TestServer {
  public:
   TestServer() : acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
@@ -29,6 +31,7 @@ class TestServer {
   }
   ~TestServer() {
     stopping_ = true;
+    if (!stream_released_) ReleaseStream();  // a test that failed half-way
     boost::system::error_code ec;
     {
       // A blocked accept() is not woken by close(): connect once instead.
@@ -49,6 +52,10 @@ class TestServer {
   }
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
+  void ReleaseStream() {
+    stream_released_ = true;
+    release_.set_value();
+  }
   std::string last_host() {
     std::lock_guard g(mu_);
     return last_host_;
@@ -90,6 +97,18 @@ class TestServer {
                                                 "HTTP/1.1 102 Processing\r\n\r\n")),
                    ec);
       }
+      if (target == "/stream") {
+        net::write(
+            s,
+            net::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n"
+                                         "d\r\ndata: first\n\n\r\n")),
+            ec);
+        released_.wait();
+        net::write(s, net::buffer(std::string_view("e\r\ndata: second\n\n\r\n0\r\n\r\n")), ec);
+        if (ec) return;
+        continue;
+      }
       if (target == "/hang") {
         char c;
         s.read_some(net::buffer(&c, 1), ec);  // until the client or the test closes it
@@ -97,7 +116,9 @@ class TestServer {
       }
       bhttp::response<bhttp::string_body> res{bhttp::status::created, 11};
       res.set("X-Echo-Body", req.body());
-      res.body() = target == "/big" ? std::string(4096, 'x') : "hello";
+      res.body() = target == "/big"     ? std::string(4096, 'x')
+                   : target == "/large" ? std::string(5 << 20, 'y')
+                                        : "hello";
       res.keep_alive(true);
       res.prepare_payload();
       bhttp::write(s, res, ec);
@@ -115,13 +136,17 @@ class TestServer {
   std::list<tcp::socket> sockets_;
   std::vector<std::thread> threads_;
   std::string last_host_;
+  bool stream_released_ = false;
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
 };
 
 UpstreamResult Exchange(UpstreamPool& pool, std::string target, std::string body = "{}",
-                        std::function<void()> on_written = {}) {
+                        std::function<void()> on_written = {}, bool stream = false) {
   std::promise<UpstreamResult> promise;
   auto future = promise.get_future();
   UpstreamRequest req;
+  req.stream = stream;
   req.method = "POST";
   req.target = std::move(target);
   req.headers = {{"Content-Type", "application/json"}};
@@ -239,6 +264,95 @@ TEST(UpstreamPoolTest, InterimAnswersAreSkippedForTheFinalOne) {
   EXPECT_EQ(r.response.body, "hello");
   EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201) << "the connection stays usable";
   EXPECT_EQ(server.connections(), 1);
+}
+
+UpstreamResult Streamed(UpstreamPool& pool, std::string target) {
+  return Exchange(pool, std::move(target), "{}", {}, true);
+}
+
+http::BodySource::Piece NextPiece(http::BodySource& body) {
+  std::promise<http::BodySource::Piece> promise;
+  auto future = promise.get_future();
+  body.Next([&promise](http::BodySource::Piece p) { promise.set_value(std::move(p)); });
+  return future.get();
+}
+
+// The rest of a streamed body; "<failed>" appended if it broke off.
+std::string ReadToEnd(http::BodySource& body, size_t* pieces = nullptr) {
+  std::string got;
+  for (;;) {
+    http::BodySource::Piece p = NextPiece(body);
+    if (pieces != nullptr) ++*pieces;
+    if (p.failed) return got + "<failed>";
+    got += p.data;
+    if (p.last) return got;
+  }
+}
+
+// A pass-through answer is handed over at its header, and each piece of its
+// body as it arrives: the first event comes while the upstream is still
+// holding back the second.
+TEST(UpstreamPoolTest, StreamedAnswerComesAsTheUpstreamSendsIt) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Streamed(*pool, "/stream");
+  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  EXPECT_EQ(r.response.status, 200);
+  ASSERT_TRUE(r.response.stream);
+  EXPECT_FALSE(r.response.stream_length) << "chunked: no length known";
+  std::string got;
+  while (got.size() < 13) {
+    http::BodySource::Piece p = NextPiece(*r.response.stream);
+    ASSERT_FALSE(p.failed);
+    ASSERT_FALSE(p.last) << "the upstream has not finished";
+    got += p.data;
+  }
+  EXPECT_EQ(got, "data: first\n\n") << "the first event, before the upstream sent the rest";
+  server.ReleaseStream();
+  EXPECT_EQ(ReadToEnd(*r.response.stream), "data: second\n\n");
+  r.response.stream.reset();
+  EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201);
+  EXPECT_EQ(server.connections(), 1) << "a body read to its end gives its connection back";
+}
+
+TEST(UpstreamPoolTest, StreamedAnswerHasNoSizeLimit) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .max_response_bytes = 1024});
+  UpstreamResult r = Streamed(*pool, "/large");
+  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  ASSERT_TRUE(r.response.stream);
+  EXPECT_EQ(r.response.stream_length, 5u << 20);
+  size_t pieces = 0;
+  std::string body = ReadToEnd(*r.response.stream, &pieces);
+  EXPECT_EQ(body, std::string(5 << 20, 'y'));
+  EXPECT_GT(pieces, 5u << 4) << "read in pieces of at most 64 KiB, not whole";
+  EXPECT_EQ(Exchange(*pool, "/ok").response.body, "hello");
+  EXPECT_EQ(server.connections(), 1) << "the connection was given back at the body's end";
+}
+
+// A /stream answer whose first event has come, the rest held back.
+class HalfStreamedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    r_ = Streamed(*pool_, "/stream");
+    ASSERT_TRUE(r_.response.stream) << r_.detail;
+    ASSERT_EQ(NextPiece(*r_.response.stream).data, "data: first\n\n");
+  }
+  TestServer server_;
+  std::unique_ptr<UpstreamPool> pool_ = MakePool({.url = server_.url()});
+  UpstreamResult r_;
+};
+
+TEST_F(HalfStreamedTest, CancelClosesItsConnection) {
+  r_.response.stream->Cancel();
+  server_.ReleaseStream();
+  EXPECT_EQ(Exchange(*pool_, "/ok").response.status, 201);
+  EXPECT_EQ(server_.connections(), 2) << "the cancelled stream's connection is not reused";
+}
+
+TEST_F(HalfStreamedTest, StreamOutlivingThePoolFails) {
+  pool_->Stop();
+  EXPECT_EQ(ReadToEnd(*r_.response.stream), "<failed>");
 }
 
 TEST(UpstreamPoolTest, BaseUrlPathIsPrefixed) {

@@ -390,6 +390,64 @@ max_response_bytes = "64KiB"
         self.assertEqual(len(self.ledger_lines()), 1)
 
 
+class PassThroughStreamTest(ProxyTest):
+    """Answers that are not gated are relayed as the vendor sends them: any size (beyond
+    max_response_bytes, which bounds stored answers), and an event stream's first event
+    before the vendor has finished."""
+
+    CONFIG = """
+[http]
+max_response_bytes = "64KiB"
+"""
+
+    def test_download_larger_than_max_response_bytes_is_relayed_whole(self):
+        size = 20_000_000
+        status, headers, body = request(self.proxy.url, "GET", "/v1/export?bytes=%d" % size)
+        self.assertEqual(status, 200, body[:200])
+        self.assertEqual(header(headers, "Content-Length"), str(size))
+        self.assertEqual(len(body), size)
+        block = bytes(i % 251 for i in range(251 * 256))
+        expected = block * (size // len(block)) + block[:size % len(block)]
+        self.assertTrue(body == expected, "the bytes the vendor sent, in order")
+        # The connection to the vendor went back to the pool and works.
+        self.assertEqual(request(self.proxy.url, "GET", "/healthz")[0], 200)
+
+    def test_event_stream_is_relayed_as_it_comes(self):
+        host_port = self.proxy.url.split("://", 1)[1]
+        conn = http.client.HTTPConnection(host_port, timeout=DEADLINE)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/v1/events")
+        res = conn.getresponse()
+        self.assertEqual(res.status, 200)
+        self.assertEqual(res.getheader("Content-Type"), "text/event-stream")
+        self.assertEqual(res.getheader("Transfer-Encoding"), "chunked")
+        # The vendor holds the rest back until the release below: buffered, this read would
+        # wait until DEADLINE and fail.
+        self.assertEqual(res.read(len(b"data: first\n\n")), b"data: first\n\n")
+        status, _, body = request(self.vendor.url, "POST", "/v1/events/release", {})
+        self.assertEqual((status, json.loads(body)), (200, {"released": 1}))
+        self.assertEqual(res.read(), b"data: second\n\n")
+        # Keep-alive: the same client connection serves the next request.
+        conn.request("GET", "/healthz")
+        self.assertEqual(conn.getresponse().status, 200)
+
+    def test_client_leaving_mid_stream_frees_the_vendor_connection(self):
+        host_port = self.proxy.url.split("://", 1)[1]
+        conn = http.client.HTTPConnection(host_port, timeout=DEADLINE)
+        conn.request("GET", "/v1/export?bytes=%d" % (1 << 30))
+        res = conn.getresponse()
+        self.assertEqual(len(res.read(1 << 16)), 1 << 16)
+        conn.close()  # a GiB not read: idemgate must close its vendor connection, not buffer it
+        deadline = time.monotonic() + DEADLINE
+        while True:  # until the vendor sees its answer abandoned
+            status, _, body = request(self.vendor.url, "GET", "/healthz")
+            if json.loads(body)["open_streams"] == 0 or time.monotonic() > deadline:
+                break
+        self.assertEqual(json.loads(body)["open_streams"], 0, "the vendor still streams")
+        self.assertEqual(request(self.proxy.url, "GET", "/healthz")[0], 200)
+        self.assertEqual(self.proxy.stop(), 0, "".join(self.proxy.log))
+
+
 class ReconcileTest(ProxyTest):
     CONFIG = """
 [[route]]
