@@ -77,6 +77,7 @@ struct Exchange {
   std::optional<bhttp::response_parser<bhttp::buffer_body>> stream_parser;
   std::optional<net::any_io_executor> strand;
   std::string piece;
+  std::optional<std::string> prefetched;  // read with the header, not yet asked for
   std::function<void(http::BodySource::Piece)> next;
 };
 
@@ -295,31 +296,44 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
 
   void OnStreamHeader(const std::shared_ptr<Exchange>& ex, beast::error_code ec);
 
-  // On the strand: reads the next piece into ex->next.
-  void ReadPiece(const std::shared_ptr<Exchange>& ex) {
-    if (!ex->conn) return EndPiece(ex, {.failed = true});  // cancelled meanwhile
+  // Reads what has arrived of the body into ex->piece, then `then`.
+  // read_some, not a full piece: an event stream's event is relayed when it
+  // comes.
+  using PieceHandler = void (Impl::*)(const std::shared_ptr<Exchange>&, beast::error_code);
+  void ReadSome(const std::shared_ptr<Exchange>& ex, PieceHandler then) {
     ex->piece.resize(kPieceBytes);
     auto& body = ex->stream_parser->get().body();
     body.data = ex->piece.data();
     body.size = ex->piece.size();
     body.more = true;
     ex->conn->lowest().expires_after(options.response_timeout);
-    // read_some: what has arrived, not a full piece; an event stream's event
-    // is relayed when it comes.
     ex->conn->With([&](auto& stream) {
       bhttp::async_read_some(
           stream, ex->conn->buffer, *ex->stream_parser,
-          [self = shared_from_this(), ex](beast::error_code ec, size_t) { self->OnPiece(ex, ec); });
+          [self = shared_from_this(), ex, then](beast::error_code ec, size_t) {
+            if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
+            if (!ec) ex->piece.resize(ex->piece.size() - ex->stream_parser->get().body().size);
+            ((*self).*then)(ex, ec);
+          });
     });
   }
 
+  // On the strand: the next piece for ex->next.
+  void ReadPiece(const std::shared_ptr<Exchange>& ex) {
+    if (!ex->conn) return EndPiece(ex, {.failed = true});  // cancelled meanwhile
+    if (ex->prefetched) {
+      http::BodySource::Piece p{.data = std::move(*ex->prefetched)};
+      ex->prefetched.reset();
+      return EndPiece(ex, std::move(p));
+    }
+    ReadSome(ex, &Impl::OnPiece);
+  }
+
   void OnPiece(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
-    if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
     if (ec || !ex->conn) {
       EndStream(ex, false);
       return EndPiece(ex, {.failed = true});
     }
-    ex->piece.resize(ex->piece.size() - ex->stream_parser->get().body().size);
     if (ex->piece.empty() && !ex->stream_parser->is_done()) return ReadPiece(ex);  // framing only
     http::BodySource::Piece p{.data = std::move(ex->piece)};
     if (ex->stream_parser->is_done()) {
@@ -327,6 +341,31 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
       EndStream(ex, ex->stream_parser->keep_alive());
     }
     EndPiece(ex, std::move(p));
+  }
+
+  // Body bytes came with the header, now parsed: an answer they complete is
+  // handed over whole (one write to the client, as without streaming), else
+  // they are the stream's first piece.
+  void OnFirstPiece(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+    if (ec) return FailAfterSend(ex, ec);
+    auto& parser = *ex->stream_parser;
+    if (parser.is_done()) {
+      UpstreamResult r = HeaderOf(parser.get());
+      r.response.body = std::move(ex->piece);
+      return Finish(ex, std::move(r), parser.keep_alive());
+    }
+    if (!ex->piece.empty()) ex->prefetched = std::move(ex->piece);
+    HandOver(ex);
+  }
+
+  // Hands the header over, the body to follow through a StreamedBody.
+  void HandOver(const std::shared_ptr<Exchange>& ex);
+
+  static UpstreamResult HeaderOf(const bhttp::response_header<>& header) {
+    UpstreamResult r;
+    r.response.status = static_cast<int>(header.result_int());
+    CopyHeaders(header, r.response);
+    return r;
   }
 
   static void EndPiece(const std::shared_ptr<Exchange>& ex, http::BodySource::Piece p) {
@@ -476,10 +515,14 @@ void UpstreamPool::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, bea
   if (ec) return FailAfterSend(ex, ec);
   auto& parser = *ex->stream_parser;
   if (IsInterim(parser.get().result_int())) return ReadStreamHeader(ex);
-  UpstreamResult r;
-  r.response.status = static_cast<int>(parser.get().result_int());
-  CopyHeaders(parser.get(), r.response);
-  if (parser.is_done()) return Finish(ex, std::move(r), parser.keep_alive());
+  if (parser.is_done()) return Finish(ex, HeaderOf(parser.get()), parser.keep_alive());
+  if (ex->conn->buffer.size() > 0) return ReadSome(ex, &Impl::OnFirstPiece);  // parsed, no wait
+  HandOver(ex);
+}
+
+void UpstreamPool::Impl::HandOver(const std::shared_ptr<Exchange>& ex) {
+  auto& parser = *ex->stream_parser;
+  UpstreamResult r = HeaderOf(parser.get());
   if (auto length = parser.content_length()) r.response.stream_length = *length;
   {
     std::lock_guard g(mu);  // OnStrand reads it from other threads

@@ -330,6 +330,20 @@ TEST(UpstreamPoolTest, StreamedAnswerHasNoSizeLimit) {
   EXPECT_EQ(server.connections(), 1) << "the connection was given back at the body's end";
 }
 
+// The test server sends /ok's header and body in one write, so they arrive
+// in one read: such an answer is handed over whole, to go out in one write.
+TEST(UpstreamPoolTest, StreamedAnswerThatCameWithItsHeaderIsWhole) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  for (int i = 0; i < 3; ++i) {
+    UpstreamResult r = Streamed(*pool, "/ok");
+    ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+    EXPECT_FALSE(r.response.stream);
+    EXPECT_EQ(r.response.body, "hello");
+  }
+  EXPECT_EQ(server.connections(), 1);
+}
+
 // A /stream answer whose first event has come, the rest held back.
 class HalfStreamedTest : public ::testing::Test {
  protected:
