@@ -23,7 +23,9 @@ using tcp = net::ip::tcp;
 // closes, /hang reads it and never answers, /big answers 4 KiB,
 // /early-hints sends 103 and 102 interim answers before answering,
 // /stream sends a chunked body's first chunk, then the rest once the test
-// calls ReleaseStream(), /large answers 5 MiB with a Content-Length.
+// calls ReleaseStream(), /until-close sends a header, then (once released) a
+// body that ends when the server closes, /large answers 5 MiB with a
+// Content-Length.
 class TestServer {
  public:
   TestServer() : acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
@@ -108,6 +110,14 @@ class TestServer {
         net::write(s, net::buffer(std::string_view("e\r\ndata: second\n\n\r\n0\r\n\r\n")), ec);
         if (ec) return;
         continue;
+      }
+      if (target == "/until-close") {  // a body that ends with the connection
+        net::write(s, net::buffer(std::string_view("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")),
+                   ec);
+        released_.wait();
+        net::write(s, net::buffer(std::string_view("all of it")), ec);
+        s.shutdown(tcp::socket::shutdown_both, ec);
+        return;
       }
       if (target == "/hang") {
         char c;
@@ -342,6 +352,18 @@ TEST(UpstreamPoolTest, StreamedAnswerThatCameWithItsHeaderIsWhole) {
     EXPECT_EQ(r.response.body, "hello");
   }
   EXPECT_EQ(server.connections(), 1);
+}
+
+TEST(UpstreamPoolTest, StreamedAnswerMayEndWithItsConnection) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Streamed(*pool, "/until-close");
+  ASSERT_TRUE(r.response.stream) << r.detail;
+  EXPECT_FALSE(r.response.stream_length);
+  server.ReleaseStream();
+  EXPECT_EQ(ReadToEnd(*r.response.stream), "all of it");
+  EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201);
+  EXPECT_EQ(server.connections(), 2) << "a connection that ended a body is not reused";
 }
 
 // A /stream answer whose first event has come, the rest held back.
