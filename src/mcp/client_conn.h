@@ -15,6 +15,11 @@
 namespace idem::mcp {
 
 struct ClientConn {
+  // Beast reads at most the buffer's free space (at least 512 bytes), and a
+  // parser that moves each body byte out keeps the buffer small: without
+  // this reserve, a large answer came 512 bytes per recvmsg.
+  ClientConn() { buffer.reserve(64 * 1024); }
+
   std::optional<boost::beast::tcp_stream> plain;
   std::optional<boost::beast::ssl_stream<boost::beast::tcp_stream>> tls;
   boost::beast::flat_buffer buffer;

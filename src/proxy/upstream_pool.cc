@@ -300,8 +300,9 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   // read_some, not a full piece: an event stream's event is relayed when it
   // comes.
   using PieceHandler = void (Impl::*)(const std::shared_ptr<Exchange>&, beast::error_code);
-  void ReadSome(const std::shared_ptr<Exchange>& ex, PieceHandler then) {
-    ex->piece.resize(kPieceBytes);
+  void ReadSome(const std::shared_ptr<Exchange>& ex, PieceHandler then, size_t size = kPieceBytes) {
+    // Not zero-filled: the read overwrites it, and the unread tail is cut.
+    ex->piece.resize_and_overwrite(size, [](char*, size_t n) { return n; });
     auto& body = ex->stream_parser->get().body();
     body.data = ex->piece.data();
     body.size = ex->piece.size();
@@ -516,7 +517,9 @@ void UpstreamPool::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, bea
   auto& parser = *ex->stream_parser;
   if (IsInterim(parser.get().result_int())) return ReadStreamHeader(ex);
   if (parser.is_done()) return Finish(ex, HeaderOf(parser.get()), parser.keep_alive());
-  if (ex->conn->buffer.size() > 0) return ReadSome(ex, &Impl::OnFirstPiece);  // parsed, no wait
+  if (size_t buffered = ex->conn->buffer.size(); buffered > 0) {  // parsed, no wait
+    return ReadSome(ex, &Impl::OnFirstPiece, std::min(buffered, kPieceBytes));
+  }
   HandOver(ex);
 }
 
