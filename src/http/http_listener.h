@@ -4,7 +4,9 @@
 // connection; the handler gets whole requests (headers and a body within
 // max_body_bytes) and answers each exactly once, from any thread, whenever it
 // is ready. Keep-alive, one request at a time per connection (no pipelining
-// of answers: the next request is read after the answer is written).
+// of answers: the next request is read after the answer is written). An
+// answer's body may also come piece by piece (Response::stream), written as
+// it comes.
 //
 // The listener enforces the limits of §8 before a handler sees anything:
 // header count and size (431), body size (413), connections (503), a whole
