@@ -300,20 +300,15 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   // read_some, not a full piece: an event stream's event is relayed when it
   // comes.
   using PieceHandler = void (Impl::*)(const std::shared_ptr<Exchange>&, beast::error_code);
-  void ReadSome(const std::shared_ptr<Exchange>& ex, PieceHandler then, size_t size = kPieceBytes) {
-    // Not zero-filled: the read overwrites it, and the unread tail is cut.
-    ex->piece.resize_and_overwrite(size, [](char*, size_t n) { return n; });
-    auto& body = ex->stream_parser->get().body();
-    body.data = ex->piece.data();
-    body.size = ex->piece.size();
-    body.more = true;
+  void ReadSome(const std::shared_ptr<Exchange>& ex, PieceHandler then) {
+    PreparePiece(ex, kPieceBytes);
     ex->conn->lowest().expires_after(options.response_timeout);
     ex->conn->With([&](auto& stream) {
       bhttp::async_read_some(
           stream, ex->conn->buffer, *ex->stream_parser,
           [self = shared_from_this(), ex, then](beast::error_code ec, size_t) {
             if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
-            if (!ec) ex->piece.resize(ex->piece.size() - ex->stream_parser->get().body().size);
+            if (!ec) TrimPiece(*ex);
             ((*self).*then)(ex, ec);
           });
     });
@@ -344,12 +339,40 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     EndPiece(ex, std::move(p));
   }
 
-  // Body bytes came with the header, now parsed: an answer they complete is
-  // handed over whole (one write to the client, as without streaming), else
-  // they are the stream's first piece.
-  void OnFirstPiece(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
-    if (ec) return FailAfterSend(ex, ec);
+  // ex->piece, `size` bytes (not zero-filled: what the parser does not
+  // write is cut by TrimPiece), as the parser's body buffer.
+  static void PreparePiece(const std::shared_ptr<Exchange>& ex, size_t size) {
+    ex->piece.resize_and_overwrite(size, [](char*, size_t n) { return n; });
+    auto& body = ex->stream_parser->get().body();
+    body.data = ex->piece.data();
+    body.size = ex->piece.size();
+    body.more = true;
+  }
+  static void TrimPiece(Exchange& ex) {
+    ex.piece.resize(ex.piece.size() - ex.stream_parser->get().body().size);
+  }
+
+  // The body bytes that came with the header, parsed at once, without
+  // waiting for more: an answer they complete is handed over whole (one
+  // write to the client, as without streaming), else they are the stream's
+  // first piece.
+  void TakeBuffered(const std::shared_ptr<Exchange>& ex) {
     auto& parser = *ex->stream_parser;
+    auto& buffer = ex->conn->buffer;
+    PreparePiece(ex, std::min(buffer.size(), kPieceBytes));
+    parser.eager(true);  // the body too, not only the next chunk header
+    beast::error_code ec;
+    while (buffer.size() > 0 && !parser.is_done()) {
+      size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
+        ec = {};  // the rest is still to come, or the piece is full
+        break;
+      }
+      if (ec || used == 0) break;
+    }
+    if (ec) return FailAfterSend(ex, ec);
+    TrimPiece(*ex);
     if (parser.is_done()) {
       UpstreamResult r = HeaderOf(parser.get());
       r.response.body = std::move(ex->piece);
@@ -517,9 +540,7 @@ void UpstreamPool::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, bea
   auto& parser = *ex->stream_parser;
   if (IsInterim(parser.get().result_int())) return ReadStreamHeader(ex);
   if (parser.is_done()) return Finish(ex, HeaderOf(parser.get()), parser.keep_alive());
-  if (size_t buffered = ex->conn->buffer.size(); buffered > 0) {  // parsed, no wait
-    return ReadSome(ex, &Impl::OnFirstPiece, std::min(buffered, kPieceBytes));
-  }
+  if (ex->conn->buffer.size() > 0) return TakeBuffered(ex);
   HandOver(ex);
 }
 

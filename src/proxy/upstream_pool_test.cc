@@ -23,7 +23,8 @@ using tcp = net::ip::tcp;
 // closes, /hang reads it and never answers, /big answers 4 KiB,
 // /early-hints sends 103 and 102 interim answers before answering,
 // /stream sends a chunked body's first chunk, then the rest once the test
-// calls ReleaseStream(), /until-close sends a header, then (once released) a
+// calls ReleaseStream(), /framing-first sends the header and a chunk's size
+// line, the chunk once released, /until-close sends a header, then (once released) a
 // body that ends when the server closes, /large answers 5 MiB with a
 // Content-Length.
 class TestServer {
@@ -108,6 +109,17 @@ class TestServer {
             ec);
         released_.wait();
         net::write(s, net::buffer(std::string_view("e\r\ndata: second\n\n\r\n0\r\n\r\n")), ec);
+        if (ec) return;
+        continue;
+      }
+      if (target ==
+          "/framing-first") {  // the header and a chunk's size line, then (released) the rest
+        net::write(s,
+                   net::buffer(std::string_view(
+                       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nd\r\n")),
+                   ec);
+        released_.wait();
+        net::write(s, net::buffer(std::string_view("data: first\n\n\r\n0\r\n\r\n")), ec);
         if (ec) return;
         continue;
       }
@@ -364,6 +376,23 @@ TEST(UpstreamPoolTest, StreamedAnswerMayEndWithItsConnection) {
   EXPECT_EQ(ReadToEnd(*r.response.stream), "all of it");
   EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201);
   EXPECT_EQ(server.connections(), 2) << "a connection that ended a body is not reused";
+}
+
+// Bytes after the header that carry no body yet must not hold the header
+// back: the client of an event stream sees it open at once.
+TEST(UpstreamPoolTest, HeaderIsHandedOverWithoutWaitingForTheFirstBodyByte) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  std::promise<UpstreamResult> promise;
+  auto future = promise.get_future();
+  pool->Send({.method = "GET", .target = "/framing-first", .stream = true},
+             [&promise](UpstreamResult r) { promise.set_value(std::move(r)); });
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the header waited for the body";
+  UpstreamResult r = future.get();
+  ASSERT_TRUE(r.response.stream) << r.detail;
+  server.ReleaseStream();
+  EXPECT_EQ(ReadToEnd(*r.response.stream), "data: first\n\n");
 }
 
 // A /stream answer whose first event has come, the rest held back.
