@@ -414,7 +414,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnWrite(beast::error_code ec) {
     response_.reset();
     stream_.expires_never();
-    if (source_) {  // the header's write failed
+    if (source_) {  // a streamed answer's write failed
       source_->Cancel();
       source_.reset();
     }
