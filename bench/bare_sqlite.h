@@ -1,5 +1,5 @@
 // Bare SQLite doing the row writes of claim→complete calls, without SqliteStore: the
-// baselines the group-commit targets are stated against (DESIGN.md §5). Shared by
+// baselines the group-commit targets are stated against (docs/DESIGN.md §5). Shared by
 // sqlite_baseline_bench and ledger_bench so that both compare against the same thing.
 //
 // A claim→complete call is two row writes: an INSERT of the in-progress row, then an UPDATE of

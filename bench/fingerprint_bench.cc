@@ -1,4 +1,4 @@
-// Fingerprint throughput against raw SHA-256 of the same bytes (DESIGN.md §3).
+// Fingerprint throughput against raw SHA-256 of the same bytes (docs/DESIGN.md §3).
 //
 // The fingerprint parses, validates, canonicalizes and hashes; SHA-256 of the raw bytes is the
 // floor no fingerprint can beat. The target is fingerprint >= 20% of raw SHA-256 throughput on a

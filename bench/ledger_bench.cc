@@ -1,4 +1,4 @@
-// Ledger::Run throughput end to end: claim → fn → complete (DESIGN.md §4, §5).
+// Ledger::Run throughput end to end: claim → fn → complete (docs/DESIGN.md §4, §5).
 //
 //   ledger_bench [--seconds N] [--rounds N] [--dir DIR] [--scale N,N,...]
 //                [--synchronous full|normal|off] [--audit on|off] [--only main|scale]

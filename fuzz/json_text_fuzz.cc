@@ -10,6 +10,7 @@
 //    the array plus one element;
 //  - Quote(s) of UTF-8 parses back to s.
 #include <boost/json.hpp>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -34,6 +35,36 @@ std::optional<json::value> Parse(std::string_view text) {
   return v;
 }
 
+// Boost.JSON's value equality, but a NaN equals a NaN: Boost.JSON 1.81 reads
+// a zero with a huge exponent ("0e400") as 0 * inf = NaN, and the same bytes
+// must compare equal wherever they are parsed
+// (fuzz/regressions/json_text/zero-with-a-huge-exponent).
+bool Same(const json::value& a, const json::value& b) {
+  if (a.is_double() && b.is_double() && std::isnan(a.get_double())) {
+    return std::isnan(b.get_double());
+  }
+  if (a.is_array() && b.is_array()) {
+    const json::array& x = a.get_array();
+    const json::array& y = b.get_array();
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!Same(x[i], y[i])) return false;
+    }
+    return true;
+  }
+  if (a.is_object() && b.is_object()) {
+    const json::object& x = a.get_object();
+    const json::object& y = b.get_object();
+    if (x.size() != y.size()) return false;
+    for (const auto& [k, v] : x) {
+      const json::value* w = y.if_contains(k);
+      if (w == nullptr || !Same(v, *w)) return false;
+    }
+    return true;
+  }
+  return a == b;
+}
+
 template <typename T>
 void CheckError(const idem::Result<T>& r) {
   if (!r) {
@@ -47,7 +78,7 @@ void CheckOthersKept(const json::object& before, const json::object& after, std:
   for (const auto& [k, v] : before) {
     if (k == name) continue;
     FUZZ_CHECK(after.contains(k));
-    FUZZ_CHECK(after.at(k) == v);
+    FUZZ_CHECK(Same(after.at(k), v));
   }
 }
 
@@ -64,7 +95,7 @@ void CheckObject(std::string_view text, const json::object& doc, std::string_vie
     FUZZ_CHECK(key.has_value() && key->is_string() && key->get_string() == m.name);
     const auto v = Parse(m.value.In(text));
     FUZZ_CHECK(v.has_value());
-    if (count[m.name] == 1) FUZZ_CHECK(*v == doc.at(m.name));
+    if (count[m.name] == 1) FUZZ_CHECK(Same(*v, doc.at(m.name)));
   }
   const bool duplicated = count.contains(std::string(name)) && count[std::string(name)] > 1;
 
@@ -75,7 +106,7 @@ void CheckObject(std::string_view text, const json::object& doc, std::string_vie
     const auto after = Parse(*set);
     FUZZ_CHECK(after.has_value() && after->is_object());
     FUZZ_CHECK(after->get_object().contains(name));
-    FUZZ_CHECK(after->get_object().at(name) == value_json);
+    FUZZ_CHECK(Same(after->get_object().at(name), value_json));
     if (count.size() == members->size()) {
       CheckOthersKept(doc, after->get_object(), name);
       FUZZ_CHECK_EQ(after->get_object().size(), doc.size() + (doc.contains(name) ? 0 : 1));
@@ -103,15 +134,15 @@ void CheckArray(std::string_view text, const json::array& doc, std::string_view 
   FUZZ_CHECK_EQ(elements->size(), doc.size());
   for (size_t i = 0; i < doc.size(); ++i) {
     const auto v = Parse((*elements)[i].In(text));
-    FUZZ_CHECK(v.has_value() && *v == doc[i]);
+    FUZZ_CHECK(v.has_value() && Same(*v, doc[i]));
   }
   auto appended = jt::AppendElement(text, value);
   FUZZ_CHECK(appended.has_value());
   const auto after = Parse(*appended);
   FUZZ_CHECK(after.has_value() && after->is_array());
   FUZZ_CHECK_EQ(after->get_array().size(), doc.size() + 1);
-  for (size_t i = 0; i < doc.size(); ++i) FUZZ_CHECK(after->get_array()[i] == doc[i]);
-  FUZZ_CHECK(after->get_array().back() == value_json);
+  for (size_t i = 0; i < doc.size(); ++i) FUZZ_CHECK(Same(after->get_array()[i], doc[i]));
+  FUZZ_CHECK(Same(after->get_array().back(), value_json));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The store contract suite (DESIGN.md §5): every backend instantiates it
+// The store contract suite (docs/DESIGN.md §5): every backend instantiates it
 // unchanged with an opener for a fresh, empty store:
 //
 //   INSTANTIATE_TEST_SUITE_P(Sqlite, StoreContractTest,

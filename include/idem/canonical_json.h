@@ -1,4 +1,4 @@
-// RFC 8785 (JCS) canonical JSON and the argument fingerprint (DESIGN.md §3).
+// RFC 8785 (JCS) canonical JSON and the argument fingerprint (docs/DESIGN.md §3).
 //
 // The parser does no I/O: bytes in, canonical bytes out. Input that is not
 // I-JSON is refused with kInvalidArgument and a message that names the

@@ -1,4 +1,4 @@
-// The configuration file, idemgate.toml (DESIGN.md §9).
+// The configuration file, idemgate.toml (docs/DESIGN.md §9).
 //
 // Every field is optional and documents its default here; a Config built by
 // `Config{}` is exactly the behaviour with no file at all. A field idemgate
@@ -57,7 +57,7 @@ struct ToolRule {
   // Required. An exact tool name, or a glob where '*' matches any run of
   // characters (also none) and '?' exactly one byte.
   std::string match;
-  // Key mode (DESIGN.md §3). Unset: `turn` for gated tools, `off` otherwise.
+  // Key mode (docs/DESIGN.md §3). Unset: `turn` for gated tools, `off` otherwise.
   std::optional<KeyMode> mode;
   // JSON Pointers (RFC 6901) selected by mode = "fields". Required there and
   // allowed nowhere else.
@@ -99,14 +99,14 @@ struct RouteRule {
   PolicyOverrides overrides;
 };
 
-// One [[tenant]]: the principal that records belong to (DESIGN.md §8).
+// One [[tenant]]: the principal that records belong to (docs/DESIGN.md §8).
 struct Tenant {
   std::string name;                 // required, unique
   std::vector<std::string> tokens;  // bearer tokens; each names exactly one tenant
   bool admin = false;               // its tokens may evict, resolve and list records
 };
 
-// [alert]: replay-ratio alerting (DESIGN.md §7).
+// [alert]: replay-ratio alerting (docs/DESIGN.md §7).
 struct AlertConfig {
   Duration window{5 * 60 * 1000};  // sliding window: 5 min
   uint64_t min_attempts = 20;      // no alert below this many attempts in the window
@@ -123,7 +123,7 @@ struct ListenConfig {
   std::string admin;
 };
 
-// [mcp]: the MCP proxy (DESIGN.md §6.1).
+// [mcp]: the MCP proxy (docs/DESIGN.md §6.1).
 struct McpConfig {
   // The _meta member that carries the turn id. Default "dev.idemgate/turnId".
   std::string turn_id_meta = "dev.idemgate/turnId";
@@ -138,7 +138,7 @@ struct McpConfig {
   std::string tenant = "default";
 };
 
-// [http]: the HTTP reverse proxy (DESIGN.md §6.2).
+// [http]: the HTTP reverse proxy (docs/DESIGN.md §6.2).
 struct HttpConfig {
   // The request header that carries the turn id. Default "Idemgate-Turn-Id".
   std::string turn_header = "Idemgate-Turn-Id";
@@ -167,7 +167,7 @@ struct HttpConfig {
   size_t max_response_bytes = 16 << 20;
 };
 
-// [limits]: request limits (DESIGN.md §8).
+// [limits]: request limits (docs/DESIGN.md §8).
 struct LimitsConfig {
   size_t max_body_bytes = 1 << 20;  // request body / tool arguments: 1 MiB
   size_t max_depth = 128;           // JSON nesting

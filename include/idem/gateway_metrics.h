@@ -1,4 +1,4 @@
-// idemgate's own metrics and the replay-spike alert (DESIGN.md §7), on top
+// idemgate's own metrics and the replay-spike alert (docs/DESIGN.md §7), on top
 // of a MetricsRegistry it owns:
 //
 //   idemgate_attempts_total{front,tool,outcome}            counter

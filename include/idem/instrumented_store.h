@@ -1,5 +1,5 @@
 // A Store decorator that measures every operation of the store it wraps
-// (DESIGN.md §7), so no backend knows about metrics:
+// (docs/DESIGN.md §7), so no backend knows about metrics:
 //
 //   idemgate_store_operation_duration_seconds{op}  histogram
 //   idemgate_store_errors_total{op,code}           counter, code = ErrorCodeName

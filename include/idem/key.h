@@ -1,4 +1,4 @@
-// Idempotency keys (DESIGN.md §3).
+// Idempotency keys (docs/DESIGN.md §3).
 //
 // A derived key is versioned and unambiguous: "v1t.<turn>.<tool>.<fp>" (turn
 // mode), "v1a.<tool>.<fp>" (args), "v1f.<tool>.<fp>" (fields). Parts are

@@ -1,4 +1,4 @@
-// The ledger: the state machine of DESIGN.md §4 on top of a Store.
+// The ledger: the state machine of docs/DESIGN.md §4 on top of a Store.
 //
 // Two ways in:
 //  - Run(call, fn): the whole life of a call for C++ callers.

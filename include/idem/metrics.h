@@ -1,4 +1,4 @@
-// Metrics (DESIGN.md §7): counters, gauges and fixed-bucket histograms with
+// Metrics (docs/DESIGN.md §7): counters, gauges and fixed-bucket histograms with
 // labels, and their Prometheus text exposition (format 0.0.4).
 //
 // Built for the request path: a series is a few atomics; once it exists,

@@ -1,4 +1,4 @@
-// Per-tool behaviour of the ledger (DESIGN.md §4, §9). Every field documents
+// Per-tool behaviour of the ledger (docs/DESIGN.md §4, §9). Every field documents
 // its default; the config file and flags fill it in.
 #pragma once
 

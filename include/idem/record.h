@@ -1,4 +1,4 @@
-// What the store keeps per key (DESIGN.md §2, §4) and the attempt log (§7).
+// What the store keeps per key (docs/DESIGN.md §2, §4) and the attempt log (§7).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The store seam (DESIGN.md §5). One interface, one contract suite
+// The store seam (docs/DESIGN.md §5). One interface, one contract suite
 // (tests/store_contract.h) that every backend passes unchanged.
 //
 // Every state change is atomic and, after the claim, conditional on the
@@ -214,7 +214,7 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, Clock& clock,
                                          const StoreOptions& options = {});
 
 // The default store URL: sqlite: in $XDG_STATE_HOME/idemgate/idemgate.db,
-// else ~/.local/state/idemgate/idemgate.db (DESIGN.md §1).
+// else ~/.local/state/idemgate/idemgate.db (docs/DESIGN.md §1).
 std::string DefaultStoreUrl();
 
 }  // namespace idem

@@ -1,4 +1,4 @@
-// Readiness (/readyz, DESIGN.md §6.4): does the store answer a cheap read
+// Readiness (/readyz, docs/DESIGN.md §6.4): does the store answer a cheap read
 // within a timeout? For every HTTP listener's `ready` hook.
 //
 // The read runs on the probe's own thread, so a hung backend cannot hold a

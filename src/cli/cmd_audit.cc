@@ -1,4 +1,4 @@
-// `idemgate audit` (the attempt log, DESIGN.md §7) and `idemgate stats`
+// `idemgate audit` (the attempt log, docs/DESIGN.md §7) and `idemgate stats`
 // (replay ratio per tool).
 #include <fmt/format.h>
 

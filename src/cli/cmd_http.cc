@@ -1,4 +1,4 @@
-// `idemgate http`: the IETF Idempotency-Key reverse proxy (DESIGN.md §6.2)
+// `idemgate http`: the IETF Idempotency-Key reverse proxy (docs/DESIGN.md §6.2)
 // in front of one upstream HTTP API, with the admin endpoints (§6.4) beside
 // it. Wiring only: config → store → metrics → one Ledger → UpstreamPool →
 // ReverseProxy behind WithAdmin → HttpListener.

@@ -1,4 +1,4 @@
-// `idemgate key`: the key a call would get (DESIGN.md §3), without touching a
+// `idemgate key`: the key a call would get (docs/DESIGN.md §3), without touching a
 // store. Reads the config only when --config is given and --mode is not.
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// `idemgate mcp`: the MCP proxy (DESIGN.md §6.1). Wiring only: config →
+// `idemgate mcp`: the MCP proxy (docs/DESIGN.md §6.1). Wiring only: config →
 // store → one Ledger for the process → the transports → McpSession.
 //
 //   idemgate mcp [--store URL] [--config FILE] [-v] -- CMD ARGS…
@@ -243,7 +243,7 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
 
   Result<Config> config = LoadConfigFor(globals);
   if (!config) return Fail("mcp", config.error());
-  // Metrics and the replay alert (DESIGN.md §7). The alert (log line,
+  // Metrics and the replay alert (docs/DESIGN.md §7). The alert (log line,
   // webhook) works in every mode; the metrics are exposed only by --listen.
   auto core = OpenFrontCore(globals, *config, "mcp", mcp::MakeReconcileHook(), LogLine);
   if (!core) return Fail("mcp", core.error());

@@ -1,7 +1,7 @@
 // Operator commands on records: inspect, evict, resolve, purge.
 //
 // `resolve` is how a person settles a record whose outcome is unknown
-// (DESIGN.md §4 step 4): release it (the action did not happen, so the next
+// (docs/DESIGN.md §4 step 4): release it (the action did not happen, so the next
 // attempt executes) or store the outcome that did happen (retries replay it).
 // Every write is conditional on the record's fence, so a resolve never
 // overwrites an owner or a reconcile that got there first.

@@ -1,4 +1,4 @@
-// `idemgate serve`: the ledger API (DESIGN.md §6.3) and the admin endpoints
+// `idemgate serve`: the ledger API (docs/DESIGN.md §6.3) and the admin endpoints
 // (§6.4) on one HTTP listener. Wiring only: config → store → metrics → one
 // Ledger → LedgerApi behind WithAdmin → HttpListener.
 //

@@ -58,7 +58,7 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
 }
 
 TEST(ConfigTest, DesignExampleParses) {
-  // The example of DESIGN.md §9, verbatim.
+  // The example of docs/DESIGN.md §9, verbatim.
   Config c = Parse(R"(
 store = "sqlite:/var/lib/idemgate/idemgate.db"   # default: the user's state directory
 

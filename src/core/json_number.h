@@ -1,5 +1,5 @@
 // JSON number literals to their canonical text (RFC 8785 §3.2.2.3 and the fingerprint's exact
-// form, DESIGN.md §3). Internal to idem_core; the parser checks the grammar, this file the value.
+// form, docs/DESIGN.md §3). Internal to idem_core; the parser checks the grammar, this file the value.
 #pragma once
 
 #include <cstdint>

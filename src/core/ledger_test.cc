@@ -1,4 +1,4 @@
-// Every transition of DESIGN.md §4, on the memory store and a FakeClock: no
+// Every transition of docs/DESIGN.md §4, on the memory store and a FakeClock: no
 // sleeps; threads are synchronised on the clock's waiters and store events.
 #include "idem/ledger.h"
 

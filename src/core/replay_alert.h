@@ -1,4 +1,4 @@
-// The replay-spike alert (DESIGN.md §7): when a tool's replay ratio over
+// The replay-spike alert (docs/DESIGN.md §7): when a tool's replay ratio over
 // alert.window, with at least alert.min_attempts attempts, exceeds
 // alert.replay_ratio, the alert fires once; it resolves once when the window
 // drops back. A spike means a network problem or a client retrying too hard.

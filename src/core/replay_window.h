@@ -1,5 +1,5 @@
 // Attempts and replays of one tool over a sliding window of time, for the
-// replay ratio and its alert (DESIGN.md §7).
+// replay ratio and its alert (docs/DESIGN.md §7).
 //
 // A ring of kSlots time buckets, each window/kSlots wide, judged by the
 // injected clock's time passed in by the caller. Sum() counts the buckets

@@ -1,4 +1,4 @@
-// Delivers alert documents to alert.webhook (DESIGN.md §7) off the request
+// Delivers alert documents to alert.webhook (docs/DESIGN.md §7) off the request
 // path: Post() only queues; one background thread POSTs each document as
 // application/json over HTTP or HTTPS (certificate and host name verified
 // against the system trust store), each within a short timeout. Failures are

@@ -1,4 +1,4 @@
-// WithAdmin: /healthz, /readyz and /metrics (DESIGN.md §6.4) in front of a
+// WithAdmin: /healthz, /readyz and /metrics (docs/DESIGN.md §6.4) in front of a
 // front's own handler. `ready` and `metrics` may block (a store round trip),
 // so they run on a small worker pool owned by the returned handler, never on
 // an I/O thread.

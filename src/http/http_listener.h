@@ -1,5 +1,5 @@
 // A plain HTTP/1.1 listener for idemgate's HTTP fronts: `idemgate serve` (the
-// ledger API, DESIGN.md §6.3) and `idemgate http` (the Idempotency-Key reverse
+// ledger API, docs/DESIGN.md §6.3) and `idemgate http` (the Idempotency-Key reverse
 // proxy, §6.2). Boost.Beast, asynchronous: a few I/O threads serve every
 // connection; the handler gets whole requests (headers and a body within
 // max_body_bytes) and answers each exactly once, from any thread, whenever it
@@ -186,7 +186,7 @@ class HttpListener {
   std::unique_ptr<Impl> impl_;
 };
 
-// /healthz, /readyz and /metrics (DESIGN.md §6.4) in front of another handler.
+// /healthz, /readyz and /metrics (docs/DESIGN.md §6.4) in front of another handler.
 struct AdminEndpoints {
   // /readyz: 200 when this returns OK (the store answered), else 503 with the
   // error. Unset: /readyz is 200 like /healthz.

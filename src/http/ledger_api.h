@@ -1,4 +1,4 @@
-// The ledger API of `idemgate serve` (DESIGN.md §6.3): HTTP/JSON steps of
+// The ledger API of `idemgate serve` (docs/DESIGN.md §6.3): HTTP/JSON steps of
 // the record life cycle for agent runtimes that run tools in-process.
 //
 //   POST /v1/calls/begin         {turn_id?, tool, args?, key?, mode?, fields?}

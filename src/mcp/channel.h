@@ -1,4 +1,4 @@
-// The transport seam of the MCP proxy (DESIGN.md §6.1): the session logic
+// The transport seam of the MCP proxy (docs/DESIGN.md §6.1): the session logic
 // (mcp_session.h) binds one client Channel to one upstream Channel and never
 // knows whether bytes travel over stdio, a child's pipes or Streamable HTTP.
 #pragma once

@@ -141,7 +141,7 @@ struct HttpServerOptions {
   // Allow binding a non-loopback address without tokens (--insecure-no-auth).
   bool insecure_no_auth = false;
 
-  // Admin endpoints beside /healthz (DESIGN.md §6.4), GET or HEAD; both run
+  // Admin endpoints beside /healthz (docs/DESIGN.md §6.4), GET or HEAD; both run
   // on a separate thread, never on the I/O threads, and may block briefly.
   // /readyz: 200 when `ready` returns OK, else 503 with its error; no token
   // needed. Unset: 200 like /healthz.

@@ -315,7 +315,7 @@ TEST_F(HttpServerTest, OversizedHeaderIs431) {
 }
 
 // Regression: the MCP listener limited only the header block's size, not the
-// number of fields (DESIGN.md §8), unlike the other HTTP fronts.
+// number of fields (docs/DESIGN.md §8), unlike the other HTTP fronts.
 TEST_F(HttpServerTest, TooManyHeaderFieldsIs431) {
   HttpServerOptions options;
   options.max_header_count = 20;

@@ -37,11 +37,13 @@ const char* KindName(const boost::json::value& v) {
   }
 }
 
-// False for a number Boost.JSON read as NaN or infinity ("0e4001",
-// "1e400"): it serializes as null and equals nothing, so an answer could not
-// carry it back. Everything else is representable.
+// False for a number beyond a double ("1e400", "-1e400"), which Boost.JSON
+// reads as infinity: it serializes as null, so an answer could not carry it
+// back. A NaN is representable: it is Boost.JSON's reading of a zero with a
+// huge exponent ("0e4001" is 0 times 10^4001 = 0 * inf), and IdKey keys it as
+// the zero it is.
 bool Representable(const boost::json::value& v) {
-  return !v.is_double() || std::isfinite(v.get_double());
+  return !v.is_double() || !std::isinf(v.get_double());
 }
 
 }  // namespace
@@ -169,6 +171,9 @@ std::string IdKey(const boost::json::value& id) {
       return "n:" + std::to_string(id.get_uint64());
     case boost::json::kind::double_: {
       double d = id.get_double();
+      // JSON has no NaN: Boost.JSON reads a zero with an exponent past a
+      // double's range ("0e400") as 0 * inf. Its value is 0.
+      if (std::isnan(d)) d = 0;
       if (std::isfinite(d) && std::trunc(d) == d && std::fabs(d) < 9.2e18) {
         return "n:" + std::to_string(static_cast<int64_t>(d));
       }

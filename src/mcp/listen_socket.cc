@@ -29,7 +29,7 @@ Result<ListeningSocket> OpenListeningSocket(boost::asio::ip::tcp::acceptor& acce
                      "refusing to listen on " + listen +
                          ": it is not a loopback address and no tokens are configured; add "
                          "[[tenant]] tokens to the config, bind 127.0.0.1, or pass "
-                         "--insecure-no-auth (DESIGN.md §8)");
+                         "--insecure-no-auth (docs/DESIGN.md §8)");
   }
   tcp::endpoint endpoint = results.begin()->endpoint();
   acceptor.open(endpoint.protocol(), ec);

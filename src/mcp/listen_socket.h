@@ -1,5 +1,5 @@
 // Opening the listening socket of an HTTP listener (`mcp --listen`, `serve`,
-// `http`): one place for the address rules of DESIGN.md §8.
+// `http`): one place for the address rules of docs/DESIGN.md §8.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>

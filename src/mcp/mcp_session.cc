@@ -839,7 +839,7 @@ void McpSession::Core::MarkUnknown(GatedCall& gc, const Decision& d, std::string
   }
   if (!answer) return;
   // A condition, like every idempotency condition: a tool result the model
-  // reads (DESIGN.md §6.1), not a transport error a host may hide.
+  // reads (docs/DESIGN.md §6.1), not a transport error a host may hide.
   Answer(gc, ResultResponse(gc.id_text,
                             CompleteResult(UnansweredResult(call, why), gc.prepared.stateless)));
 }

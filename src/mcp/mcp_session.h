@@ -1,4 +1,4 @@
-// One MCP proxy session (DESIGN.md §6.1): binds one client Channel to one
+// One MCP proxy session (docs/DESIGN.md §6.1): binds one client Channel to one
 // upstream Channel and gates the client's tools/call requests through a
 // Ledger shared by the whole process.
 //

@@ -1,5 +1,5 @@
 // The ledger's reconcile hook for the MCP proxy (on_unknown = "reconcile",
-// DESIGN.md §4 step 4).
+// docs/DESIGN.md §4 step 4).
 //
 // LedgerOptions::reconcile is one function per Ledger, but a lookup needs the
 // call's own session (to reach its upstream) and forwarded arguments. The

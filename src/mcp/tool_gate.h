@@ -1,4 +1,4 @@
-// What the MCP proxy does to tools (DESIGN.md §3, §4.7, §6.1), as pure
+// What the MCP proxy does to tools (docs/DESIGN.md §3, §4.7, §6.1), as pure
 // functions over message text: which tools are gated, how tools/list is
 // rewritten so the model knows, how a tools/call becomes a ledger Call and
 // the request forwarded upstream, how the upstream's answer is classified,

@@ -1,5 +1,5 @@
 // The Idempotency-Key request header (IETF draft-ietf-httpapi-idempotency-key-header,
-// DESIGN.md §6.2): its value is an RFC 8941 sf-string ("abc"; backslash-quote
+// docs/DESIGN.md §6.2): its value is an RFC 8941 sf-string ("abc"; backslash-quote
 // and backslash-backslash are the only escapes); a bare value (abc, a UUID) is
 // accepted too, because many clients send Stripe-style keys unquoted.
 //

@@ -1,4 +1,4 @@
-// How the HTTP reverse proxy treats one request (DESIGN.md §3, §6.2), as a
+// How the HTTP reverse proxy treats one request (docs/DESIGN.md §3, §6.2), as a
 // pure function: which route rule applies, whether the request is gated, its
 // key and fingerprint, and the refusals (bad key, missing required key, a
 // JSON body that is not I-JSON).

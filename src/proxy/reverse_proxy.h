@@ -1,4 +1,4 @@
-// `idemgate http`'s request handler (DESIGN.md §6.2): the IETF Idempotency-Key
+// `idemgate http`'s request handler (docs/DESIGN.md §6.2): the IETF Idempotency-Key
 // reverse proxy in front of one upstream.
 //
 // For each request: RequestPlan (request_plan.h) decides pass-through, gated

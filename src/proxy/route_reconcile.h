@@ -1,5 +1,5 @@
 // The ledger's reconcile hook for `idemgate http` (on_unknown = "reconcile",
-// DESIGN.md §4 step 4): asks the route's read-only lookup whether the action
+// docs/DESIGN.md §4 step 4): asks the route's read-only lookup whether the action
 // of a call whose outcome is unknown happened.
 //
 // The route's `reconcile` is a path, optionally with a query, in which

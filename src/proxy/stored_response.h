@@ -1,5 +1,5 @@
 // How the HTTP reverse proxy stores an upstream answer in a record's outcome
-// (DESIGN.md §4.7, §6.2), and which headers never cross the proxy.
+// (docs/DESIGN.md §4.7, §6.2), and which headers never cross the proxy.
 //
 // The outcome body is the answer in a compact, readable framing that
 // `idemgate inspect` prints as it is:

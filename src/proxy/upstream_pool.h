@@ -1,4 +1,4 @@
-// The reverse proxy's client to its upstream (DESIGN.md §6.2): HTTP/1.1 over
+// The reverse proxy's client to its upstream (docs/DESIGN.md §6.2): HTTP/1.1 over
 // keep-alive connections, plain or TLS (OpenSSL, certificates verified by
 // default against the system store plus an optional CA file, SNI sent for
 // names), with connect and response timeouts and a response body limit.

@@ -1,4 +1,4 @@
-// Crash safety on a real SQLite file (DESIGN.md §4): a child process is
+// Crash safety on a real SQLite file (docs/DESIGN.md §4): a child process is
 // SIGKILLed (1) after claiming, (2) after executing but before completing,
 // (3) after completing but before answering. The next attempt must give an
 // explicit unknown (or a retry under on_unknown = retry), an explicit

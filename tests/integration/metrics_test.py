@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""/readyz and /metrics of `idemgate mcp --listen` (DESIGN.md §6.4, §7), end to end.
+"""/readyz and /metrics of `idemgate mcp --listen` (docs/DESIGN.md §6.4, §7), end to end.
 
 Starts the real binary in front of the example MCP server, makes a gated tool call and
 its retry with a minimal JSON-RPC-over-HTTP client, then checks that /metrics passes

@@ -6,7 +6,7 @@ one store, in front of the example vendor (examples/http-vendor/server.mjs), whi
 SIGKILLs (now and then SIGTERMs) random instances, restarted on a new port, and SIGKILLs the store
 server and the vendor, restarted on the same data and port; random requests ask the vendor for
 delays and failures (X-Vendor-Fault). At the end chaos stops, everything is brought up, every key
-is settled, and the invariant of DESIGN.md §4/§5 is checked against the vendor's own fsynced
+is settled, and the invariant of docs/DESIGN.md §4/§5 is checked against the vendor's own fsynced
 side-effect ledger (each line names the attempt that caused it) and every answer a client saw:
 
   - at most one execution per key: /v1/tickets does not deduplicate (on_unknown = "fail"), so

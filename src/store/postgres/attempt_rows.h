@@ -1,4 +1,4 @@
-// The audit log in idemgate_attempts (DESIGN.md §7): batched inserts and
+// The audit log in idemgate_attempts (docs/DESIGN.md §7): batched inserts and
 // filtered reads, as prepared statements.
 #pragma once
 

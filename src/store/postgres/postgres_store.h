@@ -1,4 +1,4 @@
-// The PostgreSQL store (DESIGN.md §5): several idemgate instances on one
+// The PostgreSQL store (docs/DESIGN.md §5): several idemgate instances on one
 // database behave as one.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Wakes WaitForChange callers (DESIGN.md §4 step 3): writes through this
+// Wakes WaitForChange callers (docs/DESIGN.md §4 step 3): writes through this
 // store notify at once; writes by other processes arrive as pub/sub messages
 // on the record's channel, read by one subscriber connection (one thread) per
 // store. A channel is subscribed only while someone waits on it. A message

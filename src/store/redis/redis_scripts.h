@@ -1,4 +1,4 @@
-// The Lua scripts that change records (DESIGN.md §4, §5). Each runs
+// The Lua scripts that change records (docs/DESIGN.md §4, §5). Each runs
 // atomically on the node that owns the record's slot and touches one key,
 // the record's hash, so it never meets Redis Cluster's multi-key limits
 // (TRYAGAIN for the whole of a slot migration):

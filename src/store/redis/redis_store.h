@@ -1,4 +1,4 @@
-// The Redis store (DESIGN.md §5): one hash per record, Lua scripts for every
+// The Redis store (docs/DESIGN.md §5): one hash per record, Lua scripts for every
 // fence-conditional change, native TTL for garbage collection, pub/sub to
 // wake waiters across instances, a stream for the audit log. Works on one
 // server and on Redis Cluster (every record operation touches one slot).

@@ -1,4 +1,4 @@
-// Redis store URLs (DESIGN.md §5): what to connect to and how. Parsing does no
+// Redis store URLs (docs/DESIGN.md §5): what to connect to and how. Parsing does no
 // I/O.
 //
 //   redis://[[user]:password@]host[:port][/db][?option=value&…]

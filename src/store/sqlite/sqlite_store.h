@@ -1,4 +1,4 @@
-// The embedded default store (DESIGN.md §5): one SQLite file.
+// The embedded default store (docs/DESIGN.md §5): one SQLite file.
 #pragma once
 
 #include <cstdint>

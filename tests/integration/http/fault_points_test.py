@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The crash campaign's fault points for the two HTTP fronts (issue #6, DESIGN.md §4); the
+"""The crash campaign's fault points for the two HTTP fronts (issue #6, docs/DESIGN.md §4); the
 counterpart of tests/integration/mcp/fault_points.mjs.
 
 idemgate (built with -DIDEM_FAULT_POINTS=ON) SIGKILLs itself at one point of a gated call

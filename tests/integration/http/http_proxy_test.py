@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration tests of `idemgate http` (DESIGN.md §6.2): the real binary in
+"""Integration tests of `idemgate http` (docs/DESIGN.md §6.2): the real binary in
 front of the real example vendor (examples/http-vendor/server.mjs), both on
 port 0, answers checked against the vendor's ledger of side effects.
 

@@ -1,4 +1,4 @@
-// A storm of duplicates across processes executes once (DESIGN.md §4 steps 1 and 3): ten
+// A storm of duplicates across processes executes once (docs/DESIGN.md §4 steps 1 and 3): ten
 // clients, each with its own `idemgate mcp` process, all on one SQLite file, send the same
 // charge in the same turn at once. The example server takes EXAMPLE_DELAY_MS to answer, so the
 // calls really overlap: one executes, the others attach to it and replay its outcome.

@@ -1,4 +1,4 @@
-// idemgate dies while the upstream executes (DESIGN.md §4 steps 4–6): the record stays in
+// idemgate dies while the upstream executes (docs/DESIGN.md §4 steps 4–6): the record stays in
 // progress, its lease runs out, and a retry after a restart must NOT charge again. It gets an
 // explicit condition (in progress while the dead owner's lease lasts, then outcome unknown)
 // until an operator runs `idemgate resolve KEY --release`; then the call may run again.
@@ -119,7 +119,7 @@ test('the upstream dies mid-call: the caller is told "outcome unknown", and a re
   await until(() => readLedger(ledger).length === 1, { what: 'the charge in the ledger' });
   killPid(readLedger(ledger)[0].pid);
   const answer = await pending;
-  // DESIGN.md §4 step 7 and §6.1: a call sent upstream whose answer never came is "outcome
+  // docs/DESIGN.md §4 step 7 and §6.1: a call sent upstream whose answer never came is "outcome
   // unknown", told to the model as a tool result (isError + condition), so it reads it.
   assert.ok(!answer.error, `a tool result, not a JSON-RPC error: ${answer.error}`);
   assert.equal(answer.result.isError, true);

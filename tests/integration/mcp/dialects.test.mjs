@@ -2,7 +2,7 @@
 //
 // - 2026-07-28 (stateless): `server/discover`, per-request `_meta`, `resultType`, and a Multi
 //   Round-Trip Request whose `input_required` interim result idemgate must pass through
-//   unchanged and must NOT store (DESIGN.md §4 step 7): an identical second call reaches the
+//   unchanged and must NOT store (docs/DESIGN.md §4 step 7): an identical second call reaches the
 //   upstream again. The completed continuation is an outcome like any other and is replayed.
 // - 2025-11-25 (`initialize` handshake) against an SDK server, including a 2026 client's
 //   `server/discover` probe that a legacy server answers with "method not found".

@@ -1,4 +1,4 @@
-// The crash campaign's deterministic part (issue #6, DESIGN.md §4): idemgate SIGKILLs itself at
+// The crash campaign's deterministic part (issue #6, docs/DESIGN.md §4): idemgate SIGKILLs itself at
 // each fault point of a gated call (src/core/fault_point.h; the test build has them), for both
 // client transports and each store; then a restarted idemgate is asked the same call again,
 // until its answer settles. Checked from the example server's own side-effect log:

@@ -1,6 +1,6 @@
 // Shared helpers for the `idemgate mcp` integration tests: temp dirs, processes started and
 // stopped by pid, SDK clients over stdio and Streamable HTTP, the example server's ledger, and
-// the normalisations that undo idemgate's documented rewrites (DESIGN.md §6.1) so a proxied
+// the normalisations that undo idemgate's documented rewrites (docs/DESIGN.md §6.1) so a proxied
 // answer can be compared deeply with a direct one.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -336,7 +336,7 @@ export async function until(fn, { ms = 15000, every = 20, what = 'condition' } =
 }
 
 // ---------------------------------------------------------------------------------------------
-// Undoing idemgate's documented rewrites (DESIGN.md §6.1).
+// Undoing idemgate's documented rewrites (docs/DESIGN.md §6.1).
 
 /** True when a tool result is marked as a replay by idemgate. */
 export function isReplay(result) {
@@ -370,7 +370,7 @@ export function stripReplay(result) {
   return r;
 }
 
-/** Asserts the replay markers of DESIGN.md §6.1 on a result. */
+/** Asserts the replay markers of docs/DESIGN.md §6.1 on a result. */
 export function assertReplayMarkers(result) {
   assert.equal(result._meta?.[META + 'replayed'], true, 'replayed marker');
   assert.equal(typeof result._meta?.[META + 'key'], 'string', 'dev.idemgate/key');
@@ -408,7 +408,7 @@ export function unrewriteTool(proxied, direct) {
   return t;
 }
 
-/** Gated per DESIGN.md §6.1: every tool whose annotations do not say readOnlyHint: true. */
+/** Gated per docs/DESIGN.md §6.1: every tool whose annotations do not say readOnlyHint: true. */
 export function isGated(tool) {
   return tool.annotations?.readOnlyHint !== true;
 }

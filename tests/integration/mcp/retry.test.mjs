@@ -1,4 +1,4 @@
-// A retried call runs once (DESIGN.md §3, §4, §6.1), over every combination of client side
+// A retried call runs once (docs/DESIGN.md §3, §4, §6.1), over every combination of client side
 // (stdio, Streamable HTTP via --listen) and upstream (child process, --upstream-url).
 //
 // The example server appends one ledger line per execution, with the arguments and _meta it
@@ -69,7 +69,7 @@ async function retryScenario(client, ledger) {
   assert.deepEqual(stripReplay(retry), first, 'the retry is the first answer plus the marker');
   assert.equal(charges(ledger).length, 1, 'the retry did not charge again');
 
-  // The upstream got the key idemgate announces, in _meta (DESIGN.md §6.1).
+  // The upstream got the key idemgate announces, in _meta (docs/DESIGN.md §6.1).
   const key = retry._meta[META + 'key'];
   assert.equal(charges(ledger)[0].meta?.[META + 'idempotencyKey'], key, 'key forwarded upstream');
 

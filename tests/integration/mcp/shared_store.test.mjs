@@ -1,4 +1,4 @@
-// Several `idemgate mcp` instances on one shared store behave as one (DESIGN.md §4, §5): for
+// Several `idemgate mcp` instances on one shared store behave as one (docs/DESIGN.md §4, §5): for
 // each of Redis, Redis Cluster and PostgreSQL (real servers, started here in temp dirs through
 // tests/servers/*.sh and stopped in `after` hooks):
 //

@@ -1,4 +1,4 @@
-// Transparency (DESIGN.md §6.1): everything idemgate does not intercept passes through
+// Transparency (docs/DESIGN.md §6.1): everything idemgate does not intercept passes through
 // unchanged in both directions. One scripted conversation with the reference "everything"
 // server is run directly and through `idemgate mcp`; the two recorded conversations (every
 // JSON-RPC message the client received) must be identical, apart from the documented tools/list
