@@ -243,12 +243,20 @@ function buildServer() {
       title: 'Find a charge',
       description:
         'Finds the most recent charge with exactly these customer, amount and currency ' +
-        '(what a reconcile uses). Returns it, or empty content when there is none.',
+        '(what a reconcile uses). Answers structuredContent {found: true, charge} or ' +
+        '{found: false}, and isError when it cannot read the ledger (it cannot tell).',
       inputSchema: chargeShape,
       annotations: READ_ONLY,
     },
     async ({ customer, amount_cents, currency }) => {
-      const found = readLedger()
+      let entries;
+      try {
+        entries = readLedger();
+      } catch (e) {
+        // idemgate's reconcile contract: "cannot tell" is an error, never "not found".
+        return { content: [text(`cannot read the ledger: ${e.message}`)], isError: true };
+      }
+      const found = entries
         .filter(
           (e) =>
             e.tool === 'charge' &&
@@ -257,8 +265,11 @@ function buildServer() {
             e.result.currency === currency,
         )
         .pop();
-      if (!found) return { content: [] };
-      return { content: [text(JSON.stringify(found.result))] };
+      if (!found) return { content: [text('no such charge')], structuredContent: { found: false } };
+      return {
+        content: [text(JSON.stringify(found.result))],
+        structuredContent: { found: true, charge: found.result },
+      };
     },
   );
 

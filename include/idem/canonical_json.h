@@ -59,11 +59,12 @@ Result<std::string> Canonicalize(std::string_view input, const CanonOptions& opt
 Result<std::string> Fingerprint(std::string_view input, CanonOptions options = {});
 
 // Fingerprint of a selection of `input`: the object {"<pointer>": value, ...}
-// for each RFC 6901 JSON Pointer in `pointers` (a missing member is JSON null,
-// so "absent" and "null" share a key: document, not hidden). Used by the
-// `fields` key mode. kInvalidArgument for a malformed pointer (one that does
-// not start with '/', has a '~' not followed by 0 or 1, or is not UTF-8) and
-// for input Fingerprint() refuses. The empty pointer "" selects the whole
+// for each RFC 6901 JSON Pointer in `pointers`. Used by the `fields` key
+// mode. kInvalidArgument, naming the pointer, when one selects nothing (an
+// absent field would otherwise give every call without it one key; an
+// explicit null is a value); for a malformed pointer (one that does not start
+// with '/', has a '~' not followed by 0 or 1, or is not UTF-8); and for input
+// Fingerprint() refuses. The empty pointer "" selects the whole
 // document; an array index is "0" or digits without a leading zero, anything
 // else (including "-") selects nothing; a pointer listed twice counts once.
 Result<std::string> FingerprintFields(std::string_view input,

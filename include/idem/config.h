@@ -136,6 +136,15 @@ struct McpConfig {
   // The tenant of records made through stdio (no bearer token there).
   // Default "default".
   std::string tenant = "default";
+  // What the records of this proxy are scoped to (docs/DESIGN.md §3): a
+  // call is only ever answered from a record made through the same
+  // upstream. Unset: derived from the upstream, "u" + 12 hex of the SHA-256
+  // of the server's command line (or of --upstream-url), so two servers
+  // behind one host never share records. Set it to name the upstream
+  // yourself (1..64 of A-Za-z0-9_-.:), e.g. to keep records when the
+  // server's command line changes; "" shares one scope between every
+  // upstream of the store (the behaviour before scopes).
+  std::optional<std::string> scope;
 };
 
 // [http]: the HTTP reverse proxy (docs/DESIGN.md §6.2).

@@ -45,4 +45,20 @@ Result<DerivedKey> DeriveKey(const KeyInput& input);
 // Checks a caller-sent key: 1..255 bytes, each 0x21..0x7E.
 Result<void> ValidateKey(std::string_view key);
 
+// Scopes: one store may keep the records of several upstreams (two MCP
+// servers behind one host, two instances of one server), and a call to one
+// must never be answered from another's record: that would be a lost
+// action. The record of `key` within `scope` is keyed "<scope>/<key>"; an
+// empty scope leaves `key` as it is. A result that would pass 255 bytes
+// keeps the scope and replaces the key by "~" + 40 hex of its SHA-256.
+std::string ScopedKey(std::string_view scope, std::string_view key);
+
+// The scope of an upstream named by `identity` (an MCP server's command
+// line, its arguments joined by NUL bytes, or its URL): "u" + the first 12
+// hex of its SHA-256.
+std::string ScopeOfUpstream(std::string_view identity);
+
+// Checks a configured scope: 1..64 bytes of [A-Za-z0-9_.:-].
+Result<void> ValidateScope(std::string_view scope);
+
 }  // namespace idem

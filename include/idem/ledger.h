@@ -74,6 +74,17 @@ struct Execution {
   std::string body;
 };
 
+// What Ledger::Settle did with an execution's report.
+struct Settlement {
+  enum class Kind {
+    kStored,    // the outcome is stored: answer it
+    kReleased,  // the record is gone: a retry runs
+    kUnknown,   // the record is unknown: on_unknown decides a retry
+  };
+  Kind kind = Kind::kStored;
+  Record record;  // kStored / kUnknown: the record as written (empty when unguarded)
+};
+
 struct RunResult {
   Decision decision;        // how the call was answered
   std::optional<Outcome> outcome;  // the stored or fresh outcome (kExecute / kReplay)
@@ -165,6 +176,12 @@ class Ledger {
   Result<void> Release(const Call& call, const Decision& d);
   // The side effect may have happened: kUnknown until resolved or expired.
   Result<Record> MarkUnknown(const Call& call, const Decision& d);
+  // Settles what one execution reported (§4.7), the one way every front and
+  // Run share: kSuccess and kToolError are stored (a tool error is released
+  // under errors = release), kNotSent and kInterim released, kMaybeSent
+  // marked unknown. Durable before it returns. Errors: the store's (kAborted
+  // when this owner lost the record); nothing is answered as stored then.
+  Result<Settlement> Settle(const Call& call, const Decision& d, Execution ex);
   // Extends the lease by call.policy.lease.
   Result<TimePoint> Heartbeat(const Call& call, uint64_t fence);
 

@@ -22,6 +22,7 @@ struct KeyFlags {
   std::string mode;  // empty: from --config, else "turn"
   std::vector<std::string> fields;
   std::string key;
+  std::string scope;  // empty: unscoped
   std::optional<std::string> args;
   bool verbose = false;
   bool json = false;
@@ -106,6 +107,10 @@ int RunKey(const GlobalOptions& globals, const KeyFlags& flags) {
 
   Result<DerivedKey> derived = DeriveKey(input);
   if (!derived) return Fail("key", derived.error());
+  if (!flags.scope.empty()) {
+    if (Result<void> ok = ValidateScope(flags.scope); !ok) return UsageError("key", ok.error().message);
+    derived->key = ScopedKey(flags.scope, derived->key);
+  }
 
   std::string out;
   if (flags.json) {
@@ -157,6 +162,9 @@ void AddKeyCommand(CLI::App& app, Cli& cli) {
       ->delimiter(',');
   cmd->add_option("--key", flags->key, "A caller-sent key: always wins (explicit mode)");
   cmd->add_option("--args", flags->args, "The arguments JSON (instead of stdin)");
+  cmd->add_option("--scope", flags->scope,
+                  "The record key within this scope (an `idemgate mcp` proxy's records are "
+                  "scoped to its upstream: `mcp --verbose` prints the scope, [mcp] scope sets it)");
   cmd->add_flag("-v,--verbose", flags->verbose, "Also print mode, fingerprint and turn fallback");
   cmd->add_flag("--json", flags->json, "Print one JSON object");
   cmd->callback(

@@ -26,6 +26,7 @@
 
 #include "cli_common.h"
 #include "front_core.h"
+#include "idem/key.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"  // ParsePositiveDuration
 #include "mcp/child_channel.h"
@@ -253,6 +254,21 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   options.verbose = flags.verbose;
   options.log = LogLine;
   options.budget = std::make_shared<mcp::CallBudget>(256);
+  // Records are scoped to the upstream (docs/DESIGN.md §3): two servers
+  // behind one host, on the default store, never answer from each other's.
+  if (config->mcp.scope) {
+    options.scope = *config->mcp.scope;
+  } else if (!flags.command.empty()) {
+    std::string identity;
+    for (const std::string& arg : flags.command) identity.append(arg).push_back('\0');
+    options.scope = ScopeOfUpstream(identity);
+  } else {
+    options.scope = ScopeOfUpstream(flags.upstream_url);
+  }
+  if (flags.verbose) {
+    LogLine("records are scoped to \"" + options.scope + "\"" +
+            (config->mcp.scope ? " ([mcp] scope)" : " (this upstream's; [mcp] scope names it)"));
+  }
 
   UpstreamFactory make_upstream;
   if (!flags.command.empty()) {

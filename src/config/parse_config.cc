@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "idem/config.h"
+#include "idem/key.h"
 #include "table_reader.h"
 
 namespace idem {
@@ -76,7 +77,8 @@ const Section& ListenSection() {
   return s;
 }
 const Section& McpSection() {
-  static const Section s{"[mcp]", {"turn_id_meta", "repeat_nonce", "replay_text", "tenant"}};
+  static const Section s{"[mcp]",
+                         {"turn_id_meta", "repeat_nonce", "replay_text", "tenant", "scope"}};
   return s;
 }
 const Section& HttpSection() {
@@ -403,6 +405,12 @@ void ReadMcp(const toml::table& t, Diagnostics& diag, McpConfig& mcp) {
               "must be 1 to 64 letters, digits, '.', '_' or '-'; got " + Quote(*v));
     }
     mcp.tenant = *v;
+  }
+  if (auto v = r.String("scope", /*allow_empty=*/true)) {
+    if (!v->empty()) {
+      if (auto ok = ValidateScope(*v); !ok) r.Error(*r.Find("scope"), "scope", ok.error().message);
+    }
+    mcp.scope = *v;
   }
   r.CheckUnknown();
 }

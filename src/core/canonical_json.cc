@@ -356,7 +356,15 @@ Result<std::string> FingerprintFields(std::string_view input,
     return std::unexpected(std::move(parsed.error()));
   }
   for (size_t i = 0; i < pointers.size(); ++i) {
-    fields.push_back(Field{pointers[i], Resolve(tree, tokens[i])});
+    const uint32_t node = Resolve(tree, tokens[i]);
+    if (node == kMissing) {
+      // Absent is not null: every call without the field would share one key.
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "the key field " + pointers[i] +
+                           " is missing from the arguments; send it (null is a value), or key "
+                           "the tool on fields every call has");
+    }
+    fields.push_back(Field{pointers[i], node});
   }
   // The selection is an object keyed by pointer: canonical member order, and a pointer listed
   // twice selects the same value twice, so it counts once.
@@ -372,11 +380,7 @@ Result<std::string> FingerprintFields(std::string_view input,
     if (i > 0) sink.Append(',');
     EmitEscapedString(fields[i].pointer, sink);
     sink.Append(':');
-    if (fields[i].node == kMissing) {
-      sink.Append("null");
-    } else {
-      EmitValue(tree, fields[i].node, sink);
-    }
+    EmitValue(tree, fields[i].node, sink);
   }
   sink.Append('}');
   return sink.Finish();

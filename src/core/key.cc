@@ -1,5 +1,7 @@
 #include "idem/key.h"
 
+#include <algorithm>
+
 #include "idem/canonical_json.h"
 
 namespace idem {
@@ -129,6 +131,29 @@ Result<DerivedKey> DeriveKey(const KeyInput& input) {
     default:
       return MakeError(ErrorCode::kInternal, "unreachable key mode");
   }
+}
+
+std::string ScopedKey(std::string_view scope, std::string_view key) {
+  if (scope.empty()) return std::string(key);
+  std::string scoped = std::string(scope) + "/" + std::string(key);
+  if (scoped.size() <= kMaxKeyBytes) return scoped;
+  return std::string(scope) + "/~" + Sha256Hex(key).substr(0, 40);
+}
+
+std::string ScopeOfUpstream(std::string_view identity) {
+  return "u" + Sha256Hex(identity).substr(0, 12);
+}
+
+Result<void> ValidateScope(std::string_view scope) {
+  constexpr size_t kMaxScopeBytes = 64;
+  auto allowed = [](unsigned char c) { return IsUnreserved(c) || c == '.' || c == ':'; };
+  if (scope.empty() || scope.size() > kMaxScopeBytes ||
+      !std::all_of(scope.begin(), scope.end(), allowed)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "scope \"" + std::string(scope.substr(0, 80)) +
+                         "\" is not usable: give 1 to 64 characters of A-Z a-z 0-9 _ - . :");
+  }
+  return {};
 }
 
 }  // namespace idem

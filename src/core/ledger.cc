@@ -209,9 +209,14 @@ std::optional<Decision> Ledger::Final(const Call& call, Record& record, TimePoin
                                       bool waited) {
   const Policy& p = call.policy;
   const bool drifted = record.fingerprint != call.fingerprint;
+  // One key sent with another tool is another call, whatever on_drift says:
+  // answering cancel_order with refund_order's outcome, marked replayed,
+  // would report an action that never ran. (A derived key names its tool;
+  // only a caller's explicit key can meet another tool's record.)
+  const bool other_tool = !record.tool.empty() && record.tool != call.tool;
   Decision d;
   d.started_at = started_at;
-  if (drifted && p.on_drift == OnDrift::kReject) {
+  if (other_tool || (drifted && p.on_drift == OnDrift::kReject)) {
     d.kind = Decision::Kind::kDrift;
     d.record = std::move(record);
     return Finish(call, std::move(d), AttemptOutcome::kDrift);
@@ -321,7 +326,13 @@ Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
   // Asked to reconcile with no hook to ask, or the lookup could not tell:
   // the safe answer is unknown.
   if (!options_.reconcile) return unknown(d.fence);
-  auto found = options_.reconcile(call);
+  // The lookup may take longer than a lease (an HTTP lookup waits up to the
+  // upstream timeout): the new fence is kept alive while it runs, so no
+  // other instance takes the call over meanwhile.
+  Result<std::optional<Outcome>> found = [&] {
+    LeaseGuard alive = KeepAlive(call, d.fence);
+    return options_.reconcile(call);
+  }();
   if (!found) return unknown(d.fence);
   if (!found->has_value()) return d;  // it never happened: execute under the new fence
   auto completed = store_.Complete(call.id, d.fence, **found, RetentionOf(call));
@@ -426,38 +437,52 @@ Result<RunResult> Ledger::Run(const Call& call, const std::function<Execution()>
     if (d.kind == Decision::Kind::kExecute) guard = KeepAlive(call, d.fence);
     ex = fn();
   }
+  const Execution::Kind kind = ex.kind;
+  Outcome fresh{kind == Execution::Kind::kSuccess ? OutcomeClass::kSuccess
+                                                  : OutcomeClass::kToolError,
+                ex.body};
+  auto settled = Settle(call, d, std::move(ex));
+  if (!settled) return std::unexpected(settled.error());
+  if (kind == Execution::Kind::kSuccess || kind == Execution::Kind::kToolError) {
+    // The caller that executed gets the real outcome even when only a
+    // too-large marker could be stored.
+    result.outcome = std::move(fresh);
+  } else {
+    result.body = std::move(fresh.body);
+  }
+  return result;
+}
+
+Result<Settlement> Ledger::Settle(const Call& call, const Decision& d, Execution ex) {
+  Settlement s;
   switch (ex.kind) {
     case Execution::Kind::kToolError:
-      if (call.policy.errors == ErrorPolicy::kRelease) {
-        if (auto r = Release(call, d); !r) return std::unexpected(r.error());
-        result.outcome = Outcome{OutcomeClass::kToolError, std::move(ex.body)};
-        return result;
-      }
+      if (call.policy.errors == ErrorPolicy::kRelease) break;
       [[fallthrough]];
     case Execution::Kind::kSuccess: {
-      Outcome fresh{ex.kind == Execution::Kind::kSuccess ? OutcomeClass::kSuccess
-                                                         : OutcomeClass::kToolError,
-                    std::move(ex.body)};
-      auto stored = Complete(call, d, fresh);
+      const OutcomeClass cls = ex.kind == Execution::Kind::kSuccess ? OutcomeClass::kSuccess
+                                                                    : OutcomeClass::kToolError;
+      auto stored = Complete(call, d, Outcome{cls, std::move(ex.body)});
       if (!stored) return std::unexpected(stored.error());
-      // The caller that executed gets the real outcome even when only a
-      // too-large marker could be stored.
-      result.outcome = std::move(fresh);
-      return result;
+      s.kind = Settlement::Kind::kStored;
+      s.record = std::move(*stored);
+      return s;
     }
     case Execution::Kind::kNotSent:
     case Execution::Kind::kInterim:
-      if (auto r = Release(call, d); !r) return std::unexpected(r.error());
-      result.body = std::move(ex.body);
-      return result;
+      break;
     case Execution::Kind::kMaybeSent:
+      s.kind = Settlement::Kind::kUnknown;
       if (d.kind == Decision::Kind::kExecute) {
-        if (auto r = MarkUnknown(call, d); !r) return std::unexpected(r.error());
+        auto marked = MarkUnknown(call, d);
+        if (!marked) return std::unexpected(marked.error());
+        s.record = std::move(*marked);
       }
-      result.body = std::move(ex.body);
-      return result;
+      return s;
   }
-  return MakeError(ErrorCode::kInternal, "unreachable execution kind");
+  if (auto r = Release(call, d); !r) return std::unexpected(r.error());
+  s.kind = Settlement::Kind::kReleased;
+  return s;
 }
 
 }  // namespace idem

@@ -92,6 +92,21 @@ Response FromError(const Error& e, std::string_view key) {
   return Problem(500, "internal", "Internal error", "idemgate: " + e.ToString(), extra);
 }
 
+// A step (complete, release, mark_unknown, heartbeat) that names an unknown
+// record: whoever holds its fence, settling it is an admin's act, through
+// resolve (docs/DESIGN.md §8). A tenant token could otherwise read the fence
+// from GET /v1/records/{key} and release the record, and the next retry
+// would run the action again.
+std::optional<Response> RefusedOnUnknown(const Record& r) {
+  if (r.state != RecordState::kUnknown) return std::nullopt;
+  return Problem(409, "outcome-unknown", "Outcome unknown",
+                 "idemgate: the record's outcome is unknown (the action may have happened), so "
+                 "only an admin settles it: POST /v1/records/{key}/resolve with an admin "
+                 "token, or `idemgate resolve " +
+                     r.id.key + "`",
+                 "\"key\":" + json::serialize(json::string(r.id.key)));
+}
+
 // ── Request bodies ──────────────────────────────────────────────────────────
 
 // A JSON object body: parsed for reading, with its members' byte spans for
@@ -459,6 +474,7 @@ bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
       id, [this, id, fence, outcome, answer, respond](Result<std::optional<Record>> got) {
         if (!got) return answer(FromError(got.error(), id.key));
         if (!*got) return answer(FromError(Error{ErrorCode::kNotFound, "no record"}, id.key));
+        if (auto refused = RefusedOnUnknown(**got)) return answer(std::move(*refused));
         // Alive until CompleteAsync's callback has run.
         auto call = std::make_shared<const Call>(CallOf(**got, config_));
         const Decision d = ExecutionOf(**got, fence);
@@ -653,6 +669,7 @@ void LedgerApi::Handle(Request request, Responder respond) {
       auto got = ledger_.store().Get(id);
       if (!got) return FromError(got.error(), id.key);
       if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+      if (auto refused = RefusedOnUnknown(**got)) return std::move(*refused);
       const Call call = CallOf(**got, config_);
       const Decision d = ExecutionOf(**got, fence);
       json::object o;

@@ -145,6 +145,63 @@ TEST_F(LedgerApiTest, DriftIs422AndStaleFenceIs409) {
   EXPECT_NE(drift.body.find("\"first_at\""), std::string::npos);
 }
 
+// Found with a tenant token: it began a call, the call was marked unknown,
+// the token read the fence from GET /v1/records/{key} and released the
+// record (200), and the next retry would have run the action again.
+// Settling an unknown record is an admin's act, through resolve.
+TEST_F(LedgerApiTest, AnUnknownRecordIsSettledOnlyThroughResolve) {
+  const Principal alice{"alice", false};
+  Response a = Send("POST", "/v1/calls/begin", R"({"tool":"charge","key":"k"})", alice);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const std::string fence = std::to_string(Body(a)["fence"].to_number<int64_t>());
+  ASSERT_EQ(Send("POST", "/v1/calls/mark_unknown", R"({"key":"k","fence":)" + fence + "}", alice)
+                .status,
+            200);
+  const std::string step = R"({"key":"k","fence":)" + fence;
+  for (const Principal& who : {alice, Principal{"alice", true}}) {
+    for (const std::string& body :
+         {step + "}", step + R"(,"outcome":{"status":"success","result":1}})"}) {
+      for (const char* path : {"/v1/calls/release", "/v1/calls/complete",
+                               "/v1/calls/mark_unknown", "/v1/calls/heartbeat"}) {
+        if ((std::string_view(path) == "/v1/calls/complete") != body.contains("outcome")) continue;
+        Response r = Send("POST", path, body, who);
+        EXPECT_EQ(r.status, 409) << path << " " << r.body;
+        EXPECT_NE(r.body.find("only an admin settles it"), std::string::npos) << r.body;
+      }
+    }
+  }
+  auto record = store_->Get(RecordId{"alice", "k"});
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kUnknown);
+  EXPECT_EQ(Send("POST", "/v1/records/k/resolve", R"({"release":true})", alice).status, 403);
+  Response resolved =
+      Send("POST", "/v1/records/k/resolve?tenant=alice", R"({"release":true})", {"ops", true});
+  EXPECT_EQ(resolved.status, 200) << resolved.body;
+}
+
+// Found with the SDK client through MCP, the same in the ledger API: one
+// explicit key begun with refund_order and then cancel_order answered the
+// cancel with the refund's outcome. Another tool is drift, whatever
+// on_drift says.
+TEST_F(LedgerApiTest, OneExplicitKeyBegunWithAnotherToolIsDrift) {
+  ToolRule rule;
+  rule.match = "cancel_order";
+  rule.overrides.on_drift = OnDrift::kReplay;
+  config_.tools.push_back(rule);
+  Response a = Send("POST", "/v1/calls/begin", R"({"tool":"refund_order","key":"run-7","args":{"order":42}})");
+  ASSERT_EQ(a.status, 200);
+  const std::string fence = std::to_string(Body(a)["fence"].to_number<int64_t>());
+  ASSERT_EQ(Send("POST", "/v1/calls/complete",
+                 R"({"key":"run-7","fence":)" + fence +
+                     R"(,"outcome":{"status":"success","result":"refunded"}})")
+                .status,
+            200);
+  Response cancel = Send("POST", "/v1/calls/begin",
+                         R"({"tool":"cancel_order","key":"run-7","args":{"order":42}})");
+  EXPECT_EQ(cancel.status, 422) << cancel.body;
+  EXPECT_EQ(cancel.body.find("refunded"), std::string::npos) << cancel.body;
+}
+
 TEST_F(LedgerApiTest, ToolErrorsAreReleasedWhenThePolicySaysSo) {
   ToolRule rule;
   rule.match = "flaky";

@@ -146,7 +146,7 @@ ServerSession::Outcome ServerSession::BeginPost(const std::shared_ptr<Exchange>&
     std::optional<std::string_view> raw_id = FindTopLevelMember(m.raw, "id");
     if (!raw_id) return Outcome::kBadMessage;
     if (info_.stateless) {
-      std::string private_id = "\"idemgate-" + std::to_string(next_private_id_++) + "\"";
+      std::string private_id = "\"idemgate-client-" + std::to_string(next_private_id_++) + "\"";
       Result<std::string> rewritten = ReplaceId(m.raw, private_id);
       if (!rewritten) return Outcome::kBadMessage;
       registered.emplace_back(private_id, std::string(*raw_id));

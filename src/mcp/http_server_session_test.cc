@@ -173,10 +173,10 @@ TEST_F(ServerSessionTest, StatelessSessionKeepsClientsApart) {
             ServerSession::Outcome::kOk);
   ASSERT_TRUE(delivered.WaitFor(2));
   EXPECT_EQ(delivered.messages[0],
-            R"({"jsonrpc":"2.0","id":"idemgate-1","method":"server/discover"})");
-  EXPECT_EQ(delivered.messages[1], R"({"jsonrpc":"2.0","id":"idemgate-2","method":"tools/list"})");
-  s->Send(R"({"jsonrpc":"2.0","id":"idemgate-2","result":{"tools":[]}})");
-  s->Send(R"({"jsonrpc":"2.0","id":"idemgate-1","result":{"supportedVersions":[]}})");
+            R"({"jsonrpc":"2.0","id":"idemgate-client-1","method":"server/discover"})");
+  EXPECT_EQ(delivered.messages[1], R"({"jsonrpc":"2.0","id":"idemgate-client-2","method":"tools/list"})");
+  s->Send(R"({"jsonrpc":"2.0","id":"idemgate-client-2","result":{"tools":[]}})");
+  s->Send(R"({"jsonrpc":"2.0","id":"idemgate-client-1","result":{"supportedVersions":[]}})");
   EXPECT_EQ(a.sink->events, std::vector<std::string>{
                                 R"({"jsonrpc":"2.0","id":1,"result":{"supportedVersions":[]}})"});
   EXPECT_EQ(b.sink->events,

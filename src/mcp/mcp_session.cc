@@ -211,6 +211,18 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   std::mutex mu_;
   std::condition_variable done_cv_;
   std::condition_variable callbacks_cv_;
+  // Whether a request in flight holds `id_key`: a client request of any
+  // kind, or one idemgate sent itself. JSON-RPC ids are unique among
+  // requests in flight; a second one would take the first one's answer (a
+  // plain request's answer stored as a gated call's outcome). Under mu_.
+  bool IdInUse(const std::string& id_key) const {
+    return pending_.contains(id_key) || proxy_.contains(id_key);
+  }
+  static std::string IdInUseError(const Message& msg) {
+    return ErrorResponse(msg.id_text, kRpcInvalidRequest,
+                         "request id " + msg.id_text +
+                             " is already in use by a request in progress; use a new id");
+  }
   std::map<std::string, Pending> pending_;                      // by client id key
   std::map<std::string, std::shared_ptr<ProxyRequest>> proxy_;  // by proxy id key
   std::map<std::string, ToolInfo> tools_;  // what tools/list said, by tool name
@@ -342,13 +354,9 @@ void McpSession::Core::ForwardRequest(std::string text, const Message& msg, Pend
       client_.Send(UpstreamGone(msg.id_text, reason, false));
       return;
     }
-    auto it = pending_.find(msg.id_key);
-    if (it != pending_.end() && it->second.kind == Pending::Kind::kGatedCall) {
+    if (IdInUse(msg.id_key)) {
       g.unlock();
-      client_.Send(
-          ErrorResponse(msg.id_text, kRpcInvalidRequest,
-                        "request id " + msg.id_text +
-                            " is already in use by a tool call in progress; use a new id"));
+      client_.Send(IdInUseError(msg));
       return;
     }
     pending_[msg.id_key] = Pending{kind, msg.id_text, nullptr};
@@ -377,7 +385,8 @@ void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
       }
     }
   }
-  CallPlan plan = PlanToolCall(text, msg, config_, tenant_, info ? &*info : nullptr);
+  CallPlan plan =
+      PlanToolCall(text, msg, config_, tenant_, options_.scope, info ? &*info : nullptr);
   switch (plan.kind) {
     case CallPlan::Kind::kPassThrough:
       ForwardRequest(std::move(text), msg, Pending::Kind::kPlain);
@@ -406,11 +415,8 @@ void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
     std::optional<std::string> refusal;
     if (upstream_closed_ || detached_) {
       refusal = UpstreamGone(msg.id_text, upstream_reason_, false);
-    } else if (auto it = pending_.find(msg.id_key);
-               it != pending_.end() && it->second.kind == Pending::Kind::kGatedCall) {
-      refusal = ErrorResponse(msg.id_text, kRpcInvalidRequest,
-                              "request id " + msg.id_text +
-                                  " is already in use by a tool call in progress; use a new id");
+    } else if (IdInUse(msg.id_key)) {
+      refusal = IdInUseError(msg);
     }
     if (refusal) {
       g.unlock();
@@ -866,31 +872,42 @@ std::string McpSession::Core::Settle(GatedCall& gc, const Decision& d, std::stri
       return "released: not delivered: " + detail;
     }
   }
-  ToolAnswer a = ClassifyToolAnswer(response, msg, call.policy);
-  if (a.kind == ToolAnswer::Kind::kRelease) {
-    ReleaseQuietly(call, d);
-    if (answer) Answer(gc, std::move(response));
-    return "released: " + a.why;
+  ToolAnswer a = ClassifyToolAnswer(response, msg);
+  const bool outcome =
+      a.kind == Execution::Kind::kSuccess || a.kind == Execution::Kind::kToolError;
+  if (gc.abandoned && a.kind == Execution::Kind::kMaybeSent) {
+    return "outcome unknown: " + a.why;  // already marked unknown
   }
   // Persist before acknowledging: the client sees the result only once it
-  // is stored.
-  auto stored = ledger_.Complete(call, d, Outcome{a.cls, std::move(a.body)});
-  if (!stored) {
+  // is stored. An answer that is not an outcome (released, or unknown: the
+  // server's error as it was) goes to the client whatever the store said.
+  auto settled = ledger_.Settle(call, d, Execution{a.kind, std::move(a.body)});
+  if (!settled && outcome) {
     if (answer) {
       Answer(gc, ErrorResponse(gc.id_text, kRpcOutcomeNotStored,
                                "The tool ran, but idemgate could not store its result (" +
-                                   stored.error().message +
+                                   settled.error().message +
                                    "), so the result is withheld. The action has probably "
                                    "happened: do not repeat it blindly. An operator can check "
                                    "with `idemgate inspect " +
                                    call.id.key + "`.",
                                ConditionData("not_stored", call.id.key)));
     }
-    return "executed, but not stored: " + stored.error().ToString();
+    return "executed, but not stored: " + settled.error().ToString();
   }
+  if (!settled) Log("could not settle " + call.id.key + ": " + settled.error().ToString());
   if (answer) Answer(gc, std::move(response));
-  return d.kind == Decision::Kind::kPassThrough ? "executed unguarded (store down)"
-                                                : "executed: " + a.why;
+  if (d.kind == Decision::Kind::kPassThrough) return "executed unguarded (store down)";
+  if (!settled) return "not settled: " + a.why;
+  switch (settled->kind) {
+    case Settlement::Kind::kStored:
+      return "executed: " + a.why + ", stored";
+    case Settlement::Kind::kReleased:
+      return "released: " + a.why;
+    case Settlement::Kind::kUnknown:
+      return "outcome unknown: " + a.why + " (the tool may have run)";
+  }
+  return a.why;
 }
 
 void McpSession::Core::SettleLate(const std::shared_ptr<GatedCall>& gc, std::string response,
@@ -914,13 +931,18 @@ Result<std::optional<Outcome>> McpSession::Core::Reconcile(const PreparedCall& p
     if (upstream_closed_ || detached_) {
       return MakeError(ErrorCode::kUnavailable, "the upstream is gone; cannot reconcile");
     }
-    id = "idemgate-" + std::to_string(next_proxy_id_++);
+    // Its own namespace ("idemgate-reconcile-N"; the stateless HTTP front
+    // rewrites client ids to "idemgate-client-N"), and never an id a client
+    // request in flight holds, so no answer is taken for another's.
+    do {
+      id = "idemgate-reconcile-" + std::to_string(next_proxy_id_++);
+    } while (IdInUse("s:" + id));
     proxy_["s:" + id] = request;
   }
   std::string text = R"({"jsonrpc":"2.0","id":)" + Quote(id) +
                      R"(,"method":"tools/call","params":{"name":)" + Quote(*p.reconcile_tool) +
                      R"(,"arguments":)" + p.forward_arguments + R"(,"_meta":{)" +
-                     Quote(kMetaIdempotencyKey) + ":" + Quote(call.id.key) + "}}}";
+                     Quote(kMetaIdempotencyKey) + ":" + Quote(p.forward_key) + "}}}";
   std::optional<std::string> response;
   if (upstream_.Send(std::move(text))) {
     std::unique_lock g(mu_);
@@ -940,24 +962,21 @@ Result<std::optional<Outcome>> McpSession::Core::Reconcile(const PreparedCall& p
                      "the reconcile tool " + *p.reconcile_tool + " did not answer");
   }
   auto msg = ParseMessage(*response);
-  if (!msg || msg->kind != Message::Kind::kResult) {
-    return MakeError(ErrorCode::kUnavailable,
-                     "the reconcile tool " + *p.reconcile_tool + " answered with an error");
+  if (!msg) {
+    return MakeError(ErrorCode::kUnavailable, "the reconcile tool " + *p.reconcile_tool +
+                                                  " answered unreadably: " + msg.error().message);
   }
-  // Convention: the lookup tool answers isError or empty content when the
-  // action did not happen, and describes what it found otherwise.
-  const auto& result = msg->json.get_object().at("result");
-  const auto* obj = result.if_object();
-  if (obj == nullptr) return std::optional<Outcome>();
-  if (const auto* e = obj->if_contains("isError"); e && e->is_bool() && e->get_bool()) {
-    return std::optional<Outcome>();
+  LookupAnswer a = ClassifyLookupAnswer(*response, *msg);
+  switch (a.verdict) {
+    case gate::LookupVerdict::kFound:
+      return std::optional<Outcome>(Outcome{OutcomeClass::kSuccess, std::move(a.body)});
+    case gate::LookupVerdict::kNotFound:
+      return std::optional<Outcome>();
+    case gate::LookupVerdict::kCannotTell:
+      break;
   }
-  const auto* content = obj->if_contains("content");
-  if (content == nullptr || !content->is_array() || content->get_array().empty()) {
-    return std::optional<Outcome>();
-  }
-  ToolAnswer a = ClassifyToolAnswer(*response, *msg, call.policy);
-  return std::optional<Outcome>(Outcome{OutcomeClass::kSuccess, std::move(a.body)});
+  return MakeError(ErrorCode::kUnavailable,
+                   "the reconcile tool " + *p.reconcile_tool + " cannot tell: " + a.why);
 }
 
 // ---------------------------------------------------------------------------

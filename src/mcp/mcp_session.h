@@ -80,6 +80,11 @@ struct SessionOptions {
   // Tenant the session's records belong to. Empty: config.mcp.tenant. (An
   // HTTP front sets the tenant of the client's bearer token.)
   std::string tenant;
+  // What the session's records are scoped to (idem::ScopedKey): a call is
+  // answered only from a record made through the same upstream. The CLI
+  // sets [mcp] scope, or the upstream's own scope (ScopeOfUpstream of its
+  // command line or URL). Empty: unscoped.
+  std::string scope;
   // Gated calls in flight at once, past which a call is refused with a
   // retryable JSON-RPC error. Null: a budget of 256 for this session alone.
   std::shared_ptr<CallBudget> budget;

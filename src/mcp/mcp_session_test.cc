@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -217,9 +218,16 @@ class ScriptedServer {
     std::lock_guard g(mu_);
     return calls_[tool];
   }
-  void set_found(bool found) {
+  // What find_ticket, the reconcile lookup, answers.
+  enum class Lookup { kFound, kNotFound, kIsError, kNoVerdict };
+  void set_lookup(Lookup lookup) {
     std::lock_guard g(mu_);
-    found_ = found;
+    lookup_ = lookup;
+  }
+  // The JSON-RPC error code insert_then_throw answers with.
+  void set_error_code(int code) {
+    std::lock_guard g(mu_);
+    error_code_ = code;
   }
   void Answer(std::string_view id_text, std::string_view result) {
     channel_.Inject(R"({"jsonrpc":"2.0","id":)" + std::string(id_text) + R"(,"result":)" +
@@ -237,12 +245,10 @@ class ScriptedServer {
     if (msg->method != "tools/call") return;
     const std::string tool(msg->json.at("params").at("name").as_string());
     int n;
-    bool found;
     {
       std::lock_guard g(mu_);
       n = ++executions_[tool];
       calls_[tool].push_back(msg->json);
-      found = found_;
     }
     if (tool == "create_ticket" || tool == "charge") {
       Answer(msg->id_text, R"({"content":[{"type":"text","text":"ticket #)" + std::to_string(n) +
@@ -260,8 +266,11 @@ class ScriptedServer {
           msg->id_text,
           R"({"resultType":"input_required","inputRequests":{"confirm":{"method":"elicitation/create"}}})");
     } else if (tool == "find_ticket") {
-      Answer(msg->id_text, found ? R"({"content":[{"type":"text","text":"ticket #7 exists"}]})"
-                                 : R"({"content":[]})");
+      Answer(msg->id_text, LookupAnswer(lookup_));
+    } else if (tool == "insert_then_throw") {
+      // A low-level SDK server whose handler inserts and then throws.
+      channel_.Inject(R"({"jsonrpc":"2.0","id":)" + msg->id_text + R"(,"error":{"code":)" +
+                      std::to_string(error_code_) + R"(,"message":"Internal error"}})");
     }
     // slow_tool: held; the test answers it with Answer().
   }
@@ -270,7 +279,24 @@ class ScriptedServer {
   std::mutex mu_;
   std::map<std::string, int> executions_;
   std::map<std::string, std::vector<json::value>> calls_;
-  bool found_ = true;
+  Lookup lookup_ = Lookup::kFound;
+  int error_code_ = -32603;
+
+  static std::string LookupAnswer(Lookup lookup) {
+    switch (lookup) {
+      case Lookup::kFound:
+        return R"({"content":[{"type":"text","text":"ticket #7 exists"}],)"
+               R"("structuredContent":{"found":true,"id":7}})";
+      case Lookup::kNotFound:
+        return R"({"content":[{"type":"text","text":"no such ticket"}],)"
+               R"("structuredContent":{"found":false}})";
+      case Lookup::kIsError:
+        return R"({"content":[{"type":"text","text":"database timeout"}],"isError":true})";
+      case Lookup::kNoVerdict:
+        return R"({"content":[]})";
+    }
+    return "{}";
+  }
 };
 
 class McpSessionTest : public ::testing::Test {
@@ -802,17 +828,17 @@ TEST_F(McpSessionTest, ReconcileFindsTheOutcomeOfADeadOwner) {
   EXPECT_EQ(server_.executions("create_ticket"), 0);
   auto lookups = server_.calls("find_ticket");
   ASSERT_EQ(lookups.size(), 1u);
-  EXPECT_EQ(lookups[0].at("id"), "idemgate-1");
+  EXPECT_EQ(lookups[0].at("id"), "idemgate-reconcile-1");
   EXPECT_EQ(lookups[0].at("params").at("arguments"), json::parse(R"({"title":"a"})"));
   for (const std::string& m : client_.sent()) {
-    EXPECT_EQ(m.find("idemgate-1"), std::string::npos) << "a proxy answer reached the client";
+    EXPECT_EQ(m.find("idemgate-reconcile-1"), std::string::npos) << "a proxy answer reached the client";
   }
 }
 
 TEST_F(McpSessionTest, ReconcileThatFindsNothingExecutes) {
   config_.tools.push_back(ToolRule{.match = "create_ticket", .reconcile = "find_ticket"});
   config_.tools.back().overrides.on_unknown = OnUnknown::kReconcile;
-  server_.set_found(false);
+  server_.set_lookup(ScriptedServer::Lookup::kNotFound);
   StartSession();
   const std::string key = KeyOf("create_ticket", R"({"title":"a"})", "turn-1");
   ASSERT_TRUE(store_->Claim(ClaimRequest{RecordId{"default", key}, *Fingerprint(R"({"title":"a"})"),
@@ -821,6 +847,127 @@ TEST_F(McpSessionTest, ReconcileThatFindsNothingExecutes) {
   json::value r = Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
   EXPECT_EQ(Text(r, 0), "ticket #1");
   EXPECT_EQ(server_.executions("create_ticket"), 1);
+}
+
+// Found by a real SDK server: the owner died mid-charge, the lookup answered
+// isError (a database timeout: it cannot tell), and that counted as "it did
+// not happen": the retry charged again. A lookup that cannot tell, or
+// answers without the contract's structuredContent.found, leaves the record
+// unknown.
+TEST_F(McpSessionTest, ReconcileThatCannotTellLeavesTheRecordUnknown) {
+  config_.tools.push_back(ToolRule{.match = "create_ticket", .reconcile = "find_ticket"});
+  config_.tools.back().overrides.on_unknown = OnUnknown::kReconcile;
+  StartSession();
+  int turn = 0;
+  for (auto lookup : {ScriptedServer::Lookup::kIsError, ScriptedServer::Lookup::kNoVerdict}) {
+    server_.set_lookup(lookup);
+    const std::string t = "turn-c" + std::to_string(++turn);
+    const std::string key = KeyOf("create_ticket", R"({"title":"a"})", t);
+    ASSERT_TRUE(store_->Claim(ClaimRequest{RecordId{"default", key},
+                                           *Fingerprint(R"({"title":"a"})"), "create_ticket", t}));
+    clock_.Advance(Duration(31'000));
+    json::value r = Request(ToolCall(turn, "create_ticket", R"({"title":"a"})", t));
+    EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown") << turn;
+    auto record = store_->Get(RecordId{"default", key});
+    ASSERT_TRUE(record && record->has_value());
+    EXPECT_EQ((*record)->state, RecordState::kUnknown) << turn;
+  }
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  EXPECT_EQ(server_.executions("find_ticket"), 2);
+}
+
+// Found by a real SDK server: its handler inserted and then threw, the SDK
+// answered -32603, and idemgate read every JSON-RPC error as "the tool did
+// not run": the retry inserted again. The first caller gets the server's
+// error as it was; the record is unknown; the retry is not executed.
+TEST_F(McpSessionTest, JsonRpcErrorAfterTheToolRanLeavesTheOutcomeUnknown) {
+  StartSession();
+  int id = 0;
+  for (int code : {-32603, -32000, -32099, 1}) {
+    server_.set_error_code(code);
+    const std::string args = R"({"code":)" + std::to_string(code) + "}";
+    client_.Inject(ToolCall(++id, "insert_then_throw", args));
+    const std::string first = client_.Await(HasId(id));
+    EXPECT_EQ(first, R"({"jsonrpc":"2.0","id":)" + std::to_string(id) + R"(,"error":{"code":)" +
+                         std::to_string(code) + R"(,"message":"Internal error"}})");
+    json::value retry = Request(ToolCall(++id, "insert_then_throw", args));
+    EXPECT_EQ(retry.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown")
+        << code;
+    auto record = store_->Get(RecordId{"default", KeyOf("insert_then_throw", args, "turn-1")});
+    ASSERT_TRUE(record && record->has_value()) << code;
+    EXPECT_EQ((*record)->state, RecordState::kUnknown) << code;
+  }
+  EXPECT_EQ(server_.executions("insert_then_throw"), 4) << "each retry ran again";
+}
+
+// Found with the SDK client: refund_order then cancel_order, both with the
+// explicit key "run-7": the cancel got the refund's result, marked
+// replayed, and nothing was cancelled. A key met with another tool is
+// refused as drift, whatever on_drift says.
+TEST_F(McpSessionTest, OneExplicitKeySentWithTwoToolsIsRefusedForTheSecond) {
+  config_.tools.push_back(ToolRule{.match = "charge"});
+  config_.tools.back().overrides.on_drift = OnDrift::kReplay;
+  StartSession();
+  // (first tool, second tool, key): the second runs under on_drift =
+  // replay (charge) and reject (create_ticket, the default).
+  const std::vector<std::array<std::string, 3>> pairs = {{"create_ticket", "charge", "run-7"},
+                                                         {"charge", "create_ticket", "run-8"}};
+  int id = 0;
+  for (const auto& [first_tool, second_tool, key] : pairs) {
+    const std::string meta = R"(,"dev.idemgate/idempotencyKey":")" + key + "\"";
+    json::value first = Request(ToolCall(++id, first_tool, R"({"order":42})", "t", meta));
+    EXPECT_FALSE(first.at("result").as_object().contains("isError")) << key;
+    json::value second = Request(ToolCall(++id, second_tool, R"({"order":42})", "t", meta));
+    EXPECT_EQ(second.at("result").at("_meta").at("dev.idemgate/condition"), "drift") << key;
+    EXPECT_NE(Text(second, 0).find("another tool, " + first_tool), std::string::npos)
+        << Text(second, 0);
+  }
+  EXPECT_EQ(server_.executions("charge"), 1);
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+}
+
+// Found by reading: a gated tools/call could take over the id of a plain
+// request in flight; the plain request's answer was then taken for the
+// tool's and stored as its outcome. Any id in flight is refused.
+TEST_F(McpSessionTest, AGatedCallCannotTakeTheIdOfAPlainRequestInFlight) {
+  StartSession();
+  client_.Inject(R"({"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"a"}})");
+  upstream_.Await(IsCall("resources/read", 5));
+  json::value refused = Request(ToolCall(5, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(refused.at("error").at("code").as_int64(), kRpcInvalidRequest);
+  EXPECT_NE(std::string(refused.at("error").at("message").as_string()).find("already in use"),
+            std::string::npos);
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  server_.Answer("5", R"({"contents":[]})");
+  json::value read = json::parse(client_.Await([](const json::value& v) {
+    return v.as_object().contains("result") && v.at("id") == 5;
+  }));
+  EXPECT_EQ(read.at("result").at("contents").as_array().size(), 0u);
+  auto record = store_->Get(RecordId{"default", KeyOf("create_ticket", R"({"title":"a"})", "turn-1")});
+  ASSERT_TRUE(record);
+  EXPECT_FALSE(record->has_value());
+}
+
+// Found by reading: reconcile lookups and the stateless HTTP front's
+// rewritten client ids shared the "idemgate-N" namespace from two counters,
+// so a client's answer could be read as a lookup's. A lookup's id is never
+// one a client request in flight holds.
+TEST_F(McpSessionTest, AReconcileLookupNeverTakesAnIdInFlight) {
+  config_.tools.push_back(ToolRule{.match = "create_ticket", .reconcile = "find_ticket"});
+  config_.tools.back().overrides.on_unknown = OnUnknown::kReconcile;
+  StartSession();
+  client_.Inject(
+      R"({"jsonrpc":"2.0","id":"idemgate-reconcile-1","method":"resources/read","params":{}})");
+  upstream_.Await(IsCall("resources/read", "idemgate-reconcile-1"));
+  const std::string key = KeyOf("create_ticket", R"({"title":"a"})", "turn-1");
+  ASSERT_TRUE(store_->Claim(ClaimRequest{RecordId{"default", key}, *Fingerprint(R"({"title":"a"})"),
+                                         "create_ticket", "turn-1"}));
+  clock_.Advance(Duration(31'000));
+  json::value r = Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/reconciled"), true);
+  auto lookups = server_.calls("find_ticket");
+  ASSERT_EQ(lookups.size(), 1u);
+  EXPECT_EQ(lookups[0].at("id"), "idemgate-reconcile-2");
 }
 
 TEST_F(McpSessionTest, TooManyCallsInFlightAreRefusedRetryably) {

@@ -265,7 +265,7 @@ Result<std::string> RewriteToolsListResult(std::string_view result, const Config
 }
 
 CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
-                      std::string_view tenant, const ToolInfo* info) {
+                      std::string_view tenant, std::string_view scope, const ToolInfo* info) {
   CallPlan plan;
   const json::object* params = ObjectAt(Member(ObjectAt(&parsed.json), "params"));
   const json::value* name = Member(params, "name");
@@ -389,7 +389,10 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
 
   PreparedCall& p = plan.prepared;
   p.gate = gate;
-  p.call.id = RecordId{std::string(tenant), derived->key};
+  p.call.id = RecordId{std::string(tenant), ScopedKey(scope, derived->key)};
+  // The upstream gets the record's key, which replays and `inspect` name;
+  // a caller's own key goes as it was sent.
+  p.forward_key = explicit_key ? derived->key : p.call.id.key;
   p.call.fingerprint = std::move(*fingerprint);
   p.call.tool = plan.tool;
   p.call.turn = turn;
@@ -406,7 +409,7 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   // The forwarded request: key in _meta (and in the tool's own key argument
   // if configured), repeat_nonce removed; every other byte as received.
   if (rule != nullptr && rule->key_argument) {
-    auto with_key = json_text::SetMember(forward_args, *rule->key_argument, Quote(derived->key));
+    auto with_key = json_text::SetMember(forward_args, *rule->key_argument, Quote(p.forward_key));
     if (!with_key) return Refuse(std::move(plan), parsed, with_key.error().message);
     forward_args = std::move(*with_key);
   }
@@ -418,7 +421,7 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   }
   std::string meta_text =
       *meta_member != nullptr ? std::string((*meta_member)->value.In(params_text)) : "{}";
-  auto new_meta = json_text::SetMember(meta_text, kMetaIdempotencyKey, Quote(derived->key));
+  auto new_meta = json_text::SetMember(meta_text, kMetaIdempotencyKey, Quote(p.forward_key));
   if (!new_meta) return Refuse(std::move(plan), parsed, new_meta.error().message);
   auto set_meta = json_text::SetMember(new_params, "_meta", *new_meta);
   if (!set_meta) return Refuse(std::move(plan), parsed, set_meta.error().message);
@@ -430,38 +433,72 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   return plan;
 }
 
-ToolAnswer ClassifyToolAnswer(std::string_view response, const Message& parsed,
-                              const Policy& policy) {
-  ToolAnswer a;
-  if (parsed.kind != Message::Kind::kResult) {
-    a.kind = ToolAnswer::Kind::kRelease;
-    a.why = "json-rpc error: the tool did not run";
-    return a;
-  }
+namespace {
+
+// The text of the "result" member of `response` exactly as received.
+std::string ResultText(std::string_view response, const Message& parsed) {
   if (auto members = json_text::ObjectMembers(response)) {
     if (auto r = json_text::FindMember(*members, "result"); r && *r) {
-      a.body = std::string((*r)->value.In(response));
+      return std::string((*r)->value.In(response));
     }
   }
+  return json::serialize(parsed.json.get_object().at("result"));
+}
+
+}  // namespace
+
+ToolAnswer ClassifyToolAnswer(std::string_view response, const Message& parsed) {
+  ToolAnswer a;
+  if (parsed.kind != Message::Kind::kResult) {
+    const json::value* code = Member(ObjectAt(Member(ObjectAt(&parsed.json), "error")), "code");
+    if (code == nullptr || !code->is_int64()) {
+      a.kind = Execution::Kind::kMaybeSent;
+      a.why = "json-rpc error without a code";
+      return a;
+    }
+    a.kind = gate::ClassOfJsonRpcError(code->get_int64());
+    a.why = "json-rpc error " + std::to_string(code->get_int64());
+    return a;
+  }
+  a.body = ResultText(response, parsed);
   const json::object* result = ObjectAt(Member(ObjectAt(&parsed.json), "result"));
-  if (a.body.empty()) a.body = json::serialize(parsed.json.get_object().at("result"));
   if (const json::value* t = Member(result, "resultType");
       t && t->is_string() && t->get_string() == "input_required") {
-    a.kind = ToolAnswer::Kind::kRelease;
+    a.kind = Execution::Kind::kInterim;
     a.why = "input_required: not an outcome";
     return a;
   }
   if (const json::value* e = Member(result, "isError"); e && e->is_bool() && e->get_bool()) {
-    a.cls = OutcomeClass::kToolError;
-    if (policy.errors == ErrorPolicy::kRelease) {
-      a.kind = ToolAnswer::Kind::kRelease;
-      a.why = "tool error, released (errors = release)";
-    } else {
-      a.why = "tool error, stored";
-    }
+    a.kind = Execution::Kind::kToolError;
+    a.why = "tool error";
     return a;
   }
-  a.why = "success, stored";
+  a.why = "success";
+  return a;
+}
+
+LookupAnswer ClassifyLookupAnswer(std::string_view response, const Message& parsed) {
+  LookupAnswer a;
+  if (parsed.kind != Message::Kind::kResult) {
+    a.why = "it answered with a JSON-RPC error";
+    return a;
+  }
+  const json::object* result = ObjectAt(Member(ObjectAt(&parsed.json), "result"));
+  if (const json::value* e = Member(result, "isError"); e && e->is_bool() && e->get_bool()) {
+    a.why = "it answered isError (it could not look)";
+    return a;
+  }
+  const json::value* found = Member(ObjectAt(Member(result, "structuredContent")), "found");
+  if (found == nullptr || !found->is_bool()) {
+    a.why = "its result has no boolean structuredContent.found";
+    return a;
+  }
+  if (!found->get_bool()) {
+    a.verdict = gate::LookupVerdict::kNotFound;
+    return a;
+  }
+  a.verdict = gate::LookupVerdict::kFound;
+  a.body = ResultText(response, parsed);
   return a;
 }
 
@@ -560,12 +597,15 @@ std::string DriftResult(const Call& call, const Decision& decision, KeyMode mode
   std::string how = mode == KeyMode::kExplicit || call.detail == "explicit key"
                         ? "to perform a new action, send a new idempotency key"
                         : "to perform a new action, start a new turn or pass a new repeat_nonce";
-  std::string text = "[idemgate] The idempotency key " + call.id.key + " was first used at " +
-                     FormatIsoTime(decision.record.created_at) + " for a call to " + call.tool +
-                     " with different arguments, so this call was refused rather than treated "
-                     "as the same action. To get the earlier call's result, repeat it with its "
-                     "original arguments; " +
-                     how + ".";
+  const bool other_tool = decision.record.tool != call.tool;
+  std::string text =
+      "[idemgate] The idempotency key " + call.id.key + " was first used at " +
+      FormatIsoTime(decision.record.created_at) + " for a call to " +
+      (other_tool ? "another tool, " + decision.record.tool + ","
+                  : call.tool + " with different arguments,") +
+      " so this call was refused rather than treated as the same action. To get the earlier "
+      "call's result, repeat it with its original " +
+      (other_tool ? "tool and arguments; " : "arguments; ") + how + ".";
   return Condition("drift", text,
                    KeyMeta(call) + "," + Quote(kMetaFirstAt) + ":" +
                        Quote(FormatIsoTime(decision.record.created_at)));

@@ -16,6 +16,7 @@
 #include "idem/clock.h"
 #include "idem/config.h"
 #include "idem/key.h"
+#include "gate/upstream_class.h"
 #include "idem/ledger.h"
 #include "mcp/json_rpc.h"
 
@@ -69,6 +70,7 @@ struct PreparedCall {
   Gate gate;
   std::string forward;            // the request to send upstream (key in _meta, nonce removed)
   std::string forward_arguments;  // its arguments object, for a reconcile lookup
+  std::string forward_key;        // the key sent upstream: the record's, or the caller's own as sent
   std::optional<std::string> reconcile_tool;  // rule.reconcile
   // The request speaks the stateless dialect (2026-07-28: _meta carries
   // io.modelcontextprotocol/protocolVersion), whose results all carry
@@ -89,25 +91,36 @@ struct CallPlan {
   std::string tool;    // params.name, when there is one
 };
 
-// Plans `request` (the text of a tools/call request and its parse). `info`
-// as for GateFor. Refusals (arguments not an I-JSON object, a bad explicit
-// key, explicit mode without a key) come back as kAnswer.
+// Plans `request` (the text of a tools/call request and its parse). The
+// record is keyed ScopedKey(scope, key) in `tenant`, and the upstream is
+// sent that key (a caller's explicit key as it was sent). `info` as for GateFor. Refusals (arguments not an I-JSON
+// object, a bad explicit key, explicit mode without a key) come back as
+// kAnswer.
 CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
-                      std::string_view tenant, const ToolInfo* info);
+                      std::string_view tenant, std::string_view scope, const ToolInfo* info);
 
-// How the upstream's answer to a forwarded tools/call is kept (§4.7).
+// What the upstream's answer to a forwarded tools/call says of the action
+// (§4.7, gate/upstream_class.h): a result is kSuccess, or kToolError when
+// isError; input_required is kInterim; a JSON-RPC error is what
+// gate::ClassOfJsonRpcError says of its code. Ledger::Settle acts on it.
 struct ToolAnswer {
-  enum class Kind {
-    kStore,    // an outcome: Complete with `cls` and `body`
-    kRelease,  // not an outcome (JSON-RPC error, input_required, error with errors=release)
-  };
-  Kind kind = Kind::kStore;
-  OutcomeClass cls = OutcomeClass::kSuccess;
-  std::string body;  // the result object's text exactly as received
-  std::string why;   // for logs: "json-rpc error", "input_required", "tool error"
+  Execution::Kind kind = Execution::Kind::kSuccess;
+  std::string body;  // the result object's text exactly as received (a result)
+  std::string why;   // for logs: "success", "json-rpc error -32603", ...
 };
-ToolAnswer ClassifyToolAnswer(std::string_view response, const Message& parsed,
-                              const Policy& policy);
+ToolAnswer ClassifyToolAnswer(std::string_view response, const Message& parsed);
+
+// What a reconcile lookup tool's answer says (§4 step 4). The contract: the
+// lookup answers a result whose structuredContent has a boolean "found":
+// true (the action happened; the result becomes the stored outcome) or
+// false (it did not). Anything else — isError, a JSON-RPC error, a result
+// without that boolean — is kCannotTell: the record stays unknown.
+struct LookupAnswer {
+  gate::LookupVerdict verdict = gate::LookupVerdict::kCannotTell;
+  std::string body;  // kFound: the result object's text
+  std::string why;   // kCannotTell: what was wrong with the answer
+};
+LookupAnswer ClassifyLookupAnswer(std::string_view response, const Message& parsed);
 
 // The result object answering a replay of `record` (completed, with an
 // outcome of class success or tool error): the stored result plus replay

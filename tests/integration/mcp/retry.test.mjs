@@ -194,12 +194,14 @@ test('an explicit key wins over the turn; the same key with other arguments is d
   assert.equal(charges(ledger)[0].meta[META + 'idempotencyKey'], KEY, 'forwarded as sent');
   const otherTurn = await withKey('turn-2', ARGS);
   assertReplayMarkers(otherTurn);
-  assert.equal(otherTurn._meta[META + 'key'], KEY);
+  // The record's key: the caller's, within the scope of this upstream (§3).
+  const recordKey = otherTurn._meta[META + 'key'];
+  assert.match(recordKey, new RegExp(`^u[0-9a-f]{12}/${KEY}$`));
   assert.deepEqual(stripReplay(otherTurn), first);
   const drift = await withKey('turn-2', { ...ARGS, amount_cents: 99999 });
   assert.equal(drift.isError, true);
   assert.equal(condition(drift), 'drift', JSON.stringify(drift));
-  assert.equal(drift._meta[META + 'key'], KEY);
+  assert.equal(drift._meta[META + 'key'], recordKey);
   assert.equal(charges(ledger).length, 1, 'neither the retry nor the drift charged');
 });
 

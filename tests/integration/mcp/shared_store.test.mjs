@@ -99,10 +99,14 @@ const LOST_REPLY =
 const TEST_TIMEOUT = 90000; // per test; each normally takes a few seconds
 const CALL_TIMEOUT = 30000; // per tools/call, longer than any wait configured below
 
-/** Writes an idemgate config file into `dir`. */
+// Every instance fronts the same example server, so they share one scope;
+// [mcp] scope names it for `idemgate key --scope`.
+const SCOPE = 'shared-store-test';
+
+/** Writes an idemgate config file into `dir`, its records in the scope SCOPE. */
 function writeConfig(dir, name, text) {
   const file = path.join(dir, name);
-  fs.writeFileSync(file, text);
+  fs.writeFileSync(file, `${text}\n[mcp]\nscope = "${SCOPE}"\n`);
   return file;
 }
 
@@ -223,7 +227,9 @@ const run = promisify(execFile);
 /** The record of a charge as `idemgate inspect --json` shows it, or null if there is none. */
 async function inspectCharge(storeUrl, turn, args) {
   const key = (
-    await run(IDEMGATE, ['key', '--turn', turn, '--tool', 'charge', '--args', JSON.stringify(args)])
+    await run(IDEMGATE, [
+      'key', '--turn', turn, '--tool', 'charge', '--args', JSON.stringify(args), '--scope', SCOPE,
+    ])
   ).stdout.trim();
   const shown = await run(IDEMGATE, ['--store', storeUrl, 'inspect', key, '--json']).catch((e) => e);
   return shown.code === 1 ? null : JSON.parse(shown.stdout);
