@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -123,10 +124,57 @@ struct ListenConfig {
   std::string admin;
 };
 
+// Where an id that scopes a tools/call (a turn, a session, a call) is read
+// (docs/DESIGN.md §6.1), written in the config as
+//   "meta:NAME"           the _meta member NAME, a string
+//   "meta:NAME#POINTER"   inside the _meta member NAME, a JSON object or JSON
+//                         text, the RFC 6901 POINTER: a string or a number
+//   "env:VAR"             the proxy's environment variable VAR
+struct IdSource {
+  enum class Kind { kMeta, kEnv };
+  Kind kind = Kind::kMeta;
+  std::string name;     // the _meta member or the environment variable
+  std::string pointer;  // kMeta: into the member's value; empty: the member itself
+  std::string text;     // as written, for logs and the attempt log
+  bool operator==(const IdSource&) const = default;
+};
+// kInvalidArgument naming what is wrong with `text`.
+Result<IdSource> ParseIdSource(std::string_view text);
+// The values `env:` id sources read (the proxy's environment, read once).
+using SourceEnvironment = std::map<std::string, std::string, std::less<>>;
+
 // [mcp]: the MCP proxy (docs/DESIGN.md §6.1).
 struct McpConfig {
-  // The _meta member that carries the turn id. Default "dev.idemgate/turnId".
-  std::string turn_id_meta = "dev.idemgate/turnId";
+  // Where the turn id is read, first present wins (docs/hosts.md). Default:
+  // idemgate's own member, then what VS Code / Copilot chat and Codex send.
+  // (`turn_id_meta = "NAME"`, the older form, is turn_id = ["meta:NAME"].)
+  std::vector<IdSource> turn_id = {
+      {IdSource::Kind::kMeta, "dev.idemgate/turnId", "", "meta:dev.idemgate/turnId"},
+      {IdSource::Kind::kMeta, "vscode.requestId", "", "meta:vscode.requestId"},
+      {IdSource::Kind::kMeta, "x-codex-turn-metadata", "/turn_id",
+       "meta:x-codex-turn-metadata#/turn_id"},
+  };
+  // Where a session id is read when no turn id came: the call is keyed
+  // within the session, kept for `window` as a turn fallback, so the same
+  // call in another chat session is a new call. Default: VS Code's chat
+  // session, Codex's thread, OpenCode's session, Claude Code's session (the
+  // environment it gives the servers it starts).
+  std::vector<IdSource> session_id = {
+      {IdSource::Kind::kMeta, "vscode.conversationId", "", "meta:vscode.conversationId"},
+      {IdSource::Kind::kMeta, "x-codex-turn-metadata", "/thread_id",
+       "meta:x-codex-turn-metadata#/thread_id"},
+      {IdSource::Kind::kMeta, "threadId", "", "meta:threadId"},
+      {IdSource::Kind::kMeta, "ai.opencode/sessionID", "", "meta:ai.opencode/sessionID"},
+      {IdSource::Kind::kEnv, "CLAUDE_CODE_SESSION_ID", "", "env:CLAUDE_CODE_SESSION_ID"},
+  };
+  // Where a per-call id is read: a request that repeats a call id the proxy
+  // has seen is the same call (a transport re-send), whatever else changed.
+  // Default: Claude Code's tool-use id.
+  std::vector<IdSource> call_id = {
+      {IdSource::Kind::kMeta, "claudecode/toolUseId", "", "meta:claudecode/toolUseId"},
+  };
+  // Call ids remembered per session, oldest forgotten first. Default 4096.
+  size_t max_call_ids = 4096;
   // The extra optional argument gated tools get for deliberate repeats.
   // Default "repeat_nonce"; nullopt (repeat_nonce = false) switches it off.
   std::optional<std::string> repeat_nonce = "repeat_nonce";

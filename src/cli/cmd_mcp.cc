@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <condition_variable>
+#include <cstdlib>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -264,6 +265,13 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     options.scope = ScopeOfUpstream(identity);
   } else {
     options.scope = ScopeOfUpstream(flags.upstream_url);
+  }
+  // The environment the env: id sources read, once (docs/hosts.md).
+  for (const auto* sources : {&config->mcp.turn_id, &config->mcp.session_id, &config->mcp.call_id}) {
+    for (const IdSource& source : *sources) {
+      if (source.kind != IdSource::Kind::kEnv) continue;
+      if (const char* value = std::getenv(source.name.c_str())) options.env[source.name] = value;
+    }
   }
   if (flags.verbose) {
     LogLine("records are scoped to \"" + options.scope + "\"" +

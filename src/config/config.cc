@@ -139,4 +139,32 @@ Result<Config> LoadConfig(const std::string& path) {
   return ParseConfig(text, path);
 }
 
+Result<IdSource> ParseIdSource(std::string_view text) {
+  auto refuse = [text](std::string_view why) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "id source \"" + std::string(text.substr(0, 120)) + "\" " +
+                         std::string(why) +
+                         "; write \"meta:NAME\", \"meta:NAME#/json/pointer\" or \"env:VAR\"");
+  };
+  IdSource source;
+  source.text = std::string(text);
+  std::string_view rest;
+  if (text.starts_with("meta:")) {
+    rest = text.substr(5);
+    if (const size_t hash = rest.find('#'); hash != std::string_view::npos) {
+      source.pointer = std::string(rest.substr(hash + 1));
+      rest = rest.substr(0, hash);
+      if (!source.pointer.starts_with('/')) return refuse("has a pointer that does not start with '/'");
+    }
+  } else if (text.starts_with("env:")) {
+    source.kind = IdSource::Kind::kEnv;
+    rest = text.substr(4);
+  } else {
+    return refuse("names no kind of source");
+  }
+  if (rest.empty()) return refuse("names nothing");
+  source.name = std::string(rest);
+  return source;
+}
+
 }  // namespace idem

@@ -47,7 +47,12 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c.alert.min_attempts, 20u);
   EXPECT_DOUBLE_EQ(c.alert.replay_ratio, 0.5);
   EXPECT_EQ(c.alert.webhook, "");
-  EXPECT_EQ(c.mcp.turn_id_meta, "dev.idemgate/turnId");
+  ASSERT_EQ(c.mcp.turn_id.size(), 3u);
+  EXPECT_EQ(c.mcp.turn_id[0].text, "meta:dev.idemgate/turnId");
+  EXPECT_EQ(c.mcp.turn_id[1].text, "meta:vscode.requestId");
+  EXPECT_EQ(c.mcp.turn_id[2], *ParseIdSource("meta:x-codex-turn-metadata#/turn_id"));
+  EXPECT_EQ(c.mcp.session_id.back(), *ParseIdSource("env:CLAUDE_CODE_SESSION_ID"));
+  EXPECT_EQ(c.mcp.call_id.front(), *ParseIdSource("meta:claudecode/toolUseId"));
   EXPECT_EQ(c.mcp.repeat_nonce, "repeat_nonce");
   EXPECT_TRUE(c.mcp.replay_text);
   EXPECT_EQ(c.mcp.tenant, "default");
@@ -55,6 +60,33 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c.limits.max_body_bytes, size_t{1} << 20);
   EXPECT_EQ(c.limits.max_depth, 128u);
   EXPECT_EQ(c.source, "test.toml");
+}
+
+TEST(ConfigTest, IdSourcesAreReadInOrderAndBadOnesNamed) {
+  auto c = ParseConfig(R"([mcp]
+turn_id = ["meta:acme/turn", "meta:acme/meta#/turn/id", "env:ACME_TURN"]
+session_id = []
+call_id = ["meta:acme/call"]
+max_call_ids = 10
+)",
+                       "t.toml");
+  ASSERT_TRUE(c) << c.error().message;
+  ASSERT_EQ(c->mcp.turn_id.size(), 3u);
+  EXPECT_EQ(c->mcp.turn_id[1].name, "acme/meta");
+  EXPECT_EQ(c->mcp.turn_id[1].pointer, "/turn/id");
+  EXPECT_EQ(c->mcp.turn_id[2].kind, IdSource::Kind::kEnv);
+  EXPECT_EQ(c->mcp.turn_id[2].name, "ACME_TURN");
+  EXPECT_TRUE(c->mcp.session_id.empty());
+  EXPECT_EQ(c->mcp.max_call_ids, 10u);
+  for (const char* bad : {"header:x", "meta:", "env:", "meta:a#b"}) {
+    auto r = ParseConfig(std::string("[mcp]\nturn_id = [\"") + bad + "\"]\n", "t.toml");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("turn_id"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("meta:NAME"), std::string::npos) << r.error().message;
+  }
+  auto both = ParseConfig("[mcp]\nturn_id = []\nturn_id_meta = \"x\"\n", "t.toml");
+  ASSERT_FALSE(both);
+  EXPECT_NE(both.error().message.find("not both"), std::string::npos);
 }
 
 TEST(ConfigTest, DesignExampleParses) {
@@ -225,7 +257,8 @@ max_depth = 64
   EXPECT_EQ(c.alert.webhook, "https://hooks.example/idem");
   EXPECT_EQ(c.listen.address, "0.0.0.0:8080");
   EXPECT_EQ(c.listen.admin, "127.0.0.1:9090");
-  EXPECT_EQ(c.mcp.turn_id_meta, "acme/turn");
+  ASSERT_EQ(c.mcp.turn_id.size(), 1u);
+  EXPECT_EQ(c.mcp.turn_id[0], *ParseIdSource("meta:acme/turn"));
   EXPECT_EQ(c.mcp.repeat_nonce, "again");
   EXPECT_FALSE(c.mcp.replay_text);
   EXPECT_EQ(c.mcp.tenant, "acme");

@@ -78,7 +78,8 @@ const Section& ListenSection() {
 }
 const Section& McpSection() {
   static const Section s{"[mcp]",
-                         {"turn_id_meta", "repeat_nonce", "replay_text", "tenant", "scope"}};
+                         {"turn_id", "session_id", "call_id", "max_call_ids", "turn_id_meta",
+                          "repeat_nonce", "replay_text", "tenant", "scope"}};
   return s;
 }
 const Section& HttpSection() {
@@ -385,7 +386,31 @@ void ReadListen(const toml::table& t, Diagnostics& diag, ListenConfig& listen) {
 
 void ReadMcp(const toml::table& t, Diagnostics& diag, McpConfig& mcp) {
   TableReader r = Reader(t, McpSection(), diag);
-  if (auto v = r.String("turn_id_meta", /*allow_empty=*/false)) mcp.turn_id_meta = *v;
+  // Each list of id sources, in order; an empty list reads nothing.
+  auto sources = [&r](std::string_view key, std::vector<IdSource>& out) {
+    std::optional<std::vector<std::string>> list = r.StringArray(key);
+    if (!list) return;
+    out.clear();
+    for (const std::string& text : *list) {
+      Result<IdSource> source = ParseIdSource(text);
+      if (!source) {
+        r.Error(*r.Find(key), key, source.error().message);
+        continue;
+      }
+      out.push_back(std::move(*source));
+    }
+  };
+  sources("turn_id", mcp.turn_id);
+  sources("session_id", mcp.session_id);
+  sources("call_id", mcp.call_id);
+  if (auto v = r.String("turn_id_meta", /*allow_empty=*/false)) {
+    if (r.Find("turn_id")) {
+      r.Error(*r.Find("turn_id_meta"), "turn_id_meta",
+              "is the older form of turn_id; give one of them, not both");
+    }
+    mcp.turn_id = {IdSource{IdSource::Kind::kMeta, *v, "", "meta:" + *v}};
+  }
+  if (auto v = r.Integer("max_call_ids", 0, 1 << 20)) mcp.max_call_ids = static_cast<size_t>(*v);
   if (const toml::node* node = r.Find("repeat_nonce")) {
     if (node->is_boolean()) {
       // false switches the argument off; true keeps the default name.

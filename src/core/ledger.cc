@@ -98,7 +98,11 @@ void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint star
   a.outcome = outcome;
   a.latency = latency;
   a.instance = options_.instance;
-  a.detail = detail.empty() ? call.detail : std::move(detail);
+  // What this attempt adds ("drift replayed", an error), then what scoped the
+  // call ("turn: meta:vscode.requestId", "explicit key").
+  a.detail = detail.empty() ? call.detail
+             : call.detail.empty() ? std::move(detail)
+                                   : std::move(detail) + "; " + call.detail;
   attempts_->Append(std::move(a));
 }
 

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -63,6 +64,37 @@ struct Pending {
   Kind kind = Kind::kPlain;
   std::string id_text;
   std::shared_ptr<GatedCall> call;  // kGatedCall
+};
+
+// The call ids a session has seen (config.mcp.call_id), each with its tool
+// and key, the oldest forgotten first past a limit. Not thread-safe: the
+// session's mutex guards it.
+class CallKeys {
+ public:
+  // The key `call_id` was first seen with, if that was a call to `tool`.
+  std::optional<std::string> KeyOf(std::string_view call_id, std::string_view tool) const {
+    auto it = keys_.find(call_id);
+    if (it == keys_.end() || it->second.tool != tool) return std::nullopt;
+    return it->second.key;
+  }
+  // Remembers the first key `call_id` came with; keeps at most `limit`.
+  void Remember(const std::string& call_id, const std::string& tool, const std::string& key,
+                size_t limit) {
+    if (!keys_.try_emplace(call_id, Seen{tool, key}).second) return;
+    order_.push_back(call_id);
+    while (order_.size() > limit) {
+      keys_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  struct Seen {
+    std::string tool;
+    std::string key;
+  };
+  std::map<std::string, Seen, std::less<>> keys_;
+  std::deque<std::string> order_;
 };
 
 std::string RetryableData(std::string_view condition) {
@@ -224,6 +256,7 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
                              " is already in use by a request in progress; use a new id");
   }
   std::map<std::string, Pending> pending_;                      // by client id key
+  CallKeys call_keys_;                                          // the call ids seen
   std::map<std::string, std::shared_ptr<ProxyRequest>> proxy_;  // by proxy id key
   std::map<std::string, ToolInfo> tools_;  // what tools/list said, by tool name
   uint64_t next_proxy_id_ = 1;
@@ -385,8 +418,14 @@ void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
       }
     }
   }
-  CallPlan plan =
-      PlanToolCall(text, msg, config_, tenant_, options_.scope, info ? &*info : nullptr);
+  PlanContext context{tenant_, options_.scope, &options_.env, nullptr};
+  if (config_.mcp.max_call_ids > 0) {
+    context.key_of_call = [this](std::string_view call_id, std::string_view tool) {
+      std::lock_guard g(mu_);
+      return call_keys_.KeyOf(call_id, tool);
+    };
+  }
+  CallPlan plan = PlanToolCall(text, msg, config_, context, info ? &*info : nullptr);
   switch (plan.kind) {
     case CallPlan::Kind::kPassThrough:
       ForwardRequest(std::move(text), msg, Pending::Kind::kPlain);
@@ -425,6 +464,10 @@ void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
       return;
     }
     pending_[msg.id_key] = Pending{Pending::Kind::kGatedCall, msg.id_text, gc};
+    if (!gc->prepared.call_id.empty()) {
+      call_keys_.Remember(gc->prepared.call_id, gc->prepared.call.tool, gc->prepared.derived_key,
+                          config_.mcp.max_call_ids);
+    }
     ++active_calls_;
     ++unforwarded_;
   }

@@ -85,6 +85,9 @@ struct SessionOptions {
   // sets [mcp] scope, or the upstream's own scope (ScopeOfUpstream of its
   // command line or URL). Empty: unscoped.
   std::string scope;
+  // The environment `env:` id sources of [mcp] turn_id, session_id and
+  // call_id read. The CLI passes the process's; empty: none.
+  SourceEnvironment env;
   // Gated calls in flight at once, past which a call is refused with a
   // retryable JSON-RPC error. Null: a budget of 256 for this session alone.
   std::shared_ptr<CallBudget> budget;

@@ -970,6 +970,37 @@ TEST_F(McpSessionTest, AReconcileLookupNeverTakesAnIdInFlight) {
   EXPECT_EQ(lookups[0].at("id"), "idemgate-reconcile-2");
 }
 
+// The turn comes from the first [mcp] turn_id source present (docs/hosts.md):
+// a pointer into a _meta member that holds JSON text or an object; a member
+// of an unexpected shape is skipped, not refused; the environment.
+TEST_F(McpSessionTest, TheTurnIsReadFromTheFirstSourcePresent) {
+  SessionOptions options;
+  options.env = {{"CLAUDE_CODE_SESSION_ID", "s-env"}};
+  StartSession(nullptr, options);
+  auto call = [](int id, std::string_view meta) {
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(id) +
+           R"(,"method":"tools/call","params":{"name":"charge","arguments":{"a":1},"_meta":)" +
+           std::string(meta) + "}}";
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"x-codex-turn-metadata":{"turn_id":"t-obj","thread_id":"th"}})", "t-obj"},
+      {R"({"x-codex-turn-metadata":"{\"turn_id\":\"t-text\"}"})", "t-text"},
+      {R"({"dev.idemgate/turnId":7,"vscode.requestId":"t-vs"})", "7"},
+      {R"({"dev.idemgate/turnId":{"no":1},"vscode.requestId":"t-vs2"})", "t-vs2"},
+      {R"({"vscode.conversationId":"c-1"})", "c-1"},  // a session: no turn id came
+      {R"({"progressToken":"p"})", "s-env"},          // the environment's session
+  };
+  int id = 0;
+  for (const auto& [meta, turn] : cases) {
+    json::value r = Request(call(++id, meta));
+    EXPECT_FALSE(r.at("result").as_object().contains("isError")) << meta;
+    auto record = store_->Get(RecordId{"default", KeyOf("charge", R"({"a":1})", turn)});
+    ASSERT_TRUE(record) << meta;
+    EXPECT_TRUE(record->has_value()) << meta << " was not keyed by turn " << turn;
+  }
+  EXPECT_EQ(server_.executions("charge"), 6);
+}
+
 TEST_F(McpSessionTest, TooManyCallsInFlightAreRefusedRetryably) {
   SessionOptions options;
   options.budget = std::make_shared<CallBudget>(1);

@@ -35,6 +35,50 @@ std::string PointerTo(std::string_view name) {
   return out;
 }
 
+// The value `source` reads from a call's _meta (or the environment), or
+// nullopt when it is absent or not usable: a host's members are read as
+// they come, so a shape idemgate does not expect is skipped, never refused.
+std::optional<std::string> ReadIdSource(const IdSource& source, const json::object* meta,
+                                        const SourceEnvironment* env) {
+  if (source.kind == IdSource::Kind::kEnv) {
+    if (env == nullptr) return std::nullopt;
+    auto it = env->find(source.name);
+    if (it == env->end() || it->second.empty()) return std::nullopt;
+    return it->second;
+  }
+  const json::value* member = Member(meta, source.name);
+  if (member == nullptr) return std::nullopt;
+  const json::value* found = member;
+  json::value parsed;  // a member holding JSON text (Codex sent its turn metadata as text once)
+  if (!source.pointer.empty()) {
+    if (member->is_string()) {
+      boost::system::error_code ec;
+      parsed = json::parse(member->get_string(), ec);
+      if (ec) return std::nullopt;
+      member = &parsed;
+    }
+    boost::system::error_code ec;
+    found = member->find_pointer(source.pointer, ec);
+    if (found == nullptr) return std::nullopt;
+  }
+  if (found->is_string() && !found->get_string().empty()) return std::string(found->get_string());
+  if (found->is_int64() || found->is_uint64()) return json::serialize(*found);
+  return std::nullopt;
+}
+
+// The first of `sources` present in the call: its value and its source.
+struct FoundId {
+  std::string value;
+  const IdSource* source = nullptr;
+};
+std::optional<FoundId> FirstId(const std::vector<IdSource>& sources, const json::object* meta,
+                               const SourceEnvironment* env) {
+  for (const IdSource& source : sources) {
+    if (auto value = ReadIdSource(source, meta, env)) return FoundId{std::move(*value), &source};
+  }
+  return std::nullopt;
+}
+
 // How long results are kept, for the model: "24h", "7d", "1h30m".
 std::string RetentionText(Duration d) {
   constexpr int64_t kHour = 3'600'000, kDay = 24 * kHour;
@@ -264,8 +308,32 @@ Result<std::string> RewriteToolsListResult(std::string_view result, const Config
   return out;
 }
 
+namespace {
+
+// What scoped a call's key, for the attempt log and the verbose log:
+// "turn: meta:vscode.requestId", "session: env:CLAUDE_CODE_SESSION_ID (no turn
+// id)", "call id seen: meta:claudecode/toolUseId", "explicit key", ...
+std::string ScopeDetail(bool explicit_key, bool call_seen, const std::optional<FoundId>& turn,
+                        const std::optional<FoundId>& session, const std::optional<FoundId>& call,
+                        bool turn_fallback) {
+  if (explicit_key) return "explicit key";
+  if (call_seen) return "call id seen: " + call->source->text;
+  std::string detail;
+  if (turn) {
+    detail = "turn: " + turn->source->text;
+  } else if (session) {
+    detail = "session: " + session->source->text + " (no turn id)";
+  } else if (turn_fallback) {
+    detail = "turn fallback: no turn id";
+  }
+  if (call) detail += (detail.empty() ? "" : "; ") + ("call id: " + call->source->text);
+  return detail;
+}
+
+}  // namespace
+
 CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
-                      std::string_view tenant, std::string_view scope, const ToolInfo* info) {
+                      const PlanContext& context, const ToolInfo* info) {
   CallPlan plan;
   const json::object* params = ObjectAt(Member(ObjectAt(&parsed.json), "params"));
   const json::value* name = Member(params, "name");
@@ -311,15 +379,13 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   }
   const json::object* meta = ObjectAt(meta_value);
 
-  std::string turn;
-  if (const json::value* t = Member(meta, config.mcp.turn_id_meta)) {
-    if (!t->is_string()) {
-      return Refuse(std::move(plan), parsed,
-                    "tools/call refused: _meta[\"" + config.mcp.turn_id_meta +
-                        "\"] (the turn id) must be a string");
-    }
-    turn = std::string(t->get_string());
-  }
+  // The turn, else the session (a turn fallback kept for `window`), and the
+  // call id, from the first source of each that the host sent (docs/hosts.md).
+  const std::optional<FoundId> turn_id = FirstId(config.mcp.turn_id, meta, context.env);
+  const std::optional<FoundId> session_id =
+      turn_id ? std::nullopt : FirstId(config.mcp.session_id, meta, context.env);
+  const std::optional<FoundId> call_id = FirstId(config.mcp.call_id, meta, context.env);
+  const std::string turn = turn_id ? turn_id->value : session_id ? session_id->value : "";
   std::optional<std::string> explicit_key;
   if (const json::value* k = Member(meta, kMetaIdempotencyKey)) {
     if (!k->is_string()) {
@@ -382,27 +448,34 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
         ResultResponse(parsed.id_text, CompleteResult(MissingKeyResult(plan.tool), stateless));
     return plan;
   }
-  auto derived = DeriveKey(KeyInput{gate.mode, turn, plan.tool, key_fingerprint, explicit_key});
+  // A call id the session has seen with this tool is that call again (a
+  // transport re-send): its key, whatever else changed.
+  const std::optional<std::string> seen_key =
+      call_id && !explicit_key && context.key_of_call ? context.key_of_call(call_id->value, plan.tool)
+                                                      : std::nullopt;
+  auto derived = seen_key
+                     ? DeriveKey(KeyInput{KeyMode::kExplicit, "", plan.tool, "", *seen_key})
+                     : DeriveKey(KeyInput{gate.mode, turn, plan.tool, key_fingerprint, explicit_key});
   if (!derived) {
     return Refuse(std::move(plan), parsed, "tools/call refused: " + derived.error().message);
   }
 
   PreparedCall& p = plan.prepared;
   p.gate = gate;
-  p.call.id = RecordId{std::string(tenant), ScopedKey(scope, derived->key)};
+  p.call.id = RecordId{std::string(context.tenant), ScopedKey(context.scope, derived->key)};
   // The upstream gets the record's key, which replays and `inspect` name;
   // a caller's own key goes as it was sent.
   p.forward_key = explicit_key ? derived->key : p.call.id.key;
+  p.derived_key = derived->key;
+  if (call_id) p.call_id = call_id->value;
   p.call.fingerprint = std::move(*fingerprint);
   p.call.tool = plan.tool;
   p.call.turn = turn;
   p.call.policy = config.PolicyFor(plan.tool);
-  p.call.turn_fallback = derived->turn_fallback;
-  if (explicit_key) {
-    p.call.detail = "explicit key";
-  } else if (derived->turn_fallback) {
-    p.call.detail = "turn fallback: no turn id";
-  }
+  p.call.turn_fallback = derived->turn_fallback || (!turn_id && session_id);
+  p.call.detail = ScopeDetail(explicit_key.has_value(), seen_key.has_value(), turn_id, session_id,
+                              call_id, derived->turn_fallback);
+  if (seen_key) p.call.policy.on_drift = OnDrift::kReplay;  // the same call, whatever changed
   if (rule != nullptr) p.reconcile_tool = rule->reconcile;
   p.stateless = stateless;
 

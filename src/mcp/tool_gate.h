@@ -8,6 +8,7 @@
 // (mcp_session.h) does the routing, threading and ledger calls.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -71,6 +72,8 @@ struct PreparedCall {
   std::string forward;            // the request to send upstream (key in _meta, nonce removed)
   std::string forward_arguments;  // its arguments object, for a reconcile lookup
   std::string forward_key;        // the key sent upstream: the record's, or the caller's own as sent
+  std::string derived_key;        // the key before its scope, for PlanContext::key_of_call
+  std::string call_id;            // the host's per-call id, if it sent one
   std::optional<std::string> reconcile_tool;  // rule.reconcile
   // The request speaks the stateless dialect (2026-07-28: _meta carries
   // io.modelcontextprotocol/protocolVersion), whose results all carry
@@ -91,13 +94,27 @@ struct CallPlan {
   std::string tool;    // params.name, when there is one
 };
 
-// Plans `request` (the text of a tools/call request and its parse). The
-// record is keyed ScopedKey(scope, key) in `tenant`, and the upstream is
-// sent that key (a caller's explicit key as it was sent). `info` as for GateFor. Refusals (arguments not an I-JSON
-// object, a bad explicit key, explicit mode without a key) come back as
-// kAnswer.
+// The session's side of planning a call.
+struct PlanContext {
+  std::string_view tenant;  // the record's tenant
+  std::string_view scope;   // records are keyed ScopedKey(scope, key)
+  const SourceEnvironment* env = nullptr;  // for env: id sources; null: none
+  // The key (before its scope) of a call id the session has seen with
+  // `tool`, or nullopt. Null function: no call ids are remembered.
+  std::function<std::optional<std::string>(std::string_view call_id, std::string_view tool)>
+      key_of_call;
+};
+
+// Plans `request` (the text of a tools/call request and its parse). The key
+// is scoped by the first turn id of config.mcp.turn_id the call carries,
+// else by the first session id (a turn fallback), and a call id seen before
+// (context.key_of_call) gives the earlier call's key. The record is keyed
+// ScopedKey(context.scope, key) in context.tenant, and the upstream is sent
+// that key (a caller's explicit key as it was sent). `info` as for GateFor.
+// Refusals (arguments not an I-JSON object, a bad explicit key, explicit
+// mode without a key) come back as kAnswer.
 CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
-                      std::string_view tenant, std::string_view scope, const ToolInfo* info);
+                      const PlanContext& context, const ToolInfo* info);
 
 // What the upstream's answer to a forwarded tools/call says of the action
 // (§4.7, gate/upstream_class.h): a result is kSuccess, or kToolError when
