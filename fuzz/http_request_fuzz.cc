@@ -1,4 +1,4 @@
-// How the HTTP reverse proxy plans one request (src/proxy/request_plan.h):
+// How the HTTP reverse proxy plans one request (src/fronts/http_proxy/request_plan.h):
 // route, gating, key, fingerprint and refusals, as a pure function of the
 // request and the config. Input: an HTTP/1-like request,
 //   "METHOD TARGET\n" ("Name: value\n")* "\n" body
@@ -20,8 +20,8 @@
 #include "idem/canonical_json.h"
 #include "idem/config.h"
 #include "idem/key.h"
-#include "proxy/idempotency_key.h"
-#include "proxy/request_plan.h"
+#include "fronts/http_proxy/idempotency_key.h"
+#include "fronts/http_proxy/request_plan.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // The Idempotency-Key field parser of the HTTP reverse proxy
-// (src/proxy/idempotency_key.h) on arbitrary header values:
+// (src/fronts/http_proxy/idempotency_key.h) on arbitrary header values:
 //  - a refusal is kInvalidArgument with a message;
 //  - an accepted key is 1..max_bytes bytes of visible ASCII without spaces,
 //    a valid idemgate key, and its sf-string serialization parses back to it;
@@ -13,7 +13,7 @@
 
 #include "fuzz_check.h"
 #include "idem/key.h"
-#include "proxy/idempotency_key.h"
+#include "fronts/http_proxy/idempotency_key.h"
 
 namespace {
 

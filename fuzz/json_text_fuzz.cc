@@ -1,4 +1,4 @@
-// The in-place JSON edits of src/mcp/json_text.h on arbitrary text. Input:
+// The in-place JSON edits of src/json/json_text.h on arbitrary text. Input:
 // "<text>\0<name>\0<value>" (JSON never holds a raw NUL); a missing name is
 // "_meta", a missing or unparsable value is {"k":1}.
 //  - on any text, nothing reads out of bounds and errors are kInvalidArgument;
@@ -19,11 +19,11 @@
 #include <string_view>
 
 #include "fuzz_check.h"
-#include "mcp/json_text.h"
+#include "json/json_text.h"
 
 namespace {
 
-namespace jt = idem::mcp::json_text;
+namespace jt = idem::json_text;
 namespace json = boost::json;
 
 std::optional<json::value> Parse(std::string_view text) {

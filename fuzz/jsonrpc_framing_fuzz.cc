@@ -1,4 +1,4 @@
-// The MCP stdio framing and JSON-RPC classification (src/mcp/json_rpc.h) on
+// The MCP stdio framing and JSON-RPC classification (src/fronts/mcp/json_rpc.h) on
 // arbitrary byte streams:
 //  - LineFramer gives the same frames however the stream is chunked, with a
 //    small limit as with the default one;
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
-#include "mcp/json_rpc.h"
+#include "fronts/mcp/json_rpc.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The Streamable HTTP header rules of src/mcp/http_protocol.h on arbitrary
+// The Streamable HTTP header rules of src/fronts/mcp/http_protocol.h on arbitrary
 // header values. Input: up to three values separated by NUL bytes (a header
 // value cannot hold one). Properties:
 //  - HostOfAuthority returns a part of its argument;
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
-#include "mcp/http_protocol.h"
+#include "fronts/mcp/http_protocol.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 //  - SQLite: ReadRecord of a row inserted with arbitrary column values into
 //    an in-memory database with the real schema (sqlite_rows.h);
 //  - the HTTP reverse proxy's outcome body: DecodeStoredResponse
-//    (src/proxy/stored_response.h), selector 'h', the rest of the input as is.
+//    (src/fronts/http_proxy/stored_response.h), selector 'h', the rest of the input as is.
 // Properties: a row that does not decode is kDataLoss with a message, never
 // a crash; a decoded record holds exactly the stored state and numbers; a
 // SQLite record written back and read again is the same record.
@@ -34,7 +34,7 @@
 
 #include "fuzz_check.h"
 #include "postgres/record_rows.h"
-#include "proxy/stored_response.h"
+#include "fronts/http_proxy/stored_response.h"
 #include "redis/redis_codec.h"
 #include "sqlite/sqlite_rows.h"
 #include "sqlite/sqlite_schema.h"
@@ -286,7 +286,7 @@ void FuzzSqlite(const std::vector<Field>& fields) {
 
 // --- HTTP outcome bodies ----------------------------------------------------------------------
 
-// The reverse proxy's stored answer (src/proxy/stored_response.h), the outcome
+// The reverse proxy's stored answer (src/fronts/http_proxy/stored_response.h), the outcome
 // body of its records, from any bytes: kDataLoss or an answer that encodes
 // and decodes to itself.
 void FuzzStoredResponse(std::string_view bytes) {

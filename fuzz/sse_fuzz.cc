@@ -1,4 +1,4 @@
-// The event-stream parser of src/mcp/sse.h on arbitrary bytes:
+// The event-stream parser of src/fronts/mcp/sse.h on arbitrary bytes:
 //  - the events, last event id and retry are those of a plain transcription
 //    of the WHATWG algorithm (Model below);
 //  - they and the failure are the same however the stream is chunked, with
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
-#include "mcp/sse.h"
+#include "fronts/mcp/sse.h"
 
 namespace {
 

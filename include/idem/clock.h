@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,11 @@ using TimePoint = std::chrono::time_point<std::chrono::system_clock, Duration>;
 
 inline int64_t ToUnixMillis(TimePoint t) { return t.time_since_epoch().count(); }
 inline TimePoint FromUnixMillis(int64_t ms) { return TimePoint(Duration(ms)); }
+
+// `t` in UTC as ISO 8601 / RFC 3339: "2026-01-01T00:00:00.000Z", or without
+// the milliseconds ("2026-01-01T00:00:00Z"). The one formatter of instants
+// every front, the CLI and the alert use.
+std::string FormatIsoTime(TimePoint t, bool with_millis = true);
 
 // Thread-safe. Implementations must be usable from any thread.
 class Clock {

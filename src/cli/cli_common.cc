@@ -110,20 +110,7 @@ bool StdoutIsTerminal() { return ::isatty(STDOUT_FILENO) == 1; }
 bool StdinIsTerminal() { return ::isatty(STDIN_FILENO) == 1; }
 bool StderrIsTerminal() { return ::isatty(STDERR_FILENO) == 1; }
 
-std::string FormatTime(TimePoint t) {
-  int64_t ms = ToUnixMillis(t);
-  if (ms == 0) return "-";
-  int64_t seconds = ms / 1000, millis = ms % 1000;
-  if (millis < 0) {
-    millis += 1000;
-    seconds -= 1;
-  }
-  std::time_t tt = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  if (::gmtime_r(&tt, &tm) == nullptr) return std::to_string(ms) + "ms";
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
-}
+std::string FormatTime(TimePoint t) { return ToUnixMillis(t) == 0 ? "-" : FormatIsoTime(t); }
 
 namespace {
 

@@ -20,12 +20,12 @@
 #include "cli_common.h"
 #include "core/worker_pool.h"
 #include "front_core.h"
-#include "http/http_listener.h"
+#include "net/http_listener.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"
-#include "proxy/reverse_proxy.h"
-#include "proxy/route_reconcile.h"
-#include "proxy/upstream_pool.h"
+#include "fronts/http_proxy/reverse_proxy.h"
+#include "fronts/http_proxy/route_reconcile.h"
+#include "fronts/http_proxy/upstream_pool.h"
 
 namespace idem::cli {
 namespace {

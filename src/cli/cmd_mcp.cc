@@ -30,11 +30,11 @@
 #include "idem/key.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"  // ParsePositiveDuration
-#include "mcp/child_channel.h"
-#include "mcp/http_channels.h"
-#include "mcp/mcp_session.h"
-#include "mcp/reconcile.h"
-#include "mcp/stdio_channel.h"
+#include "fronts/mcp/child_channel.h"
+#include "fronts/mcp/http_channels.h"
+#include "fronts/mcp/mcp_session.h"
+#include "fronts/mcp/reconcile.h"
+#include "fronts/mcp/stdio_channel.h"
 
 namespace idem::cli {
 namespace {

@@ -18,8 +18,8 @@
 #include "cli_common.h"
 #include "core/worker_pool.h"
 #include "front_core.h"
-#include "http/http_listener.h"
-#include "http/ledger_api.h"
+#include "net/http_listener.h"
+#include "fronts/ledger_api/ledger_api.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "http/http_listener.h"
+#include "net/http_listener.h"
 #include "idem/clock.h"
 #include "idem/config.h"
 #include "idem/error.h"

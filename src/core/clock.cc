@@ -1,9 +1,33 @@
 #include "idem/clock.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <thread>
 
 namespace idem {
+
+std::string FormatIsoTime(TimePoint t, bool with_millis) {
+  int64_t ms = ToUnixMillis(t);
+  int64_t seconds = ms / 1000, millis = ms % 1000;
+  if (millis < 0) {
+    millis += 1000;
+    seconds -= 1;
+  }
+  std::time_t tt = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  if (::gmtime_r(&tt, &tm) == nullptr) return std::to_string(ms) + "ms";
+  char buf[96];
+  if (with_millis) {
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  static_cast<int>(millis));
+  } else {
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  }
+  return buf;
+}
 
 SystemClock& SystemClock::Default() {
   static SystemClock clock;

@@ -15,14 +15,14 @@
 //   idemgate mcp   after_send once the tools/call is handed to the upstream
 //                  transport, after_answer when its response arrived,
 //                  before_reply before any answer to a gated call
-//                  (src/mcp/mcp_session.cc).
+//                  (src/fronts/mcp/mcp_session.cc).
 //   idemgate http  after_send once a gated request is completely written to
 //                  the upstream (UpstreamRequest::on_written), after_answer
 //                  when the upstream's answer (or its too-large head) arrived,
 //                  before_reply before any answer to a gated request, fresh or
-//                  replayed (src/proxy/reverse_proxy.cc).
+//                  replayed (src/fronts/http_proxy/reverse_proxy.cc).
 //   idemgate serve before_reply before the answer of /v1/calls/begin and
-//                  /v1/calls/complete (src/http/ledger_api.cc). No after_send
+//                  /v1/calls/complete (src/fronts/ledger_api/ledger_api.cc). No after_send
 //                  or after_answer: the runtime, not idemgate, calls the tool.
 //
 // Compiled in only with the CMake option IDEM_FAULT_POINTS (the test build);

@@ -25,15 +25,6 @@ std::string JsonString(std::string_view s) {
   return out;
 }
 
-std::string Rfc3339(TimePoint t) {
-  const time_t secs = static_cast<time_t>(ToUnixMillis(t) / 1000);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 }  // namespace
 
 bool ReplayRatioBreached(const AlertConfig& config, const ReplayWindow::Totals& totals) {
@@ -87,7 +78,7 @@ std::string AlertJson(const AlertEvent& e, const AlertConfig& config, std::strin
   out += ",\"min_attempts\":" + std::to_string(config.min_attempts);
   out += ",\"window_seconds\":" + FormatMetricValue(config.window.count() / 1000.0);
   out += ",\"instance\":" + JsonString(instance);
-  out += ",\"at\":" + JsonString(Rfc3339(e.at));
+  out += ",\"at\":" + JsonString(FormatIsoTime(e.at, /*with_millis=*/false));
   out += "}";
   return out;
 }

@@ -1,5 +1,5 @@
-// What idemgate's two HTTP servers (src/http/http_listener.cc for `serve` and
-// `http`, src/mcp/http_server.cc for `mcp --listen`) do the same way while
+// What idemgate's two HTTP servers (src/net/http_listener.cc for `serve` and
+// `http`, src/fronts/mcp/http_server.cc for `mcp --listen`) do the same way while
 // reading a request and closing a connection: the limits and the answers that
 // refuse a request before it is handled, the bearer token, and the lingering
 // close after an error answer. Each server words the refusal in its own body

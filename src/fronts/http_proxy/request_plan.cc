@@ -1,0 +1,185 @@
+#include "fronts/http_proxy/request_plan.h"
+
+#include "idem/canonical_json.h"
+#include "fronts/http_proxy/idempotency_key.h"
+#include "fronts/http_proxy/stored_response.h"
+
+namespace idem::proxy {
+namespace {
+
+constexpr std::string_view kKeyHeader = "Idempotency-Key";
+
+// The rule for requests no [[route]] matches.
+const RouteRule& BuiltInRule() {
+  static const RouteRule rule = [] {
+    RouteRule r;
+    r.match = "/";
+    return r;
+  }();
+  return rule;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) { return HeaderNameEquals(a, b); }
+
+// True for application/json and any */*+json media type.
+bool IsJsonContentType(std::string_view content_type) {
+  std::string_view type = content_type.substr(0, content_type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+  if (EqualsIgnoreCase(type, "application/json")) return true;
+  return type.size() > 5 && EqualsIgnoreCase(type.substr(type.size() - 5), "+json") &&
+         type.find('/') != std::string_view::npos;
+}
+
+RequestPlan Refuse(int status, std::string type, std::string title, std::string detail) {
+  RequestPlan plan;
+  plan.kind = RequestPlan::Kind::kRefuse;
+  plan.refusal = Refusal{status, std::move(type), std::move(title), std::move(detail)};
+  return plan;
+}
+
+CanonOptions CanonFor(const PlanOptions& options) {
+  CanonOptions canon;
+  canon.max_bytes = options.max_body_bytes;
+  canon.max_depth = options.max_json_depth;
+  return canon;
+}
+
+}  // namespace
+
+std::string RouteCallName(std::string_view method, std::string_view path) {
+  std::string name(method);
+  name.push_back(' ');
+  name.append(path);
+  return name;
+}
+
+Result<std::string> RequestFingerprint(const http::Request& request, const PlanOptions& options) {
+  // Hash of a small, unambiguous frame around the body's own hash, so the
+  // body is never copied: its length-free parts are separated by newlines,
+  // which a method, a path and a query cannot hold.
+  std::string body_hash;
+  std::optional<std::string_view> type = request.FindHeader("Content-Type");
+  if (type && IsJsonContentType(*type) && !request.body.empty()) {
+    Result<std::string> fp = Fingerprint(request.body, CanonFor(options));
+    if (!fp) return std::unexpected(fp.error());
+    body_hash = "json:" + *fp;
+  } else {
+    body_hash = "raw:" + Sha256Hex(request.body);
+  }
+  std::string frame = "idemgate-http-fp/1\n";
+  frame.append(request.method).push_back('\n');
+  frame.append(request.path).push_back('\n');
+  frame.append(request.query).push_back('\n');
+  frame.append(body_hash);
+  return Sha256Hex(frame);
+}
+
+std::string CredentialScope(const http::Request& request, const Config& config) {
+  if (!config.tenants.empty()) return {};
+  for (std::string_view name : {"Authorization", "X-Api-Key", "Api-Key"}) {
+    if (auto credential = request.FindHeader(name); credential && !credential->empty()) {
+      return "c" + Sha256Hex(*credential).substr(0, 12);
+    }
+  }
+  return {};
+}
+
+RequestPlan PlanRequest(const http::Request& request, const Config& config,
+                        const PlanOptions& options) {
+  const RouteRule* rule = config.RouteFor(request.method, request.path);
+  Policy policy;
+  if (rule != nullptr) {
+    policy = rule->overrides.ApplyTo(config.defaults);
+  } else if (EqualsIgnoreCase(request.method, "POST") ||
+             EqualsIgnoreCase(request.method, "PATCH")) {
+    rule = &BuiltInRule();
+    policy = config.defaults;
+  } else {
+    return RequestPlan{};
+  }
+  if (rule->mode == KeyMode::kOff) return RequestPlan{};
+
+  const std::string tool = RouteCallName(request.method, request.path);
+  std::optional<std::string> explicit_key;
+  std::optional<std::string_view> key_value;
+  if (size_t n = request.CountHeader(kKeyHeader); n > 1) {
+    return Refuse(400, "invalid-idempotency-key", "Invalid Idempotency-Key",
+                  "the request has " + std::to_string(n) +
+                      " Idempotency-Key headers; send exactly one key per request");
+  } else if (n == 1) {
+    key_value = request.FindHeader(kKeyHeader);
+    Result<std::string> key = ParseIdempotencyKey(*key_value, {.max_bytes = options.max_key_bytes});
+    if (!key) {
+      return Refuse(400, "invalid-idempotency-key", "Invalid Idempotency-Key", key.error().message);
+    }
+    explicit_key = std::move(*key);
+  }
+
+  std::optional<std::string_view> turn = request.FindHeader(config.http.turn_header);
+  if (turn && turn->empty()) turn.reset();
+  const std::optional<KeyMode> mode = rule->mode;
+  if (!explicit_key) {
+    if (mode == KeyMode::kExplicit) {
+      return Refuse(400, "idempotency-key-required", "Idempotency-Key required",
+                    tool +
+                        " requires an Idempotency-Key header and none was sent; send one "
+                        "(Idempotency-Key: \"<a unique id for this operation>\") and reuse it "
+                        "when you retry");
+    }
+    if ((!mode || mode == KeyMode::kTurn) && !turn) return RequestPlan{};
+  }
+
+  Result<std::string> fingerprint = RequestFingerprint(request, options);
+  if (!fingerprint) {
+    // 413 is for size only; nesting past max_depth (also kResourceExhausted)
+    // is a body the client must change, like any other malformed one: 400.
+    const bool too_large = fingerprint.error().code == ErrorCode::kResourceExhausted &&
+                           request.body.size() > CanonFor(options).max_bytes;
+    return Refuse(too_large ? 413 : 400, "invalid-json-body", "Invalid JSON body",
+                  "the body is labelled JSON but " + fingerprint.error().message +
+                      "; fix the body or send it with a non-JSON Content-Type");
+  }
+
+  KeyInput input;
+  input.tool = tool;
+  input.fingerprint = *fingerprint;
+  input.explicit_key = explicit_key;
+  input.mode = mode.value_or(KeyMode::kTurn);
+  if (turn) input.turn = std::string(*turn);
+  if (!explicit_key && input.mode == KeyMode::kFields) {
+    std::optional<std::string_view> type = request.FindHeader("Content-Type");
+    if (!type || !IsJsonContentType(*type)) {
+      return Refuse(400, "invalid-json-body", "JSON body required",
+                    tool +
+                        " derives its key from fields of a JSON body; send the body with "
+                        "Content-Type: application/json or an Idempotency-Key header");
+    }
+    Result<std::string> selected = FingerprintFields(request.body, rule->fields, CanonFor(options));
+    if (!selected) {
+      return Refuse(400, "invalid-json-body", "Invalid JSON body", selected.error().message);
+    }
+    input.fingerprint = *selected;
+  }
+  Result<DerivedKey> key = DeriveKey(input);
+  if (!key) {
+    return Refuse(400, "invalid-idempotency-key", "Invalid Idempotency-Key", key.error().message);
+  }
+
+  RequestPlan plan;
+  plan.kind = RequestPlan::Kind::kGated;
+  plan.call.id = RecordId{request.principal.tenant,
+                          ScopedKey(CredentialScope(request, config), key->key)};
+  plan.call.fingerprint = std::move(*fingerprint);
+  plan.call.tool = tool;
+  if (turn) plan.call.turn = std::string(*turn);
+  plan.call.policy = policy;
+  plan.call.turn_fallback = key->turn_fallback;
+  plan.call.detail = explicit_key ? "http: client key" : "http: derived key";
+  plan.key_header = rule->key_header;
+  plan.client_key = explicit_key.has_value();
+  plan.forward_key = explicit_key ? std::string(*key_value) : key->key;
+  return plan;
+}
+
+}  // namespace idem::proxy

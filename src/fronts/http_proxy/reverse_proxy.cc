@@ -1,0 +1,481 @@
+#include "fronts/http_proxy/reverse_proxy.h"
+
+#include <ctime>
+
+#include "core/fault_point.h"
+#include "core/json_escape.h"
+#include "fronts/http_proxy/stored_response.h"
+
+namespace idem::proxy {
+namespace {
+
+constexpr std::string_view kReplayedHeader = "Idempotent-Replayed";
+
+// A JSON string literal. Keys are visible ASCII; times are ASCII.
+std::string Quoted(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (json::NeedsEscape(c)) {
+      char escaped[6];
+      out.append(escaped, json::CanonicalEscape(c, escaped));
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+// Extra problem members naming the key.
+std::string KeyMember(const Call& call) { return "\"key\":" + Quoted(call.id.key); }
+
+// The client's address without its port: "127.0.0.1:5312" → "127.0.0.1",
+// "[::1]:5312" → "::1".
+std::string ClientAddress(std::string_view remote) {
+  if (remote.starts_with('[')) {
+    size_t close = remote.find(']');
+    return std::string(
+        remote.substr(1, close == std::string_view::npos ? remote.size() : close - 1));
+  }
+  return std::string(remote.substr(0, remote.rfind(':')));
+}
+
+std::string_view Connection(const std::vector<http::Header>& headers) {
+  for (const http::Header& h : headers) {
+    if (HeaderNameEquals(h.name, "Connection")) return h.value;
+  }
+  return {};
+}
+
+// The answer to send the client for a fresh upstream answer.
+http::Response Relayed(http::Response upstream) {
+  std::string_view connection = Connection(upstream.headers);
+  upstream.headers = EndToEndHeaders(std::move(upstream.headers), connection);
+  return upstream;
+}
+
+http::Response StoreUnavailable(const Error& e) {
+  http::Response r =
+      http::Problem(503, "store-unavailable", "Store unavailable",
+                    "idemgate could not reach its store (" + e.message +
+                        "), so the request was not executed. It is safe to retry it shortly.");
+  r.headers.push_back({"Retry-After", "1"});
+  return r;
+}
+
+// An answer the outcome of which is stored (then relayed): status below 500
+// and not released by errors = release.
+bool IsAnswerToStore(const UpstreamResult& r, const Call& call) {
+  if (r.kind != UpstreamResult::Kind::kResponse || r.response.status >= 500) return false;
+  return r.response.status < 400 || call.policy.errors != ErrorPolicy::kRelease;
+}
+
+// The upstream's answer as it is relayed and as it is stored: a too-large
+// marker if it does not fit max_result_bytes (with its status and headers,
+// for the problem a retry gets).
+StoredAnswer ToStore(const Call& call, http::Response upstream) {
+  StoredAnswer a;
+  a.status = upstream.status;
+  a.response = Relayed(std::move(upstream));
+  StoredResponse stored{a.status, a.response.headers, {}};
+  a.outcome.cls = a.status >= 400 ? OutcomeClass::kToolError : OutcomeClass::kSuccess;
+  const size_t head_size = EncodeStoredResponse(stored).size();
+  if (head_size + a.response.body.size() > call.policy.max_result_bytes) {
+    a.outcome = Outcome{OutcomeClass::kTooLarge, EncodeStoredResponse(stored)};
+  } else {
+    stored.body = a.response.body;
+    a.outcome.body = EncodeStoredResponse(stored);
+  }
+  return a;
+}
+
+http::Response OutcomeNotStored(const Call& call, const Error& e) {
+  return http::Problem(
+      500, "outcome-not-stored", "Outcome not stored",
+      "the upstream answered, but idemgate could not store its answer (" + e.message +
+          "), so it is withheld. The action has probably happened: do not repeat it blindly. "
+          "An operator can check with `idemgate inspect " +
+          call.id.key + "`.",
+      KeyMember(call));
+}
+
+}  // namespace
+
+struct ReverseProxy::Gated {
+  http::Request request;
+  http::Responder respond;
+  RequestPlan plan;
+  Decision decision;
+  std::shared_ptr<Ledger::LeaseGuard> lease;
+  std::string note;  // for the verbose log
+
+  // Every answer to a gated request, fresh or replayed, goes out here.
+  void Reply(http::Response response) {
+    FaultPoint("before_reply");
+    respond(std::move(response));
+  }
+};
+
+ReverseProxy::ReverseProxy(Ledger& ledger, const Config& config, UpstreamPool& upstream,
+                           WorkerPool& workers, ReverseProxyOptions options)
+    : ledger_(ledger),
+      config_(config),
+      upstream_(upstream),
+      workers_(workers),
+      options_(std::move(options)) {}
+
+void ReverseProxy::Log(std::string_view line) const {
+  if (options_.log) options_.log(line);
+}
+
+void ReverseProxy::Done() {
+  std::lock_guard g(mu_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
+
+bool ReverseProxy::Drain(std::chrono::milliseconds grace) {
+  std::unique_lock g(mu_);
+  return idle_.wait_for(g, grace, [&] { return in_flight_ == 0; });
+}
+
+void ReverseProxy::Handle(http::Request request, http::Responder respond) {
+  RequestPlan plan = PlanRequest(request, config_, options_.plan);
+  if (plan.kind == RequestPlan::Kind::kRefuse) {
+    const Refusal& r = plan.refusal;
+    respond(http::Problem(r.status, r.type, r.title, r.detail));
+    return;
+  }
+  {
+    std::lock_guard g(mu_);
+    ++in_flight_;
+  }
+  if (plan.kind == RequestPlan::Kind::kPassThrough) {
+    PassThrough(std::move(request), std::move(respond));
+    return;
+  }
+  auto gated = std::make_shared<Gated>();
+  gated->request = std::move(request);
+  gated->respond = std::move(respond);
+  gated->plan = std::move(plan);
+  // Where the store allows (Redis), a retry of a finished request is
+  // answered from one read (or the replay cache) and a fresh one claimed
+  // with one pipelined write, without a worker; Begin, which may wait for a
+  // running owner or a slow store, runs on the worker pool, never here.
+  ledger_.BeginWithoutBlocking(
+      gated->plan.call, [this, gated](std::function<void()> begin) { ToWorkers(gated, begin); },
+      [this, gated](Result<Decision> begun) { Begun(gated, std::move(begun)); });
+}
+
+void ReverseProxy::ToWorkers(const std::shared_ptr<Gated>& g, std::function<void()> begin) {
+  if (workers_.Submit(std::move(begin))) return;
+  g->Reply(http::Problem(503, "shutting-down", "Shutting down",
+                         "idemgate is stopping; the request was not executed. Retry it."));
+  Done();
+}
+
+void ReverseProxy::PassThrough(http::Request request, http::Responder respond) {
+  UpstreamRequest forward = Forwarded(request, nullptr);
+  forward.stream = true;  // never stored: relayed as it comes, any size
+  upstream_.Send(std::move(forward), [this, respond = std::move(respond)](UpstreamResult r) {
+    switch (r.kind) {
+      case UpstreamResult::Kind::kResponse:
+        respond(Relayed(std::move(r.response)));
+        break;
+      case UpstreamResult::Kind::kNotSent:
+        respond(http::Problem(502, "upstream-unreachable", "Upstream unreachable",
+                              r.detail + "; the request was not sent"));
+        break;
+      case UpstreamResult::Kind::kMaybeSent:
+        respond(http::Problem(r.timed_out ? 504 : 502,
+                              r.timed_out ? "upstream-timeout" : "upstream-failed",
+                              r.timed_out ? "Upstream timeout" : "Upstream failed", r.detail));
+        break;
+    }
+    Done();
+  });
+}
+
+UpstreamRequest ReverseProxy::Forwarded(http::Request& request, const RequestPlan* plan) const {
+  UpstreamRequest out;
+  out.method = std::move(request.method);
+  out.target = std::move(request.target);
+  out.body = std::move(request.body);
+  const std::string_view connection = Connection(request.headers);
+  std::string forwarded_for;
+  out.headers.reserve(request.headers.size() + 2);
+  for (http::Header& h : request.headers) {
+    // Expect: the listener has read the whole body already; forwarded, it
+    // would draw an interim 100 answer from the upstream.
+    if (IsHopByHop(h.name) || HeaderNameEquals(h.name, "Host") ||
+        HeaderNameEquals(h.name, "Expect")) {
+      continue;
+    }
+    if (HeaderNameEquals(h.name, "X-Forwarded-For")) {
+      if (!forwarded_for.empty()) forwarded_for.append(", ");
+      forwarded_for.append(h.value);
+      continue;
+    }
+    if (!options_.forward_authorization && HeaderNameEquals(h.name, "Authorization")) continue;
+    if (plan != nullptr && (HeaderNameEquals(h.name, "Idempotency-Key") ||
+                            HeaderNameEquals(h.name, config_.http.turn_header) ||
+                            HeaderNameEquals(h.name, plan->key_header))) {
+      continue;
+    }
+    out.headers.push_back(std::move(h));
+  }
+  // Named by Connection: hop-by-hop too. Checked after the moves above only
+  // against names, which were not moved from kept headers.
+  if (!connection.empty()) out.headers = EndToEndHeaders(std::move(out.headers), connection);
+  if (plan != nullptr) out.headers.push_back({plan->key_header, plan->forward_key});
+  const std::string client = ClientAddress(request.remote);
+  if (!client.empty()) {
+    if (!forwarded_for.empty()) forwarded_for.append(", ");
+    forwarded_for.append(client);
+  }
+  if (!forwarded_for.empty()) out.headers.push_back({"X-Forwarded-For", std::move(forwarded_for)});
+  return out;
+}
+
+void ReverseProxy::Begun(const std::shared_ptr<Gated>& g, Result<Decision> begun) {
+  const Call& call = g->plan.call;
+  if (!begun) {
+    const Error& e = begun.error();
+    g->Reply(e.code == ErrorCode::kUnavailable || e.code == ErrorCode::kAborted
+                 ? StoreUnavailable(e)
+                 : http::Problem(500, "claim-failed", "Claim failed",
+                                 "idemgate could not claim the request (" + e.ToString() +
+                                     "), so it was not executed.",
+                                 KeyMember(call)));
+    if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": refused: " + e.ToString());
+    return Done();
+  }
+  g->decision = std::move(*begun);
+  Answer(g);
+}
+
+void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
+  const Call& call = g->plan.call;
+  const Decision& d = g->decision;
+  const Record& record = d.record;
+  std::string note;
+  switch (d.kind) {
+    case Decision::Kind::kReplay: {
+      const Outcome* outcome = record.outcome ? &*record.outcome : nullptr;
+      if (outcome == nullptr) {
+        g->Reply(http::Problem(500, "unreadable-outcome", "Stored outcome missing",
+                               "the record of this key is completed but holds no outcome; the "
+                               "action was not performed again",
+                               KeyMember(call)));
+        note = "replay failed: no outcome";
+        break;
+      }
+      Result<StoredResponse> stored = DecodeStoredResponse(outcome->body);
+      if (outcome->cls == OutcomeClass::kTooLarge) {
+        std::string extra = KeyMember(call) + ",\"first_at\":" + Quoted(FormatIsoTime(record.created_at));
+        if (stored) extra += ",\"upstream_status\":" + std::to_string(stored->status);
+        g->Reply(http::Problem(
+            409, "result-too-large", "Result too large to replay",
+            "an identical request with this key already ran at " + FormatIsoTime(record.created_at) +
+                ", but its answer was larger than max_result_bytes and was not stored; the action "
+                "was not performed again. Look the result up at the upstream.",
+            extra));
+        note = "replayed a too-large marker";
+        break;
+      }
+      if (!stored) {
+        g->Reply(http::Problem(500, "unreadable-outcome", "Stored outcome unreadable",
+                               stored.error().message + "; the action was not performed again",
+                               KeyMember(call)));
+        note = "replay failed: " + stored.error().message;
+        break;
+      }
+      http::Response r;
+      r.status = stored->status;
+      r.headers = std::move(stored->headers);
+      r.headers.push_back({std::string(kReplayedHeader), "true"});
+      r.body = std::move(stored->body);
+      g->Reply(std::move(r));
+      note = d.attached ? "attached" : "replayed";
+      break;
+    }
+    case Decision::Kind::kInProgress: {
+      const int64_t seconds = std::max<int64_t>(1, (d.retry_after.count() + 999) / 1000);
+      http::Response r =
+          http::Problem(409, "request-in-progress", "Request in progress",
+                        "an identical request with this key is still running; retry after " +
+                            std::to_string(seconds) + " s to get its answer",
+                        KeyMember(call) + ",\"retry_after\":" + std::to_string(seconds));
+      r.headers.push_back({"Retry-After", std::to_string(seconds)});
+      g->Reply(std::move(r));
+      note = "in progress";
+      break;
+    }
+    case Decision::Kind::kUnknown:
+      g->Reply(http::Problem(
+          409, "outcome-unknown", "Outcome unknown",
+          "an identical request with this key was sent upstream at " + FormatIsoTime(record.created_at) +
+              " but no answer came back, so the action may already have happened. It was not "
+              "performed again; do not repeat it blindly. Check at the upstream, then an operator "
+              "can settle the record (`idemgate resolve " +
+              call.id.key + "`) or wait for it to expire.",
+          KeyMember(call) + ",\"first_at\":" + Quoted(FormatIsoTime(record.created_at))));
+      note = "outcome unknown";
+      break;
+    case Decision::Kind::kDrift:
+      g->Reply(http::Problem(
+          422, "idempotency-key-reused", "Idempotency-Key reused",
+          "the key " + call.id.key + " was first used at " + FormatIsoTime(record.created_at) +
+              " for a request with a different method, path, query or body; a key names one "
+              "request. Send the original request to get its answer, or use a new key for a new "
+              "request.",
+          KeyMember(call) + ",\"first_at\":" + Quoted(FormatIsoTime(record.created_at))));
+      note = "drift";
+      break;
+    case Decision::Kind::kExecute:
+    case Decision::Kind::kPassThrough:
+      return Execute(g);  // answers and calls Done() when the upstream has answered
+  }
+  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + note);
+  Done();
+}
+
+void ReverseProxy::Execute(const std::shared_ptr<Gated>& g) {
+  const Call& call = g->plan.call;
+  if (g->decision.kind == Decision::Kind::kExecute) {
+    g->lease = std::make_shared<Ledger::LeaseGuard>(ledger_.KeepAlive(call, g->decision.fence));
+  }
+  UpstreamRequest forward = Forwarded(g->request, &g->plan);
+  if constexpr (kFaultPoints) forward.on_written = [] { FaultPoint("after_send"); };
+  upstream_.Send(std::move(forward), [this, g](UpstreamResult result) {
+    // On an upstream I/O thread. An answer to store goes to the store's
+    // non-blocking write where it has one; any other store write may block,
+    // so it goes to the worker pool.
+    if (IsAnswerToStore(result, g->plan.call)) return StoreAnswer(g, std::move(result.response));
+    auto shared = std::make_shared<UpstreamResult>(std::move(result));
+    if (!workers_.Submit([this, g, shared] { Settle(g, std::move(*shared)); })) {
+      Settle(g, std::move(*shared));
+    }
+  });
+}
+
+void ReverseProxy::StoreAnswer(const std::shared_ptr<Gated>& g, http::Response response) {
+  const Call& call = g->plan.call;
+  g->lease.reset();  // stop renewing before the final write
+  FaultPoint("after_answer");
+  auto answer = std::make_shared<StoredAnswer>(ToStore(call, std::move(response)));
+  auto relay = [this, g, answer](const Result<Record>& stored) {
+    Relay(g, std::move(*answer), stored);
+  };
+  if (ledger_.CompleteAsync(call, g->decision, answer->outcome, relay)) return;
+  auto complete = [this, g, answer, relay] {
+    relay(ledger_.Complete(g->plan.call, g->decision, answer->outcome));
+  };
+  if (!workers_.Submit(complete)) complete();
+}
+
+void ReverseProxy::Relay(const std::shared_ptr<Gated>& g, StoredAnswer answer,
+                         const Result<Record>& stored) {
+  const Call& call = g->plan.call;
+  std::string note;
+  if (stored) {
+    g->Reply(std::move(answer.response));
+    note = "executed: HTTP " + std::to_string(answer.status);
+  } else {
+    g->Reply(OutcomeNotStored(call, stored.error()));
+    note = "executed, not stored: " + stored.error().ToString();
+  }
+  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + note);
+  Done();
+}
+
+void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result) {
+  const Call& call = g->plan.call;
+  const Decision& d = g->decision;
+  g->lease.reset();  // stop renewing before the final write
+  if (result.kind == UpstreamResult::Kind::kResponse || result.too_large) {
+    FaultPoint("after_answer");
+  }
+  std::string note;
+  auto mark_unknown = [&] {
+    if (auto m = ledger_.MarkUnknown(call, d); !m) {
+      Log("could not mark " + call.id.key + " unknown: " + m.error().ToString());
+    }
+  };
+  auto complete = [&](Outcome outcome) -> bool {
+    auto stored = ledger_.Complete(call, d, std::move(outcome));
+    if (stored) return true;
+    g->Reply(OutcomeNotStored(call, stored.error()));
+    note = "executed, not stored: " + stored.error().ToString();
+    return false;
+  };
+
+  switch (result.kind) {
+    case UpstreamResult::Kind::kNotSent:
+      if (auto r = ledger_.Release(call, d); !r) {
+        Log("could not release " + call.id.key + " (" + r.error().ToString() +
+            "); it stays claimed until its lease runs out");
+      }
+      g->Reply(
+          http::Problem(502, "upstream-unreachable", "Upstream unreachable",
+                        result.detail + "; the request was not sent, so it is safe to retry it",
+                        KeyMember(call)));
+      note = "released: not sent: " + result.detail;
+      break;
+    case UpstreamResult::Kind::kMaybeSent:
+      if (result.too_large) {
+        const std::string connection(Connection(result.response.headers));
+        StoredResponse marker{result.response.status,
+                              EndToEndHeaders(std::move(result.response.headers), connection),
+                              {}};
+        if (complete(Outcome{OutcomeClass::kTooLarge, EncodeStoredResponse(marker)})) {
+          g->Reply(http::Problem(
+              502, "upstream-answer-too-large", "Upstream answer too large",
+              result.detail + "; the upstream answered HTTP " +
+                  std::to_string(result.response.status) +
+                  " and the action was carried out, but the answer cannot be relayed. Retries "
+                  "with this key are not executed again.",
+              KeyMember(call) + ",\"upstream_status\":" + std::to_string(result.response.status)));
+          note = "executed: answer too large";
+        }
+        break;
+      }
+      mark_unknown();
+      g->Reply(http::Problem(
+          result.timed_out ? 504 : 502, "outcome-unknown", "Outcome unknown",
+          result.detail +
+              ". The action may have happened: do not repeat it blindly. Retries with this key "
+              "get this answer until an operator settles the record (`idemgate resolve " +
+              call.id.key + "`) or it expires.",
+          KeyMember(call)));
+      note = "outcome unknown: " + result.detail;
+      break;
+    case UpstreamResult::Kind::kResponse: {
+      const int status = result.response.status;
+      if (status >= 500) {
+        mark_unknown();
+        g->Reply(http::Problem(
+            502, "outcome-unknown", "Outcome unknown",
+            "the upstream answered HTTP " + std::to_string(status) +
+                ", so the action may or may not have happened: do not repeat it blindly. Retries "
+                "with this key get this answer until an operator settles the record (`idemgate "
+                "resolve " +
+                call.id.key + "`) or it expires.",
+            KeyMember(call) + ",\"upstream_status\":" + std::to_string(status)));
+        note = "outcome unknown: HTTP " + std::to_string(status);
+        break;
+      }
+      // A tool error under errors = release (an answer to store went to
+      // StoreAnswer instead).
+      if (auto r = ledger_.Release(call, d); !r) {
+        Log("could not release " + call.id.key + ": " + r.error().ToString());
+      }
+      g->Reply(Relayed(std::move(result.response)));
+      note = "released: HTTP " + std::to_string(status) + " (errors = release)";
+      break;
+    }
+  }
+  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + note);
+  Done();
+}
+
+}  // namespace idem::proxy

@@ -1,0 +1,85 @@
+#include "fronts/http_proxy/route_reconcile.h"
+
+#include <future>
+
+#include "fronts/http_proxy/stored_response.h"
+
+namespace idem::proxy {
+namespace {
+
+// Percent-encodes everything outside RFC 3986's unreserved set.
+std::string PercentEncode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+const RouteRule* RuleOf(const Config& config, const Call& call) {
+  const size_t space = call.tool.find(' ');
+  if (space == std::string::npos) return nullptr;
+  return config.RouteFor(std::string_view(call.tool).substr(0, space),
+                         std::string_view(call.tool).substr(space + 1));
+}
+
+}  // namespace
+
+std::optional<std::string> ReconcileTarget(const Config& config, const Call& call) {
+  const RouteRule* rule = RuleOf(config, call);
+  if (rule == nullptr || !rule->reconcile) return std::nullopt;
+  std::string target = *rule->reconcile;
+  const std::string key = PercentEncode(call.id.key);
+  for (size_t at = target.find("{key}"); at != std::string::npos;
+       at = target.find("{key}", at + key.size())) {
+    target.replace(at, 5, key);
+  }
+  return target;
+}
+
+ReconcileHook MakeRouteReconcileHook(const Config& config, UpstreamPool& upstream) {
+  return [&config, &upstream](const Call& call) -> Result<std::optional<Outcome>> {
+    std::optional<std::string> target = ReconcileTarget(config, call);
+    if (!target) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "no reconcile route is configured for " + call.tool);
+    }
+    UpstreamRequest request;
+    request.method = "GET";
+    request.target = std::move(*target);
+    request.headers.push_back({RuleOf(config, call)->key_header, call.id.key});
+    auto promise = std::make_shared<std::promise<UpstreamResult>>();
+    std::future<UpstreamResult> answer = promise->get_future();
+    upstream.Send(std::move(request),
+                  [promise](UpstreamResult r) { promise->set_value(std::move(r)); });
+    UpstreamResult r = answer.get();
+    if (r.kind != UpstreamResult::Kind::kResponse) {
+      return MakeError(ErrorCode::kUnavailable, "the reconcile lookup failed: " + r.detail);
+    }
+    const int status = r.response.status;
+    if (status == 404 || status == 410) return std::optional<Outcome>();
+    if (status < 200 || status >= 300) {
+      return MakeError(ErrorCode::kUnavailable,
+                       "the reconcile lookup answered HTTP " + std::to_string(status));
+    }
+    const std::string_view connection = [&]() -> std::string_view {
+      for (const http::Header& h : r.response.headers) {
+        if (HeaderNameEquals(h.name, "Connection")) return h.value;
+      }
+      return {};
+    }();
+    StoredResponse found{status, EndToEndHeaders(r.response.headers, connection),
+                         std::move(r.response.body)};
+    return std::optional<Outcome>(Outcome{OutcomeClass::kSuccess, EncodeStoredResponse(found)});
+  };
+}
+
+}  // namespace idem::proxy

@@ -1,0 +1,613 @@
+#include "fronts/http_proxy/upstream_pool.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <cerrno>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "net/client_conn.h"
+#include "net/http_target.h"
+#include "net/tls_client.h"
+
+#ifndef IDEM_VERSION
+#define IDEM_VERSION "dev"
+#endif
+
+namespace idem::proxy {
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+namespace ssl = net::ssl;
+using tcp = net::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+// Where requests go: the upstream URL's origin, and the base path that every
+// request target is appended to ("" or "/base", no trailing '/').
+struct Origin {
+  idem::net::HttpTarget target;
+  std::string base_path;
+};
+
+Result<Origin> ParseOrigin(const std::string& url) {
+  auto target = idem::net::ParseHttpTarget(url, "upstream URL");
+  if (!target) return std::unexpected(target.error());
+  if (!target->query.empty()) {
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        "invalid upstream URL '" + url + "': a query is not allowed (each request brings its own)");
+  }
+  Origin o{std::move(*target), {}};
+  o.base_path = o.target.path;
+  while (!o.base_path.empty() && o.base_path.back() == '/') o.base_path.pop_back();
+  return o;
+}
+
+using Conn = idem::net::ClientConn;
+
+// How much of a streamed body is read at a time.
+constexpr size_t kPieceBytes = 64 * 1024;
+
+// One request and its answer.
+struct Exchange {
+  UpstreamCallback done;
+  std::function<void()> on_written;  // UpstreamRequest::on_written
+  bhttp::request<bhttp::string_body> req;
+  std::optional<bhttp::response_parser<bhttp::string_body>> parser;
+  std::unique_ptr<Conn> conn;
+  bool head = false;
+  bool written = false;
+  bool finished = false;  // `done` was called
+
+  // UpstreamRequest::stream. After `done` handed the header over, the body
+  // is read through `stream_parser` into `piece`, on the connection's strand
+  // `strand`, while `conn` is set; `next` is the BodySource's callback
+  // waiting for a read.
+  bool stream = false;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> stream_parser;
+  std::optional<net::any_io_executor> strand;
+  std::string piece;
+  std::optional<std::string> prefetched;  // read with the header, not yet asked for
+  std::function<void(http::BodySource::Piece)> next;
+};
+
+}  // namespace
+
+struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
+  Impl(Origin o, UpstreamOptions opts, std::unique_ptr<ssl::context> ctx)
+      : origin(std::move(o)),
+        options(std::move(opts)),
+        tls(std::move(ctx)),
+        ioc_owner(std::make_unique<net::io_context>()),
+        ioc(*ioc_owner),
+        work(net::make_work_guard(ioc)) {}
+
+  const Origin origin;
+  const UpstreamOptions options;
+  const std::unique_ptr<ssl::context> tls;
+  // Destroyed by Stop() once the threads are joined: that destroys the
+  // handlers never run, and with them their references to this Impl.
+  std::unique_ptr<net::io_context> ioc_owner;
+  net::io_context& ioc;
+  net::executor_work_guard<net::io_context::executor_type> work;
+  std::vector<std::thread> threads;
+
+  std::mutex mu;
+  std::vector<std::unique_ptr<Conn>> idle;        // guarded by mu; newest last
+  std::set<std::shared_ptr<Exchange>> in_flight;  // guarded by mu
+  bool stopped = false;                           // guarded by mu
+
+  void Start(const std::shared_ptr<Exchange>& ex) {
+    {
+      std::lock_guard g(mu);
+      if (stopped) {
+        // Inline: the threads are gone.
+        UpstreamResult r;
+        r.kind = UpstreamResult::Kind::kNotSent;
+        r.detail = "the proxy is stopping; the request was not sent";
+        ex->finished = true;
+        ex->done(std::move(r));
+        return;
+      }
+      in_flight.insert(ex);
+      ex->conn = TakeIdleLocked();
+    }
+    if (ex->conn) {
+      net::dispatch(ex->conn->lowest().get_executor(),
+                    [self = shared_from_this(), ex] { self->Write(ex); });
+    } else {
+      Connect(ex);
+    }
+  }
+
+  std::unique_ptr<Conn> TakeIdleLocked() {
+    const auto now = SteadyClock::now();
+    while (!idle.empty()) {
+      std::unique_ptr<Conn> c = std::move(idle.back());
+      idle.pop_back();
+      if (now - c->idle_since < options.max_idle && c->Alive()) return c;
+      c->Close();
+    }
+    return nullptr;
+  }
+
+  void Connect(const std::shared_ptr<Exchange>& ex) {
+    auto c = std::make_unique<Conn>();
+    if (origin.target.tls) {
+      c->tls.emplace(net::make_strand(ioc), *tls);
+    } else {
+      c->plain.emplace(net::make_strand(ioc));
+    }
+    ex->conn = std::move(c);
+    auto resolver = std::make_shared<tcp::resolver>(ex->conn->lowest().get_executor());
+    auto timer = std::make_shared<net::steady_timer>(ex->conn->lowest().get_executor());
+    const auto deadline = SteadyClock::now() + options.connect_timeout;
+    timer->expires_at(deadline);
+    timer->async_wait([resolver](beast::error_code ec) {
+      if (!ec) resolver->cancel();
+    });
+    resolver->async_resolve(
+        origin.target.host, origin.target.port,
+        [self = shared_from_this(), ex, resolver, timer, deadline](
+            beast::error_code ec, tcp::resolver::results_type results) {
+          timer->cancel();
+          if (ec) {
+            return self->Fail(
+                ex, UpstreamResult::Kind::kNotSent,
+                "cannot resolve upstream host '" + self->origin.target.host + "' (" +
+                    (ec == net::error::operation_aborted ? "timed out" : ec.message()) + ")");
+          }
+          ex->conn->lowest().expires_at(deadline);
+          ex->conn->lowest().async_connect(results, [self, ex, deadline](beast::error_code ec,
+                                                                         const tcp::endpoint&) {
+            if (ec) {
+              return self->Fail(ex, UpstreamResult::Kind::kNotSent,
+                                "cannot connect to the upstream " +
+                                    self->origin.target.host_header + " (" +
+                                    self->Describe(ec, true) + ")");
+            }
+            beast::error_code ignored;
+            ex->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+            if (!ex->conn->tls) return self->Write(ex);
+            self->PrepareTls(*ex->conn);
+            ex->conn->tls->async_handshake(ssl::stream_base::client, [self,
+                                                                      ex](beast::error_code ec) {
+              if (ec) {
+                return self->Fail(ex, UpstreamResult::Kind::kNotSent,
+                                  "TLS handshake with the upstream " +
+                                      self->origin.target.host_header + " failed (" +
+                                      self->Describe(ec, true) + ")");
+              }
+              self->Write(ex);
+            });
+          });
+        });
+  }
+
+  void PrepareTls(Conn& c) {
+    idem::net::PrepareTlsClient(c.tls->native_handle(), origin.target.host, options.verify_tls);
+  }
+
+  std::string Describe(const beast::error_code& ec, bool connecting) const {
+    if (ec == beast::error::timeout) {
+      return "no " + std::string(connecting ? "connection" : "answer") + " within " +
+             std::to_string(
+                 (connecting ? options.connect_timeout : options.response_timeout).count()) +
+             " ms";
+    }
+    return ec.message();
+  }
+
+  void Write(const std::shared_ptr<Exchange>& ex) {
+    ex->conn->lowest().expires_after(options.response_timeout);
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_write(
+          stream, ex->req, [self = shared_from_this(), ex](beast::error_code ec, size_t) {
+            if (ec) {
+              // The upstream never got a whole request, so it
+              // cannot have acted on it.
+              return self->Fail(
+                  ex, UpstreamResult::Kind::kNotSent,
+                  "could not send the request to the upstream (" + self->Describe(ec, false) + ")");
+            }
+            ex->written = true;
+            if (ex->on_written) ex->on_written();
+            self->Read(ex);
+          });
+    });
+  }
+
+  void Read(const std::shared_ptr<Exchange>& ex) {
+    if (ex->stream) return ReadStreamHeader(ex);
+    ex->parser.emplace();
+    ex->parser->header_limit(64 * 1024);
+    ex->parser->body_limit(options.max_response_bytes);
+    if (ex->head) ex->parser->skip(true);
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_read(
+          stream, ex->conn->buffer, *ex->parser,
+          [self = shared_from_this(), ex](beast::error_code ec, size_t) { self->OnRead(ex, ec); });
+    });
+  }
+
+  void OnRead(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+    if (ec == bhttp::error::body_limit && ex->parser->is_header_done()) {
+      UpstreamResult r;
+      r.kind = UpstreamResult::Kind::kMaybeSent;
+      r.too_large = true;
+      r.response.status = static_cast<int>(ex->parser->get().result_int());
+      CopyHeaders(ex->parser->get(), r.response);
+      r.detail = "the upstream's answer is larger than " +
+                 std::to_string(options.max_response_bytes) + " bytes";
+      return Finish(ex, std::move(r), false);
+    }
+    if (ec) return FailAfterSend(ex, ec);
+    if (IsInterim(ex->parser->get().result_int())) return Read(ex);
+    const bool reusable = ex->parser->keep_alive();
+    bhttp::response<bhttp::string_body> res = ex->parser->release();
+    UpstreamResult r;
+    r.response.status = static_cast<int>(res.result_int());
+    CopyHeaders(res, r.response);
+    r.response.body = std::move(res.body());
+    Finish(ex, std::move(r), reusable);
+  }
+
+  void FailAfterSend(const std::shared_ptr<Exchange>& ex, const beast::error_code& ec) {
+    UpstreamResult r;
+    r.kind = UpstreamResult::Kind::kMaybeSent;
+    r.timed_out = ec == beast::error::timeout;
+    r.detail = ec == beast::error::timeout
+                   ? "the request was sent but no answer came within " +
+                         std::to_string(options.response_timeout.count()) + " ms"
+                   : "the request was sent but the connection broke before a whole answer (" +
+                         ec.message() + ")";
+    Finish(ex, std::move(r), false);
+  }
+
+  // An interim answer (102 Processing, 103 Early Hints, an unasked-for 100):
+  // the final one follows on the same connection. 101 is final, and never
+  // asked for: Upgrade is not forwarded.
+  static bool IsInterim(unsigned status) { return status >= 100 && status < 200 && status != 101; }
+
+  // ── Streamed answers ──
+
+  void ReadStreamHeader(const std::shared_ptr<Exchange>& ex) {
+    ex->stream_parser.emplace();
+    ex->stream_parser->header_limit(64 * 1024);
+    ex->stream_parser->body_limit(boost::none);
+    if (ex->head) ex->stream_parser->skip(true);
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_read_header(stream, ex->conn->buffer, *ex->stream_parser,
+                               [self = shared_from_this(), ex](beast::error_code ec, size_t) {
+                                 self->OnStreamHeader(ex, ec);
+                               });
+    });
+  }
+
+  void OnStreamHeader(const std::shared_ptr<Exchange>& ex, beast::error_code ec);
+
+  // Reads what has arrived of the body into ex->piece, then `then`.
+  // read_some, not a full piece: an event stream's event is relayed when it
+  // comes.
+  using PieceHandler = void (Impl::*)(const std::shared_ptr<Exchange>&, beast::error_code);
+  void ReadSome(const std::shared_ptr<Exchange>& ex, PieceHandler then) {
+    PreparePiece(ex, kPieceBytes);
+    ex->conn->lowest().expires_after(options.response_timeout);
+    ex->conn->With([&](auto& stream) {
+      bhttp::async_read_some(
+          stream, ex->conn->buffer, *ex->stream_parser,
+          [self = shared_from_this(), ex, then](beast::error_code ec, size_t) {
+            if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
+            if (!ec) TrimPiece(*ex);
+            ((*self).*then)(ex, ec);
+          });
+    });
+  }
+
+  // On the strand: the next piece for ex->next.
+  void ReadPiece(const std::shared_ptr<Exchange>& ex) {
+    if (!ex->conn) return EndPiece(ex, {.failed = true});  // cancelled meanwhile
+    if (ex->prefetched) {
+      http::BodySource::Piece p{.data = std::move(*ex->prefetched)};
+      ex->prefetched.reset();
+      return EndPiece(ex, std::move(p));
+    }
+    ReadSome(ex, &Impl::OnPiece);
+  }
+
+  void OnPiece(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+    if (ec || !ex->conn) {
+      EndStream(ex, false);
+      return EndPiece(ex, {.failed = true});
+    }
+    if (ex->piece.empty() && !ex->stream_parser->is_done()) return ReadPiece(ex);  // framing only
+    http::BodySource::Piece p{.data = std::move(ex->piece)};
+    if (ex->stream_parser->is_done()) {
+      p.last = true;
+      EndStream(ex, ex->stream_parser->keep_alive());
+    }
+    EndPiece(ex, std::move(p));
+  }
+
+  // ex->piece, `size` bytes (not zero-filled: what the parser does not
+  // write is cut by TrimPiece), as the parser's body buffer.
+  static void PreparePiece(const std::shared_ptr<Exchange>& ex, size_t size) {
+    ex->piece.resize_and_overwrite(size, [](char*, size_t n) { return n; });
+    auto& body = ex->stream_parser->get().body();
+    body.data = ex->piece.data();
+    body.size = ex->piece.size();
+    body.more = true;
+  }
+  static void TrimPiece(Exchange& ex) {
+    ex.piece.resize(ex.piece.size() - ex.stream_parser->get().body().size);
+  }
+
+  // The body bytes that came with the header, parsed at once, without
+  // waiting for more: an answer they complete is handed over whole (one
+  // write to the client, as without streaming), else they are the stream's
+  // first piece.
+  void TakeBuffered(const std::shared_ptr<Exchange>& ex) {
+    auto& parser = *ex->stream_parser;
+    auto& buffer = ex->conn->buffer;
+    PreparePiece(ex, std::min(buffer.size(), kPieceBytes));
+    parser.eager(true);  // the body too, not only the next chunk header
+    beast::error_code ec;
+    while (buffer.size() > 0 && !parser.is_done()) {
+      size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
+        ec = {};  // the rest is still to come, or the piece is full
+        break;
+      }
+      if (ec || used == 0) break;
+    }
+    if (ec) return FailAfterSend(ex, ec);
+    TrimPiece(*ex);
+    if (parser.is_done()) {
+      UpstreamResult r = HeaderOf(parser.get());
+      r.response.body = std::move(ex->piece);
+      return Finish(ex, std::move(r), parser.keep_alive());
+    }
+    if (!ex->piece.empty()) ex->prefetched = std::move(ex->piece);
+    HandOver(ex);
+  }
+
+  // Hands the header over, the body to follow through a StreamedBody.
+  void HandOver(const std::shared_ptr<Exchange>& ex);
+
+  static UpstreamResult HeaderOf(const bhttp::response_header<>& header) {
+    UpstreamResult r;
+    r.response.status = static_cast<int>(header.result_int());
+    CopyHeaders(header, r.response);
+    return r;
+  }
+
+  static void EndPiece(const std::shared_ptr<Exchange>& ex, http::BodySource::Piece p) {
+    auto next = std::move(ex->next);
+    ex->next = nullptr;
+    if (next) next(std::move(p));
+  }
+
+  // On the strand (or after Stop): the body is over or abandoned; its
+  // connection goes back to the pool or is closed.
+  void EndStream(const std::shared_ptr<Exchange>& ex, bool reusable) {
+    if (!ex->conn) return;
+    Release(ex, reusable);
+  }
+
+  // Runs `f` on the exchange's strand, or returns false once the pool has
+  // stopped (its io_context may be gone) or the body has ended.
+  template <class F>
+  bool OnStrand(const std::shared_ptr<Exchange>& ex, F&& f) {
+    std::lock_guard g(mu);
+    if (stopped || !ex->strand) return false;
+    net::post(*ex->strand, std::forward<F>(f));
+    return true;
+  }
+
+  static void CopyHeaders(const bhttp::response_header<>& res, http::Response& out) {
+    for (const auto& field : res) {
+      out.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    }
+  }
+
+  void Fail(const std::shared_ptr<Exchange>& ex, UpstreamResult::Kind kind, std::string detail) {
+    UpstreamResult r;
+    r.kind = kind;
+    r.detail = std::move(detail);
+    Finish(ex, std::move(r), false);
+  }
+
+  void Finish(const std::shared_ptr<Exchange>& ex, UpstreamResult result, bool reusable) {
+    if (ex->finished) return;
+    ex->finished = true;
+    Release(ex, reusable);
+    UpstreamCallback done = std::move(ex->done);
+    done(std::move(result));
+  }
+
+  // The exchange is over: its connection goes back to the pool or is closed.
+  void Release(const std::shared_ptr<Exchange>& ex, bool reusable) {
+    std::unique_ptr<Conn> conn = std::move(ex->conn);
+    {
+      std::lock_guard g(mu);
+      in_flight.erase(ex);
+      ex->strand.reset();  // no strand may outlive the io_context (Stop)
+      if (conn && reusable && !stopped && idle.size() < options.max_idle_connections) {
+        conn->lowest().expires_never();
+        conn->idle_since = SteadyClock::now();
+        idle.push_back(std::move(conn));
+      }
+    }
+    if (conn) conn->Close();
+  }
+
+  void Stop() {
+    std::vector<std::unique_ptr<Conn>> idle_now;
+    std::set<std::shared_ptr<Exchange>> active;
+    {
+      std::lock_guard g(mu);
+      if (stopped) return;
+      stopped = true;
+      idle_now = std::move(idle);
+      idle.clear();
+    }
+    for (auto& c : idle_now) c->Close();
+    idle_now.clear();
+    work.reset();
+    ioc.stop();
+    for (std::thread& t : threads) {
+      if (t.joinable()) t.join();
+    }
+    {
+      std::lock_guard g(mu);
+      active = std::move(in_flight);
+      in_flight.clear();
+    }
+    // The threads are gone: what is left in flight ends here.
+    for (const auto& ex : active) {
+      if (ex->finished) {  // a streamed body
+        if (ex->conn) ex->conn->Close();
+        ex->conn.reset();
+        {
+          std::lock_guard g(mu);
+          ex->strand.reset();
+        }
+        EndPiece(ex, {.failed = true});
+        continue;
+      }
+      ex->finished = true;
+      if (ex->conn) ex->conn->Close();
+      ex->conn.reset();
+      UpstreamResult r;
+      r.kind = ex->written ? UpstreamResult::Kind::kMaybeSent : UpstreamResult::Kind::kNotSent;
+      r.detail = ex->written ? "the proxy stopped before the upstream answered"
+                             : "the proxy stopped before the request was sent";
+      UpstreamCallback done = std::move(ex->done);
+      if (done) done(std::move(r));
+    }
+    ioc_owner.reset();
+  }
+};
+
+namespace {
+
+// The body of a streamed answer, read from the upstream as the listener asks.
+class StreamedBody : public http::BodySource {
+ public:
+  StreamedBody(std::shared_ptr<UpstreamPool::Impl> pool, std::shared_ptr<Exchange> ex)
+      : pool_(std::move(pool)), ex_(std::move(ex)) {}
+  ~StreamedBody() override { Cancel(); }
+
+  void Next(std::function<void(Piece)> next) override {
+    auto shared_next = std::make_shared<std::function<void(Piece)>>(std::move(next));
+    bool posted = pool_->OnStrand(ex_, [pool = pool_, ex = ex_, shared_next] {
+      ex->next = std::move(*shared_next);
+      pool->ReadPiece(ex);
+    });
+    if (!posted) (*shared_next)(Piece{.failed = true});
+  }
+
+  void Cancel() override {
+    if (cancelled_.exchange(true)) return;
+    pool_->OnStrand(ex_, [pool = pool_, ex = ex_] {
+      // A read in flight ends with operation_aborted and answers `next`.
+      if (ex->conn) ex->conn->Close();
+      if (!ex->next) pool->EndStream(ex, false);
+    });
+  }
+
+ private:
+  const std::shared_ptr<UpstreamPool::Impl> pool_;
+  const std::shared_ptr<Exchange> ex_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace
+
+void UpstreamPool::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+  if (ec) return FailAfterSend(ex, ec);
+  auto& parser = *ex->stream_parser;
+  if (IsInterim(parser.get().result_int())) return ReadStreamHeader(ex);
+  if (parser.is_done()) return Finish(ex, HeaderOf(parser.get()), parser.keep_alive());
+  if (ex->conn->buffer.size() > 0) return TakeBuffered(ex);
+  HandOver(ex);
+}
+
+void UpstreamPool::Impl::HandOver(const std::shared_ptr<Exchange>& ex) {
+  auto& parser = *ex->stream_parser;
+  UpstreamResult r = HeaderOf(parser.get());
+  if (auto length = parser.content_length()) r.response.stream_length = *length;
+  {
+    std::lock_guard g(mu);  // OnStrand reads it from other threads
+    ex->strand = ex->conn->lowest().get_executor();
+  }
+  ex->conn->lowest().expires_never();  // until the listener asks for a piece
+  r.response.stream = std::make_shared<StreamedBody>(shared_from_this(), ex);
+  ex->finished = true;  // the header is handed over; the body follows (in_flight until its end)
+  UpstreamCallback done = std::move(ex->done);
+  done(std::move(r));
+}
+
+Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(const UpstreamOptions& options) {
+  Result<Origin> origin = ParseOrigin(options.url);
+  if (!origin) return std::unexpected(origin.error());
+  std::unique_ptr<ssl::context> tls;
+  if (origin->target.tls) {
+    auto ctx = idem::net::NewTlsClientContext({.verify = options.verify_tls,
+                                               .ca_file = options.ca_file,
+                                               .ca_option = "upstream_ca_file"});
+    if (!ctx) return std::unexpected(ctx.error());
+    tls = std::make_unique<ssl::context>(ctx->release());
+  }
+  auto impl = std::make_shared<Impl>(std::move(*origin), options, std::move(tls));
+  for (int i = 0; i < std::max(1, options.threads); ++i) {
+    impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+  }
+  return std::unique_ptr<UpstreamPool>(new UpstreamPool(std::move(impl)));
+}
+
+UpstreamPool::UpstreamPool(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UpstreamPool::~UpstreamPool() { Stop(); }
+
+void UpstreamPool::Stop() { impl_->Stop(); }
+
+const std::string& UpstreamPool::host_header() const { return impl_->origin.target.host_header; }
+
+void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
+  auto ex = std::make_shared<Exchange>();
+  ex->done = std::move(done);
+  ex->on_written = std::move(request.on_written);
+  ex->stream = request.stream;
+  auto& req = ex->req;
+  req.version(11);
+  req.method_string(request.method);
+  ex->head = request.method == "HEAD";
+  req.target(impl_->origin.base_path + request.target);
+  for (http::Header& h : request.headers) req.insert(h.name, h.value);
+  req.set(bhttp::field::host, impl_->origin.target.host_header);
+  if (req.find(bhttp::field::user_agent) == req.end()) {
+    req.set(bhttp::field::user_agent, "idemgate/" IDEM_VERSION);
+  }
+  req.keep_alive(true);
+  const bool has_body = !request.body.empty() || request.method == "POST" ||
+                        request.method == "PUT" || request.method == "PATCH";
+  req.body() = std::move(request.body);
+  if (has_body) {
+    req.content_length(req.body().size());
+  }
+  impl_->Start(ex);
+}
+
+}  // namespace idem::proxy

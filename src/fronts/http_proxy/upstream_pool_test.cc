@@ -1,0 +1,456 @@
+#include "fronts/http_proxy/upstream_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <future>
+#include <list>
+#include <mutex>
+#include <thread>
+
+namespace idem::proxy {
+namespace {
+
+namespace net = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+
+// A blocking HTTP/1.1 server on loopback whose behaviour is chosen by the
+// request path: /ok answers (keep-alive), /close reads the request and
+// closes, /hang reads it and never answers, /big answers 4 KiB,
+// /early-hints sends 103 and 102 interim answers before answering,
+// /stream sends a chunked body's first chunk, then the rest once the test
+// calls ReleaseStream(), /framing-first sends the header and a chunk's size
+// line, the chunk once released, /until-close sends a header, then (once released) a
+// body that ends when the server closes, /large answers 5 MiB with a
+// Content-Length.
+class TestServer {
+ public:
+  TestServer() : acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~TestServer() {
+    stopping_ = true;
+    if (!stream_released_) ReleaseStream();  // a test that failed half-way
+    boost::system::error_code ec;
+    {
+      // A blocked accept() is not woken by close(): connect once instead.
+      tcp::socket wake(ioc_);
+      wake.connect(acceptor_.local_endpoint(), ec);
+    }
+    accept_thread_.join();
+    acceptor_.close(ec);
+    {
+      // shutdown, not close: it wakes a thread blocked reading the socket.
+      std::lock_guard g(mu_);
+      for (auto& s : sockets_) s.shutdown(tcp::socket::shutdown_both, ec);
+    }
+    for (auto& t : threads_) t.join();
+  }
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  int connections() const { return connections_.load(); }
+  int requests() const { return requests_.load(); }
+  void ReleaseStream() {
+    stream_released_ = true;
+    release_.set_value();
+  }
+  std::string last_host() {
+    std::lock_guard g(mu_);
+    return last_host_;
+  }
+
+ private:
+  void AcceptLoop() {
+    while (!stopping_) {
+      boost::system::error_code ec;
+      tcp::socket s(ioc_);
+      acceptor_.accept(s, ec);
+      if (ec) return;
+      ++connections_;
+      std::lock_guard g(mu_);
+      sockets_.push_back(std::move(s));
+      threads_.emplace_back([this, sock = &sockets_.back()] { Serve(*sock); });
+    }
+  }
+  void Serve(tcp::socket& s) {
+    boost::beast::flat_buffer buffer;
+    while (true) {
+      bhttp::request<bhttp::string_body> req;
+      boost::system::error_code ec;
+      bhttp::read(s, buffer, req, ec);
+      if (ec) return;
+      ++requests_;
+      {
+        std::lock_guard g(mu_);
+        last_host_ = std::string(req[bhttp::field::host]);
+      }
+      std::string target(req.target());
+      if (target == "/close") {
+        s.shutdown(tcp::socket::shutdown_both, ec);
+        return;
+      }
+      if (target == "/early-hints") {  // two interim answers before the final one
+        net::write(s,
+                   net::buffer(std::string_view("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+                                                "HTTP/1.1 102 Processing\r\n\r\n")),
+                   ec);
+      }
+      if (target == "/stream") {
+        net::write(
+            s,
+            net::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n"
+                                         "d\r\ndata: first\n\n\r\n")),
+            ec);
+        released_.wait();
+        net::write(s, net::buffer(std::string_view("e\r\ndata: second\n\n\r\n0\r\n\r\n")), ec);
+        if (ec) return;
+        continue;
+      }
+      if (target ==
+          "/framing-first") {  // the header and a chunk's size line, then (released) the rest
+        net::write(s,
+                   net::buffer(std::string_view(
+                       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nd\r\n")),
+                   ec);
+        released_.wait();
+        net::write(s, net::buffer(std::string_view("data: first\n\n\r\n0\r\n\r\n")), ec);
+        if (ec) return;
+        continue;
+      }
+      if (target == "/until-close") {  // a body that ends with the connection
+        net::write(s, net::buffer(std::string_view("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")),
+                   ec);
+        released_.wait();
+        net::write(s, net::buffer(std::string_view("all of it")), ec);
+        s.shutdown(tcp::socket::shutdown_both, ec);
+        return;
+      }
+      if (target == "/hang") {
+        char c;
+        s.read_some(net::buffer(&c, 1), ec);  // until the client or the test closes it
+        return;
+      }
+      bhttp::response<bhttp::string_body> res{bhttp::status::created, 11};
+      res.set("X-Echo-Body", req.body());
+      res.body() = target == "/big"     ? std::string(4096, 'x')
+                   : target == "/large" ? std::string(5 << 20, 'y')
+                                        : "hello";
+      res.keep_alive(true);
+      res.prepare_payload();
+      bhttp::write(s, res, ec);
+      if (ec) return;
+    }
+  }
+
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::thread accept_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> connections_{0};
+  std::atomic<int> requests_{0};
+  std::mutex mu_;
+  std::list<tcp::socket> sockets_;
+  std::vector<std::thread> threads_;
+  std::string last_host_;
+  bool stream_released_ = false;
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+};
+
+UpstreamResult Exchange(UpstreamPool& pool, std::string target, std::string body = "{}",
+                        std::function<void()> on_written = {}, bool stream = false) {
+  std::promise<UpstreamResult> promise;
+  auto future = promise.get_future();
+  UpstreamRequest req;
+  req.stream = stream;
+  req.method = "POST";
+  req.target = std::move(target);
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = std::move(body);
+  req.on_written = std::move(on_written);
+  pool.Send(std::move(req), [&promise](UpstreamResult r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+std::unique_ptr<UpstreamPool> MakePool(UpstreamOptions options) {
+  auto pool = UpstreamPool::Create(options);
+  EXPECT_TRUE(pool) << pool.error().message;
+  return pool ? std::move(*pool) : nullptr;
+}
+
+TEST(UpstreamPoolTest, AnswersAndReusesTheConnection) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  for (int i = 0; i < 3; ++i) {
+    UpstreamResult r = Exchange(*pool, "/ok", "body" + std::to_string(i));
+    ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+    EXPECT_EQ(r.response.status, 201);
+    EXPECT_EQ(r.response.body, "hello");
+    bool echoed = false;
+    for (const auto& h : r.response.headers) {
+      if (h.name == "X-Echo-Body") echoed = h.value == "body" + std::to_string(i);
+    }
+    EXPECT_TRUE(echoed);
+  }
+  EXPECT_EQ(server.connections(), 1) << "keep-alive: one connection for three requests";
+  EXPECT_EQ(server.last_host(), pool->host_header());
+}
+
+TEST(UpstreamPoolTest, IdleConnectionsOlderThanTheLimitAreNotReused) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .max_idle = std::chrono::milliseconds(0)});
+  ASSERT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+  ASSERT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+  EXPECT_EQ(server.connections(), 2);
+}
+
+// A loopback port nothing listens on.
+std::string RefusingUrl() {
+  net::io_context ioc;
+  tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  return "http://127.0.0.1:" + std::to_string(a.local_endpoint().port());
+}  // closed: nothing listens there now
+
+TEST(UpstreamPoolTest, ConnectionRefusedIsNotSent) {
+  auto pool = MakePool({.url = RefusingUrl()});
+  UpstreamResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent);
+  EXPECT_NE(r.detail.find("cannot connect"), std::string::npos) << r.detail;
+}
+
+// The reverse proxy's after_send fault point hangs on this hook.
+TEST(UpstreamPoolTest, OnWrittenRunsOnceTheRequestIsOutNotWhenItsAnswerComes) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .response_timeout = std::chrono::milliseconds(200)});
+  std::atomic<int> written{0};
+  auto count = [&] { ++written; };
+  UpstreamResult hung = Exchange(*pool, "/hang", "{}", count);  // written, never answered
+  EXPECT_EQ(hung.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_EQ(written.load(), 1) << "called once the request was written, without an answer";
+  ASSERT_EQ(Exchange(*pool, "/ok", "{}", count).kind, UpstreamResult::Kind::kResponse);
+  EXPECT_EQ(written.load(), 2) << "called once per written request";
+
+  auto refused = MakePool({.url = RefusingUrl()});
+  ASSERT_EQ(Exchange(*refused, "/ok", "{}", count).kind, UpstreamResult::Kind::kNotSent);
+  EXPECT_EQ(written.load(), 2) << "not called for a request that was never written";
+}
+
+TEST(UpstreamPoolTest, UnresolvableHostIsNotSent) {
+  auto pool = MakePool({.url = "http://no-such-host.invalid:80"});
+  UpstreamResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent) << r.detail;
+}
+
+TEST(UpstreamPoolTest, ClosedAfterTheRequestIsMaybeSent) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Exchange(*pool, "/close");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(UpstreamPoolTest, NoAnswerInTimeIsMaybeSentAndTimedOut) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .response_timeout = std::chrono::milliseconds(200)});
+  UpstreamResult r = Exchange(*pool, "/hang");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_TRUE(r.timed_out);
+}
+
+TEST(UpstreamPoolTest, BodyOverTheLimitIsMaybeSentTooLargeWithItsStatus) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .max_response_bytes = 1024});
+  UpstreamResult r = Exchange(*pool, "/big");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  EXPECT_TRUE(r.too_large);
+  EXPECT_EQ(r.response.status, 201);
+  // The pool still works.
+  EXPECT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+}
+
+// 1xx answers are interim (RFC 9110 §15.2): the final answer is the one
+// relayed and stored, never a 103 Early Hints.
+TEST(UpstreamPoolTest, InterimAnswersAreSkippedForTheFinalOne) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Exchange(*pool, "/early-hints");
+  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  EXPECT_EQ(r.response.status, 201);
+  EXPECT_EQ(r.response.body, "hello");
+  EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201) << "the connection stays usable";
+  EXPECT_EQ(server.connections(), 1);
+}
+
+UpstreamResult Streamed(UpstreamPool& pool, std::string target) {
+  return Exchange(pool, std::move(target), "{}", {}, true);
+}
+
+http::BodySource::Piece NextPiece(http::BodySource& body) {
+  std::promise<http::BodySource::Piece> promise;
+  auto future = promise.get_future();
+  body.Next([&promise](http::BodySource::Piece p) { promise.set_value(std::move(p)); });
+  return future.get();
+}
+
+// The rest of a streamed body; "<failed>" appended if it broke off.
+std::string ReadToEnd(http::BodySource& body, size_t* pieces = nullptr) {
+  std::string got;
+  for (;;) {
+    http::BodySource::Piece p = NextPiece(body);
+    if (pieces != nullptr) ++*pieces;
+    if (p.failed) return got + "<failed>";
+    got += p.data;
+    if (p.last) return got;
+  }
+}
+
+// A pass-through answer is handed over at its header, and each piece of its
+// body as it arrives: the first event comes while the upstream is still
+// holding back the second.
+TEST(UpstreamPoolTest, StreamedAnswerComesAsTheUpstreamSendsIt) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Streamed(*pool, "/stream");
+  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  EXPECT_EQ(r.response.status, 200);
+  ASSERT_TRUE(r.response.stream);
+  EXPECT_FALSE(r.response.stream_length) << "chunked: no length known";
+  std::string got;
+  while (got.size() < 13) {
+    http::BodySource::Piece p = NextPiece(*r.response.stream);
+    ASSERT_FALSE(p.failed);
+    ASSERT_FALSE(p.last) << "the upstream has not finished";
+    got += p.data;
+  }
+  EXPECT_EQ(got, "data: first\n\n") << "the first event, before the upstream sent the rest";
+  server.ReleaseStream();
+  EXPECT_EQ(ReadToEnd(*r.response.stream), "data: second\n\n");
+  r.response.stream.reset();
+  EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201);
+  EXPECT_EQ(server.connections(), 1) << "a body read to its end gives its connection back";
+}
+
+TEST(UpstreamPoolTest, StreamedAnswerHasNoSizeLimit) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url(), .max_response_bytes = 1024});
+  UpstreamResult r = Streamed(*pool, "/large");
+  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  ASSERT_TRUE(r.response.stream);
+  EXPECT_EQ(r.response.stream_length, 5u << 20);
+  size_t pieces = 0;
+  std::string body = ReadToEnd(*r.response.stream, &pieces);
+  EXPECT_EQ(body, std::string(5 << 20, 'y'));
+  EXPECT_GT(pieces, 5u << 4) << "read in pieces of at most 64 KiB, not whole";
+  EXPECT_EQ(Exchange(*pool, "/ok").response.body, "hello");
+  EXPECT_EQ(server.connections(), 1) << "the connection was given back at the body's end";
+}
+
+// The test server sends /ok's header and body in one write, so they arrive
+// in one read: such an answer is handed over whole, to go out in one write.
+TEST(UpstreamPoolTest, StreamedAnswerThatCameWithItsHeaderIsWhole) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  for (int i = 0; i < 3; ++i) {
+    UpstreamResult r = Streamed(*pool, "/ok");
+    ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+    EXPECT_FALSE(r.response.stream);
+    EXPECT_EQ(r.response.body, "hello");
+  }
+  EXPECT_EQ(server.connections(), 1);
+}
+
+TEST(UpstreamPoolTest, StreamedAnswerMayEndWithItsConnection) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  UpstreamResult r = Streamed(*pool, "/until-close");
+  ASSERT_TRUE(r.response.stream) << r.detail;
+  EXPECT_FALSE(r.response.stream_length);
+  server.ReleaseStream();
+  EXPECT_EQ(ReadToEnd(*r.response.stream), "all of it");
+  EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201);
+  EXPECT_EQ(server.connections(), 2) << "a connection that ended a body is not reused";
+}
+
+// Bytes after the header that carry no body yet must not hold the header
+// back: the client of an event stream sees it open at once.
+TEST(UpstreamPoolTest, HeaderIsHandedOverWithoutWaitingForTheFirstBodyByte) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  std::promise<UpstreamResult> promise;
+  auto future = promise.get_future();
+  pool->Send({.method = "GET", .target = "/framing-first", .stream = true},
+             [&promise](UpstreamResult r) { promise.set_value(std::move(r)); });
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the header waited for the body";
+  UpstreamResult r = future.get();
+  ASSERT_TRUE(r.response.stream) << r.detail;
+  server.ReleaseStream();
+  EXPECT_EQ(ReadToEnd(*r.response.stream), "data: first\n\n");
+}
+
+// A /stream answer whose first event has come, the rest held back.
+class HalfStreamedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    r_ = Streamed(*pool_, "/stream");
+    ASSERT_TRUE(r_.response.stream) << r_.detail;
+    ASSERT_EQ(NextPiece(*r_.response.stream).data, "data: first\n\n");
+  }
+  TestServer server_;
+  std::unique_ptr<UpstreamPool> pool_ = MakePool({.url = server_.url()});
+  UpstreamResult r_;
+};
+
+TEST_F(HalfStreamedTest, CancelClosesItsConnection) {
+  r_.response.stream->Cancel();
+  server_.ReleaseStream();
+  EXPECT_EQ(Exchange(*pool_, "/ok").response.status, 201);
+  EXPECT_EQ(server_.connections(), 2) << "the cancelled stream's connection is not reused";
+}
+
+TEST_F(HalfStreamedTest, StreamOutlivingThePoolFails) {
+  pool_->Stop();
+  EXPECT_EQ(ReadToEnd(*r_.response.stream), "<failed>");
+}
+
+TEST(UpstreamPoolTest, BaseUrlPathIsPrefixed) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url() + "/ok/"});
+  // "/ok/" + "" is not "/ok": the server answers 201 to anything but the
+  // special paths, so check the pool joined them without a double slash.
+  UpstreamResult r = Exchange(*pool, "");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kResponse);
+}
+
+TEST(UpstreamPoolTest, RefusesBadUrls) {
+  for (std::string url : {"ftp://x", "http://", "not a url", "http://u:p@host/", "http://h/?q=1"}) {
+    auto pool = UpstreamPool::Create({.url = url});
+    ASSERT_FALSE(pool) << url;
+    EXPECT_EQ(pool.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(pool.error().message.find("upstream URL"), std::string::npos);
+  }
+  auto pool = UpstreamPool::Create({.url = "https://127.0.0.1:1", .ca_file = "/no/such/ca.pem"});
+  ASSERT_FALSE(pool);
+  EXPECT_NE(pool.error().message.find("cannot load upstream_ca_file '/no/such/ca.pem'"),
+            std::string::npos)
+      << pool.error().message;
+}
+
+TEST(UpstreamPoolTest, SendAfterStopIsNotSent) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  pool->Stop();
+  UpstreamResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent);
+  EXPECT_EQ(server.requests(), 0);
+}
+
+}  // namespace
+}  // namespace idem::proxy

@@ -1,0 +1,909 @@
+#include "fronts/ledger_api/ledger_api.h"
+
+#include <boost/json.hpp>
+#include <charconv>
+
+#include "core/fault_point.h"
+#include "idem/canonical_json.h"
+#include "idem/key.h"
+#include "json/json_errors.h"
+#include "json/json_text.h"
+#include "net/http_rules.h"
+
+namespace idem::http {
+namespace {
+
+namespace json = boost::json;
+
+template <typename T>
+using Answer = std::expected<T, Response>;
+
+Response BadRequest(std::string detail) {
+  return Problem(400, "bad-request", "Bad request", "idemgate: " + detail);
+}
+
+Response Json(int status, const json::object& o, std::string_view raw_outcome = {}) {
+  Response r;
+  r.status = status;
+  r.headers.push_back({"Content-Type", "application/json"});
+  r.body = json::serialize(o);
+  if (!raw_outcome.empty()) {
+    // Splice the stored outcome in byte for byte: a round trip through
+    // Boost.JSON would round numbers beyond a double.
+    r.body.pop_back();
+    r.body += o.empty() ? "\"outcome\":" : ",\"outcome\":";
+    r.body.append(raw_outcome);
+    r.body += '}';
+  }
+  return r;
+}
+
+std::string Quoted(std::string_view s) { return json::serialize(json::string(s)); }
+
+// The answer while the worker pool is stopping: nothing was done.
+Response Stopping() {
+  return Problem(503, "stopping", "Stopping", "idemgate is stopping; retry shortly");
+}
+
+// Maps a store or ledger error to its answer (STYLE.md: one table per front).
+Response FromError(const Error& e, std::string_view key) {
+  std::string extra = key.empty() ? std::string() : "\"key\":" + Quoted(key);
+  switch (e.code) {
+    case ErrorCode::kUnavailable: {
+      Response r = Problem(503, "store-unavailable", "Store unavailable",
+                           "idemgate: the store cannot be reached; nothing was executed or "
+                           "changed. Retry later. (" +
+                               e.message + ")",
+                           extra);
+      r.headers.push_back({"Retry-After", "1"});
+      return r;
+    }
+    case ErrorCode::kAborted:
+      return Problem(409, "lost-lease", "Lost the lease",
+                     "idemgate: this owner lost the lease: the fence moved on (the lease expired "
+                     "and another attempt took the call over, or it was resolved). Do not report "
+                     "this outcome as stored. (" +
+                         e.message + ")",
+                     extra);
+    case ErrorCode::kFailedPrecondition:
+      return Problem(409, "not-in-progress", "Not in progress",
+                     "idemgate: the record is not in progress any more (" + e.message + ")", extra);
+    case ErrorCode::kNotFound:
+      return Problem(404, "no-record", "No such record",
+                     "idemgate: no record for this key in your tenant: never begun, released, "
+                     "evicted, or past retention (" +
+                         e.message + ")",
+                     extra);
+    case ErrorCode::kInvalidArgument:
+      return BadRequest(e.message);
+    case ErrorCode::kResourceExhausted:
+      return Problem(413, "too-large", "Too large", "idemgate: " + e.message, extra);
+    case ErrorCode::kDeadlineExceeded:
+      return Problem(504, "deadline-exceeded", "Deadline exceeded",
+                     "idemgate: gave up waiting; the outcome is unknown (" + e.message + ")",
+                     extra);
+    case ErrorCode::kDataLoss:
+    case ErrorCode::kInternal:
+      break;
+  }
+  return Problem(500, "internal", "Internal error", "idemgate: " + e.ToString(), extra);
+}
+
+// A step (complete, release, mark_unknown, heartbeat) that names an unknown
+// record: whoever holds its fence, settling it is an admin's act, through
+// resolve (docs/DESIGN.md §8). A tenant token could otherwise read the fence
+// from GET /v1/records/{key} and release the record, and the next retry
+// would run the action again.
+std::optional<Response> RefusedOnUnknown(const Record& r) {
+  if (r.state != RecordState::kUnknown) return std::nullopt;
+  return Problem(409, "outcome-unknown", "Outcome unknown",
+                 "idemgate: the record's outcome is unknown (the action may have happened), so "
+                 "only an admin settles it: POST /v1/records/{key}/resolve with an admin "
+                 "token, or `idemgate resolve " +
+                     r.id.key + "`",
+                 "\"key\":" + json::serialize(json::string(r.id.key)));
+}
+
+// ── Request bodies ──────────────────────────────────────────────────────────
+
+// A JSON object body: parsed for reading, with its members' byte spans for
+// the values kept byte for byte (args, outcome).
+struct Body {
+  std::string text;
+  json::object object;
+  std::vector<json_text::Member> members;
+
+  const json::value* Find(std::string_view name) const { return object.if_contains(name); }
+  // The raw text of member `name` (nullopt if absent).
+  std::optional<std::string_view> Raw(std::string_view name) const {
+    for (const auto& m : members) {
+      if (m.name == name) return m.value.In(text);
+    }
+    return std::nullopt;
+  }
+};
+
+bool IsJsonMediaType(std::string_view content_type) {
+  std::string_view type = content_type.substr(0, content_type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
+  if (type.size() != 16) return false;
+  for (size_t i = 0; i < type.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(type[i])) != "application/json"[i]) return false;
+  }
+  return true;
+}
+
+Answer<Body> ParseBody(Request& request, const Config& config) {
+  auto ct = request.FindHeader("Content-Type");
+  if (!ct || !IsJsonMediaType(*ct)) {
+    return std::unexpected(Problem(415, "unsupported-media-type", "Unsupported media type",
+                                   "idemgate: send the body as JSON with Content-Type: "
+                                   "application/json"));
+  }
+  Body body;
+  body.text = std::move(request.body);
+  json::parse_options opts;
+  opts.max_depth = config.limits.max_depth + 2;
+  boost::system::error_code ec;
+  json::value v = json::parse(body.text, ec, {}, opts);
+  if (ec) {
+    std::string why = "the body is " + json_text::DescribeJsonError(body.text, ec, opts.max_depth);
+    if (ec == json::error::too_deep) {
+      why += " (\"args\" may nest limits.max_depth levels; the request adds 2)";
+    }
+    return std::unexpected(BadRequest(why));
+  }
+  if (!v.is_object()) return std::unexpected(BadRequest("the body must be a JSON object"));
+  auto members = json_text::ObjectMembers(body.text);
+  if (!members) return std::unexpected(BadRequest("the body: " + members.error().message));
+  for (size_t i = 0; i < members->size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if ((*members)[i].name == (*members)[j].name) {
+        return std::unexpected(BadRequest("member \"" + (*members)[i].name +
+                                          "\" appears twice in the body; send it once"));
+      }
+    }
+  }
+  body.object = std::move(v.get_object());
+  body.members = std::move(*members);
+  return body;
+}
+
+Answer<std::optional<std::string>> OptionalString(const Body& b, std::string_view name) {
+  const json::value* v = b.Find(name);
+  if (v == nullptr || v->is_null()) return std::optional<std::string>();
+  if (!v->is_string()) {
+    return std::unexpected(BadRequest("\"" + std::string(name) + "\" must be a string"));
+  }
+  return std::optional<std::string>(std::string(v->get_string()));
+}
+
+Answer<std::string> RequiredString(const Body& b, std::string_view name, std::string_view what) {
+  auto s = OptionalString(b, name);
+  if (!s) return std::unexpected(s.error());
+  if (!*s || (*s)->empty()) {
+    return std::unexpected(
+        BadRequest("missing \"" + std::string(name) + "\": " + std::string(what)));
+  }
+  return std::move(**s);
+}
+
+Answer<uint64_t> RequiredFence(const Body& b) {
+  const json::value* v = b.Find("fence");
+  if (v == nullptr) {
+    return std::unexpected(BadRequest("missing \"fence\": send the fence begin returned"));
+  }
+  if (v->is_uint64()) return v->get_uint64();
+  if (v->is_int64() && v->get_int64() >= 0) return static_cast<uint64_t>(v->get_int64());
+  return std::unexpected(
+      BadRequest("\"fence\" must be a non-negative integer (the fence begin returned)"));
+}
+
+// The key of a step request: checked like a caller-sent key.
+Answer<std::string> RequiredKey(const Body& b) {
+  auto key = RequiredString(b, "key", "send the key begin returned");
+  if (!key) return key;
+  if (auto ok = ValidateKey(*key); !ok) {
+    return std::unexpected(BadRequest("\"key\": " + ok.error().message));
+  }
+  return key;
+}
+
+// An outcome: {"status": "success" | "error", "result": <any JSON>}.
+struct ParsedOutcome {
+  OutcomeClass cls = OutcomeClass::kSuccess;
+  std::string text;  // the outcome object as sent
+};
+
+Answer<ParsedOutcome> RequiredOutcome(const Body& b) {
+  const json::value* v = b.Find("outcome");
+  constexpr std::string_view kShape =
+      "send {\"status\": \"success\" | \"error\", \"result\": <any JSON>}";
+  if (v == nullptr)
+    return std::unexpected(BadRequest("missing \"outcome\": " + std::string(kShape)));
+  if (!v->is_object()) {
+    return std::unexpected(BadRequest("\"outcome\" must be an object: " + std::string(kShape)));
+  }
+  const json::value* status = v->get_object().if_contains("status");
+  if (status == nullptr || !status->is_string() ||
+      (status->get_string() != "success" && status->get_string() != "error")) {
+    return std::unexpected(
+        BadRequest("\"outcome.status\" must be \"success\" or \"error\": " + std::string(kShape)));
+  }
+  for (const auto& [name, value] : v->get_object()) {
+    if (name != "status" && name != "result") {
+      return std::unexpected(BadRequest("\"outcome\" has an unknown member \"" + std::string(name) +
+                                        "\": " + std::string(kShape)));
+    }
+  }
+  ParsedOutcome o;
+  o.cls = status->get_string() == "success" ? OutcomeClass::kSuccess : OutcomeClass::kToolError;
+  o.text = std::string(*b.Raw("outcome"));
+  return o;
+}
+
+// Refuses members the endpoint does not know: a typo must not pass silently.
+Answer<void> OnlyMembers(const Body& b, std::initializer_list<std::string_view> known) {
+  for (const auto& m : b.members) {
+    if (std::find(known.begin(), known.end(), m.name) == known.end()) {
+      std::string list;
+      for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      return std::unexpected(
+          BadRequest("unknown member \"" + m.name + "\"; this endpoint takes " + list));
+    }
+  }
+  return {};
+}
+
+// ── Records ─────────────────────────────────────────────────────────────────
+
+// Whether `r` was begun in turn mode without a turn id (args mode, kept for
+// policy.window): a derived args-mode key for a tool whose mode is turn.
+bool TurnFallbackOf(const Record& r, const Config& config) {
+  return r.turn.empty() && r.id.key.starts_with("v1a.") &&
+         config.ModeFor(r.tool, /*mutating=*/true) == KeyMode::kTurn;
+}
+
+// The Call a step (complete, release, ...) acts on, rebuilt from the record
+// so that policy, retention and the audit log match what begin used.
+Call CallOf(const Record& r, const Config& config) {
+  Call c;
+  c.id = r.id;
+  c.fingerprint = r.fingerprint;
+  c.tool = r.tool;
+  c.turn = r.turn;
+  c.policy = config.PolicyFor(r.tool);
+  c.turn_fallback = TurnFallbackOf(r, config);
+  c.detail = "ledger api";
+  return c;
+}
+
+// The decision a step continues: the execution that `fence` owns.
+Decision ExecutionOf(const Record& r, uint64_t fence) {
+  Decision d;
+  d.kind = Decision::Kind::kExecute;
+  d.fence = fence;
+  d.started_at = r.created_at;
+  return d;
+}
+
+// A tool error under `errors = release` is not stored: the record goes.
+bool ReleasesOn(const Call& call, OutcomeClass cls) {
+  return cls == OutcomeClass::kToolError && call.policy.errors == ErrorPolicy::kRelease;
+}
+
+// The answer to a release (or a complete that released).
+Response ReleaseAnswer(const RecordId& id, const Result<void>& released) {
+  if (!released) return FromError(released.error(), id.key);
+  json::object o;
+  o["key"] = id.key;
+  o["released"] = true;
+  return Json(200, o);
+}
+
+// The answer to a complete that stored the outcome (or could not).
+Response CompleteAnswer(const RecordId& id, const Result<Record>& stored) {
+  if (!stored) return FromError(stored.error(), id.key);
+  json::object o;
+  o["key"] = id.key;
+  o["stored"] = true;
+  o["state"] = RecordStateName(stored->state);
+  if (stored->outcome && stored->outcome->cls == OutcomeClass::kTooLarge) {
+    o["too_large"] = true;
+  }
+  o["expires_at"] = FormatIsoTime(stored->expires_at);
+  return Json(200, o);
+}
+
+bool HasReplayableOutcome(const Record& r) {
+  return r.outcome && r.outcome->cls != OutcomeClass::kTooLarge && !r.outcome->body.empty();
+}
+
+json::object RecordJson(const Record& r) {
+  json::object o;
+  o["key"] = r.id.key;
+  o["tenant"] = r.id.tenant;
+  o["state"] = RecordStateName(r.state);
+  o["tool"] = r.tool;
+  o["turn"] = r.turn;
+  o["fingerprint"] = r.fingerprint;
+  o["fence"] = r.fence;
+  o["created_at"] = FormatIsoTime(r.created_at);
+  if (r.state == RecordState::kInProgress) {
+    o["lease_expires_at"] = FormatIsoTime(r.lease_expires_at);
+  } else {
+    o["completed_at"] = FormatIsoTime(r.completed_at);
+  }
+  o["expires_at"] = FormatIsoTime(r.expires_at);
+  if (r.outcome) o["outcome_class"] = OutcomeClassName(r.outcome->cls);
+  return o;
+}
+
+// Percent-decodes one path segment. kInvalidArgument for a bad escape.
+Result<std::string> PercentDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    unsigned v = 0;
+    if (i + 3 > s.size()) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad percent escape: '%' needs two hex digits");
+    }
+    auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+    if (ec != std::errc() || p != s.data() + i + 3) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad percent escape: '%' needs two hex digits");
+    }
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
+
+// The query string as name → decoded value ('+' is a space).
+Result<std::map<std::string, std::string>> ParseQuery(std::string_view q) {
+  std::map<std::string, std::string> out;
+  while (!q.empty()) {
+    size_t amp = q.find('&');
+    std::string_view pair = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+    if (pair.empty()) continue;
+    size_t eq = pair.find('=');
+    std::string name(pair.substr(0, eq));
+    std::string value(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+    std::replace(value.begin(), value.end(), '+', ' ');
+    auto decoded = PercentDecode(value);
+    if (!decoded) return std::unexpected(decoded.error());
+    out[name] = std::move(*decoded);
+  }
+  return out;
+}
+
+Response Forbidden(std::string_view what) {
+  return Problem(
+      403, "forbidden", "Forbidden",
+      "idemgate: " + std::string(what) + " needs an admin token (a [[tenant]] with admin = true)");
+}
+
+// The answer to begin for what the ledger decided.
+Response BeginAnswer(const Call& call, const Decision& d) {
+  json::object o;
+  const std::string key_member = "\"key\":" + Quoted(call.id.key);
+  switch (d.kind) {
+    case Decision::Kind::kExecute:
+      o["decision"] = "execute";
+      o["key"] = call.id.key;
+      o["fence"] = d.fence;
+      o["lease_ms"] = call.policy.lease.count();
+      o["lease_expires_at"] = FormatIsoTime(d.record.lease_expires_at);
+      if (d.took_over) o["took_over"] = true;
+      if (call.turn_fallback) o["turn_fallback"] = true;
+      return Json(200, o);
+    case Decision::Kind::kPassThrough:
+      o["decision"] = "execute";
+      o["key"] = call.id.key;
+      o["fence"] = 0;
+      o["unguarded"] = true;
+      return Json(200, o);
+    case Decision::Kind::kReplay: {
+      const Record& r = d.record;
+      if (!HasReplayableOutcome(r)) {
+        return Problem(409, "outcome-too-large", "Outcome too large to replay",
+                       "idemgate: this call already ran (first at " + FormatIsoTime(r.created_at) +
+                           ") but its outcome was larger than max_result_bytes, so only a "
+                           "marker was stored. Do not run it again; look the result up in "
+                           "the tool itself",
+                       key_member);
+      }
+      o["decision"] = "replay";
+      o["replayed"] = true;
+      o["key"] = call.id.key;
+      o["first_at"] = FormatIsoTime(r.created_at);
+      o["completed_at"] = FormatIsoTime(r.completed_at);
+      o["attached"] = d.attached;
+      o["drift"] = d.drift;
+      if (d.reconciled) o["reconciled"] = true;
+      return Json(200, o, r.outcome->body);
+    }
+    case Decision::Kind::kInProgress: {
+      int64_t secs = std::max<int64_t>(1, (d.retry_after.count() + 999) / 1000);
+      Response p = Problem(409, "in-progress", "In progress",
+                           "idemgate: an identical call is still running (since " +
+                               FormatIsoTime(d.record.created_at) + "). Retry after " +
+                               std::to_string(secs) + " s to get its outcome; do not run it again",
+                           key_member + ",\"retry_after\":" + std::to_string(secs));
+      p.headers.push_back({"Retry-After", std::to_string(secs)});
+      return p;
+    }
+    case Decision::Kind::kUnknown:
+      return Problem(409, "outcome-unknown", "Outcome unknown",
+                     "idemgate: an identical call began at " + FormatIsoTime(d.record.created_at) +
+                         " and its owner died before reporting an outcome: the action may "
+                         "already have happened. Do not repeat it blindly; check, then "
+                         "resolve the record (POST /v1/records/{key}/resolve or `idemgate "
+                         "resolve`)",
+                     key_member);
+    case Decision::Kind::kDrift:
+      return Problem(422, "drift", "Arguments differ",
+                     "idemgate: key " + call.id.key + " was first used at " +
+                         FormatIsoTime(d.record.created_at) +
+                         " with different arguments. Send the original arguments to get "
+                         "its outcome, or use a new key for a new action",
+                     key_member + ",\"first_at\":" + Quoted(FormatIsoTime(d.record.created_at)));
+  }
+  return Problem(500, "internal", "Internal error", "idemgate: unexpected decision");
+}
+
+}  // namespace
+
+LedgerApi::LedgerApi(Ledger& ledger, const Config& config, WorkerPool& pool)
+    : ledger_(ledger), config_(config), pool_(pool) {}
+
+bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
+                                        std::shared_ptr<const Outcome> outcome,
+                                        const Responder& respond) {
+  auto answer = [respond](Response r) {
+    FaultPoint("before_reply");
+    respond(std::move(r));
+  };
+  return ledger_.store().GetAsync(
+      id, [this, id, fence, outcome, answer, respond](Result<std::optional<Record>> got) {
+        if (!got) return answer(FromError(got.error(), id.key));
+        if (!*got) return answer(FromError(Error{ErrorCode::kNotFound, "no record"}, id.key));
+        if (auto refused = RefusedOnUnknown(**got)) return answer(std::move(*refused));
+        // Alive until CompleteAsync's callback has run.
+        auto call = std::make_shared<const Call>(CallOf(**got, config_));
+        const Decision d = ExecutionOf(**got, fence);
+        if (ReleasesOn(*call, outcome->cls)) {
+          // Rare, and Release may block: a worker's.
+          if (!pool_.Submit([this, call, d, id, answer] {
+                answer(ReleaseAnswer(id, ledger_.Release(*call, d)));
+              })) {
+            respond(Stopping());
+          }
+          return;
+        }
+        if (ledger_.CompleteAsync(*call, d, *outcome, [call, id, answer](const Result<Record>& r) {
+              answer(CompleteAnswer(id, r));
+            })) {
+          return;
+        }
+        if (!pool_.Submit([this, call, d, outcome, id, answer] {
+              answer(CompleteAnswer(id, ledger_.Complete(*call, d, *outcome)));
+            })) {
+          respond(Stopping());
+        }
+      });
+}
+
+void LedgerApi::Handle(Request request, Responder respond) {
+  const std::string path = request.path;
+  const std::string method = request.method;
+  auto not_allowed = [&](std::string_view allow) {
+    Response r = Problem(405, "method-not-allowed", "Method not allowed",
+                         "idemgate: " + path + " answers " + std::string(allow));
+    r.headers.push_back({"Allow", std::string(allow)});
+    respond(std::move(r));
+  };
+  // Runs `work` on the pool; answers 503 if the pool is stopping. The answers
+  // of begin and complete pass the before_reply fault point. Copyable: it may
+  // run after Handle returned.
+  const bool call_answer = path == "/v1/calls/begin" || path == "/v1/calls/complete";
+  auto offload = [this, respond, call_answer](std::function<Response()> work) {
+    if (!pool_.Submit([work = std::move(work), respond, call_answer] {
+          Response answer = work();
+          if (call_answer) FaultPoint("before_reply");
+          respond(std::move(answer));
+        })) {
+      respond(Stopping());
+    }
+  };
+  const Principal& who = request.principal;
+
+  // ── /v1/calls/* ──
+  if (path.starts_with("/v1/calls/")) {
+    std::string_view step = std::string_view(path).substr(10);
+    if (step != "begin" && step != "complete" && step != "release" && step != "heartbeat" &&
+        step != "mark_unknown") {
+      return respond(Problem(404, "not-found", "Not found",
+                             "idemgate: no such endpoint; the steps are /v1/calls/begin, "
+                             "complete, release, heartbeat and mark_unknown"));
+    }
+    if (method != "POST") return not_allowed("POST");
+    auto body = ParseBody(request, config_);
+    if (!body) return respond(std::move(body.error()));
+
+    if (step == "begin") {
+      if (auto ok = OnlyMembers(*body, {"turn_id", "tool", "args", "key", "mode", "fields"}); !ok) {
+        return respond(std::move(ok.error()));
+      }
+      auto tool = RequiredString(*body, "tool", "the name of the tool about to run");
+      if (!tool) return respond(std::move(tool.error()));
+      auto turn = OptionalString(*body, "turn_id");
+      if (!turn) return respond(std::move(turn.error()));
+      auto key = OptionalString(*body, "key");
+      if (!key) return respond(std::move(key.error()));
+      auto mode_name = OptionalString(*body, "mode");
+      if (!mode_name) return respond(std::move(mode_name.error()));
+      std::string_view args = "{}";
+      if (auto raw = body->Raw("args"); raw && !body->Find("args")->is_null()) {
+        if (!body->Find("args")->is_object()) {
+          return respond(BadRequest("\"args\" must be a JSON object (the tool's arguments)"));
+        }
+        args = *raw;
+      }
+      KeyMode mode = config_.ModeFor(*tool, /*mutating=*/true);
+      if (*mode_name) {
+        auto parsed = ParseKeyMode(**mode_name);
+        if (!parsed || *parsed == KeyMode::kOff) {
+          return respond(BadRequest("\"mode\" must be one of turn, args, fields, explicit; got \"" +
+                                    net::PrintableExcerpt(**mode_name, 40) + "\""));
+        }
+        mode = *parsed;
+      }
+      std::vector<std::string> fields;
+      if (const json::value* f = body->Find("fields"); f && !f->is_null()) {
+        if (!f->is_array()) {
+          return respond(BadRequest("\"fields\" must be an array of JSON Pointers (\"/email\")"));
+        }
+        for (const json::value& p : f->get_array()) {
+          if (!p.is_string()) {
+            return respond(BadRequest("\"fields\" must be an array of JSON Pointers (\"/email\")"));
+          }
+          fields.emplace_back(p.get_string());
+        }
+      } else if (const ToolRule* rule = config_.RuleFor(*tool)) {
+        fields = rule->fields;
+      }
+      if (mode == KeyMode::kOff && *key) mode = KeyMode::kExplicit;  // a sent key always wins
+      if (mode == KeyMode::kOff) {
+        // Configured off: the call is not guarded; the helper runs it as is.
+        json::object o;
+        o["decision"] = "execute";
+        o["unguarded"] = true;
+        o["fence"] = 0;
+        o["key"] = nullptr;
+        return respond(Json(200, o));
+      }
+      if (mode == KeyMode::kFields && fields.empty() && !*key) {
+        return respond(
+            BadRequest("mode fields needs \"fields\": JSON Pointers into args that "
+                       "identify the call, e.g. [\"/email\"] (or a [[tool]] rule)"));
+      }
+      if (mode == KeyMode::kExplicit && !*key) {
+        return respond(BadRequest("missing \"key\": tool \"" + net::PrintableExcerpt(*tool, 80) +
+                                  "\" is keyed explicitly (mode explicit); send a key"));
+      }
+      CanonOptions canon;
+      canon.max_bytes = config_.limits.max_body_bytes;
+      canon.max_depth = config_.limits.max_depth;
+      auto fingerprint = Fingerprint(args, canon);
+      if (!fingerprint) {
+        return respond(
+            BadRequest("\"args\" cannot be fingerprinted: " + fingerprint.error().message));
+      }
+      std::string key_fingerprint = *fingerprint;
+      if (mode == KeyMode::kFields && !*key) {
+        auto selected = FingerprintFields(args, fields, canon);
+        if (!selected) {
+          return respond(BadRequest("\"fields\": " + selected.error().message));
+        }
+        key_fingerprint = std::move(*selected);
+      }
+      auto derived = DeriveKey(KeyInput{mode, turn->value_or(""), *tool, key_fingerprint, *key});
+      if (!derived) {
+        return respond(BadRequest((*key ? "\"key\": " : "") + derived.error().message));
+      }
+      Call call;
+      call.id = RecordId{who.tenant, derived->key};
+      call.fingerprint = std::move(*fingerprint);
+      call.tool = *tool;
+      call.turn = turn->value_or("");
+      call.policy = config_.PolicyFor(*tool);
+      call.turn_fallback = derived->turn_fallback;
+      call.detail = *key                     ? "ledger api, explicit key"
+                    : derived->turn_fallback ? "ledger api, turn fallback: no turn id"
+                                             : "ledger api";
+      auto shared = std::make_shared<const Call>(std::move(call));
+      auto reply = [shared, respond](const Result<Decision>& d) {
+        Response r = d ? BeginAnswer(*shared, *d) : FromError(d.error(), shared->id.key);
+        FaultPoint("before_reply");
+        respond(std::move(r));
+      };
+      // Without a worker where the store allows (Ledger::BeginWithoutBlocking).
+      auto to_pool = [this, respond](std::function<void()> begin) {
+        if (!pool_.Submit(std::move(begin))) respond(Stopping());
+      };
+      ledger_.BeginWithoutBlocking(*shared, to_pool, reply);
+      return;
+    }
+
+    // complete / release / heartbeat / mark_unknown
+    if (step == "complete") {
+      if (auto ok = OnlyMembers(*body, {"key", "fence", "outcome"}); !ok) {
+        return respond(std::move(ok.error()));
+      }
+    } else if (auto ok = OnlyMembers(*body, {"key", "fence"}); !ok) {
+      return respond(std::move(ok.error()));
+    }
+    auto key = RequiredKey(*body);
+    if (!key) return respond(std::move(key.error()));
+    auto fence = RequiredFence(*body);
+    if (!fence) return respond(std::move(fence.error()));
+    // complete: the outcome, made once and shared by whichever path stores it.
+    std::shared_ptr<Outcome> outcome;
+    if (step == "complete") {
+      auto o = RequiredOutcome(*body);
+      if (!o) return respond(std::move(o.error()));
+      outcome = std::make_shared<Outcome>(Outcome{o->cls, std::move(o->text)});
+    }
+    const RecordId id{who.tenant, *key};
+    // A complete reads the record and stores the outcome without a worker
+    // where the store allows (Store::GetAsync, Ledger::CompleteAsync).
+    if (outcome && CompleteWithoutBlocking(id, *fence, outcome, respond)) return;
+    return offload([this, step = std::string(step), id, fence = *fence, outcome]() -> Response {
+      auto got = ledger_.store().Get(id);
+      if (!got) return FromError(got.error(), id.key);
+      if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+      if (auto refused = RefusedOnUnknown(**got)) return std::move(*refused);
+      const Call call = CallOf(**got, config_);
+      const Decision d = ExecutionOf(**got, fence);
+      json::object o;
+      o["key"] = id.key;
+      if (step == "heartbeat") {
+        auto until = ledger_.Heartbeat(call, fence);
+        if (!until) return FromError(until.error(), id.key);
+        o["lease_expires_at"] = FormatIsoTime(*until);
+        o["lease_ms"] = call.policy.lease.count();
+        return Json(200, o);
+      }
+      if (step == "release" || (step == "complete" && ReleasesOn(call, outcome->cls))) {
+        return ReleaseAnswer(id, ledger_.Release(call, d));
+      }
+      if (step == "mark_unknown") {
+        auto marked = ledger_.MarkUnknown(call, d);
+        if (!marked) return FromError(marked.error(), id.key);
+        o["state"] = "unknown";
+        o["expires_at"] = FormatIsoTime(marked->expires_at);
+        return Json(200, o);
+      }
+      // The asynchronous path declined and dropped its share: the outcome is
+      // this lambda's alone.
+      return CompleteAnswer(id, ledger_.Complete(call, d, std::move(*outcome)));
+    });
+  }
+
+  // ── /v1/records/{key}[/resolve] ──
+  if (path.starts_with("/v1/records/")) {
+    std::string_view rest = std::string_view(path).substr(12);
+    bool resolve = false;
+    if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
+      if (rest.substr(slash) != "/resolve") {
+        return respond(Problem(404, "not-found", "Not found",
+                               "idemgate: no such endpoint; percent-encode a '/' in the key "
+                               "as %2F"));
+      }
+      resolve = true;
+      rest = rest.substr(0, slash);
+    }
+    auto key = PercentDecode(rest);
+    if (!key) return respond(BadRequest(key.error().message));
+    if (auto ok = ValidateKey(*key); !ok) return respond(BadRequest("key: " + ok.error().message));
+    auto query = ParseQuery(request.query);
+    if (!query) return respond(BadRequest(query.error().message));
+    std::string tenant = who.tenant;
+    if (auto t = query->find("tenant"); t != query->end()) {
+      if (!who.admin && t->second != who.tenant)
+        return respond(Forbidden("another tenant's record"));
+      tenant = t->second;
+    }
+    RecordId id{tenant, *key};
+    if (resolve) {
+      if (method != "POST") return not_allowed("POST");
+      if (!who.admin) return respond(Forbidden("resolving a record"));
+      auto body = ParseBody(request, config_);
+      if (!body) return respond(std::move(body.error()));
+      if (auto ok = OnlyMembers(*body, {"release", "outcome", "force"}); !ok) {
+        return respond(std::move(ok.error()));
+      }
+      const json::value* release = body->Find("release");
+      bool releasing = release && release->is_bool() && release->get_bool();
+      if (release && !release->is_bool()) return respond(BadRequest("\"release\" must be true"));
+      std::optional<ParsedOutcome> outcome;
+      if (body->Find("outcome")) {
+        auto o = RequiredOutcome(*body);
+        if (!o) return respond(std::move(o.error()));
+        outcome = std::move(*o);
+      }
+      if (releasing == outcome.has_value()) {
+        return respond(
+            BadRequest("send exactly one of \"release\": true (the action did not "
+                       "happen) or \"outcome\" (it happened; its outcome)"));
+      }
+      const json::value* force_v = body->Find("force");
+      if (force_v && !force_v->is_bool()) return respond(BadRequest("\"force\" must be a boolean"));
+      bool force = force_v && force_v->get_bool();
+      return offload([this, id, outcome = std::move(outcome), force]() mutable -> Response {
+        Store& store = ledger_.store();
+        auto got = store.Get(id);
+        if (!got) return FromError(got.error(), id.key);
+        if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+        Record r = std::move(**got);
+        Policy policy = config_.PolicyFor(r.tool);
+        std::string key_member = "\"key\":" + Quoted(id.key);
+        if (r.state == RecordState::kCompleted) {
+          return Problem(409, "not-unknown", "Nothing to resolve",
+                         "idemgate: the record is completed: retries replay its outcome. To "
+                         "forget it, DELETE /v1/records/{key}",
+                         key_member);
+        }
+        if (r.state == RecordState::kInProgress) {
+          if (r.lease_expires_at > ledger_.clock().Now()) {
+            return Problem(409, "in-progress", "In progress",
+                           "idemgate: the record is in progress and its owner's lease runs until " +
+                               FormatIsoTime(r.lease_expires_at) + "; wait for it",
+                           key_member);
+          }
+          if (!force) {
+            return Problem(409, "lease-expired", "Owner presumed dead",
+                           "idemgate: the record is in progress but its owner's lease expired at " +
+                               FormatIsoTime(r.lease_expires_at) +
+                               "; if you know what happened, send again with \"force\": true",
+                           key_member);
+          }
+          // Moves the fence on so the presumed-dead owner can never write.
+          auto taken = store.TakeOver(r.id, r.fence, policy.lease);
+          if (!taken) return FromError(taken.error(), id.key);
+          r = std::move(*taken);
+        }
+        json::object o;
+        o["key"] = id.key;
+        if (!outcome) {
+          auto released = store.Release(r.id, r.fence);
+          if (!released) return FromError(released.error(), id.key);
+          o["released"] = true;
+          return Json(200, o);
+        }
+        if (outcome->text.size() > policy.max_result_bytes) {
+          return Problem(413, "too-large", "Outcome too large",
+                         "idemgate: the outcome is larger than max_result_bytes (" +
+                             std::to_string(policy.max_result_bytes) + " bytes)",
+                         key_member);
+        }
+        auto done = store.Complete(r.id, r.fence, Outcome{outcome->cls, std::move(outcome->text)},
+                                   policy.ttl);
+        if (!done) return FromError(done.error(), id.key);
+        o["state"] = "completed";
+        o["expires_at"] = FormatIsoTime(done->expires_at);
+        return Json(200, o);
+      });
+    }
+    if (method == "GET" || method == "HEAD") {
+      return offload([this, id]() -> Response {
+        auto got = ledger_.store().Get(id);
+        if (!got) return FromError(got.error(), id.key);
+        if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+        const Record& r = **got;
+        json::object o = RecordJson(r);
+        return Json(200, o, HasReplayableOutcome(r) ? std::string_view(r.outcome->body) : "");
+      });
+    }
+    if (method == "DELETE") {
+      if (!who.admin) return respond(Forbidden("evicting a record"));
+      return offload([this, id]() -> Response {
+        auto evicted = ledger_.store().Evict(id);
+        if (!evicted) return FromError(evicted.error(), id.key);
+        if (!*evicted) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+        json::object o;
+        o["key"] = id.key;
+        o["evicted"] = true;
+        return Json(200, o);
+      });
+    }
+    return not_allowed("GET, DELETE");
+  }
+
+  // ── /v1/attempts ──
+  if (path == "/v1/attempts") {
+    if (method != "GET" && method != "HEAD") return not_allowed("GET");
+    auto query = ParseQuery(request.query);
+    if (!query) return respond(BadRequest(query.error().message));
+    AttemptFilter filter;
+    filter.tenant = who.tenant;
+    filter.limit = 100;
+    for (const auto& [name, value] : *query) {
+      if (name == "tenant") {
+        if (!who.admin && value != who.tenant)
+          return respond(Forbidden("another tenant's attempts"));
+        filter.tenant = value;
+        if (value == "*" && who.admin) filter.tenant.reset();
+      } else if (name == "key") {
+        filter.key = value;
+      } else if (name == "tool") {
+        filter.tool = value;
+      } else if (name == "outcome") {
+        auto o = ParseAttemptOutcome(value);
+        if (!o) {
+          return respond(
+              BadRequest("\"outcome\" must be one of executed, replayed, attached, "
+                         "in_progress, drift, unknown, released, error"));
+        }
+        filter.outcome = *o;
+      } else if (name == "since") {
+        // A duration back from now ("1h") or Unix milliseconds.
+        if (auto d = ParseDuration(value)) {
+          filter.since = ledger_.clock().Now() - *d;
+        } else {
+          int64_t ms = 0;
+          auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+          if (ec != std::errc() || p != value.data() + value.size()) {
+            return respond(
+                BadRequest("\"since\" must be a duration back from now (\"1h\", "
+                           "\"30m\") or Unix milliseconds"));
+          }
+          filter.since = FromUnixMillis(ms);
+        }
+      } else if (name == "limit") {
+        size_t n = 0;
+        auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (ec != std::errc() || p != value.data() + value.size() || n == 0 || n > 1000) {
+          return respond(BadRequest("\"limit\" must be a number from 1 to 1000 (default 100)"));
+        }
+        filter.limit = n;
+      } else {
+        return respond(BadRequest("unknown query parameter \"" + net::PrintableExcerpt(name, 40) +
+                                  "\"; /v1/attempts takes key, tool, outcome, since, limit, "
+                                  "tenant"));
+      }
+    }
+    return offload([this, filter]() -> Response {
+      ledger_.Flush();  // attempts still buffered are part of the answer
+      auto attempts = ledger_.store().QueryAttempts(filter);
+      if (!attempts) return FromError(attempts.error(), "");
+      json::array list;
+      for (const Attempt& a : *attempts) {
+        json::object o;
+        o["at"] = FormatIsoTime(a.at);
+        o["tenant"] = a.tenant;
+        o["key"] = a.key;
+        o["tool"] = a.tool;
+        o["turn"] = a.turn;
+        o["outcome"] = AttemptOutcomeName(a.outcome);
+        o["latency_ms"] = a.latency.count();
+        o["instance"] = a.instance;
+        o["detail"] = a.detail;
+        list.push_back(std::move(o));
+      }
+      json::object o;
+      o["attempts"] = std::move(list);
+      return Json(200, o);
+    });
+  }
+
+  respond(Problem(404, "not-found", "Not found",
+                  "idemgate: no such endpoint; the ledger API is under /v1/calls/, /v1/records/ "
+                  "and /v1/attempts"));
+}
+
+}  // namespace idem::http

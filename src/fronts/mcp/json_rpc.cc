@@ -1,0 +1,300 @@
+#include "fronts/mcp/json_rpc.h"
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <limits>
+
+#include "idem/canonical_json.h"
+#include "fronts/mcp/http_jsonrpc.h"   // FindTopLevelMember
+#include "fronts/mcp/http_protocol.h"  // PrintableExcerpt
+#include "json/json_text.h"
+
+namespace idem::mcp {
+namespace {
+
+bool IsBlank(std::string_view s) {
+  for (char c : s) {
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  }
+  return true;
+}
+
+// "a boolean", "an object", …: what a JSON value is, for error messages.
+const char* KindName(const boost::json::value& v) {
+  switch (v.kind()) {
+    case boost::json::kind::null:
+      return "null";
+    case boost::json::kind::bool_:
+      return "a boolean";
+    case boost::json::kind::object:
+      return "an object";
+    case boost::json::kind::array:
+      return "an array";
+    case boost::json::kind::string:
+      return "a string";
+    default:
+      return "a number";
+  }
+}
+
+// False for a number beyond a double ("1e400", "-1e400"), which Boost.JSON
+// reads as infinity: it serializes as null, so an answer could not carry it
+// back. A NaN is representable: it is Boost.JSON's reading of a zero with a
+// huge exponent ("0e4001" is 0 times 10^4001 = 0 * inf), and IdKey keys it as
+// the zero it is.
+bool Representable(const boost::json::value& v) {
+  return !v.is_double() || !std::isinf(v.get_double());
+}
+
+}  // namespace
+
+void IdSkeleton::Keep(char c) {
+  constexpr size_t kMaxSkeletonBytes = 64 * 1024;
+  if (skeleton_.size() < kMaxSkeletonBytes) skeleton_.push_back(c);
+}
+
+void IdSkeleton::Feed(std::string_view bytes) {
+  constexpr size_t kMaxStringBytes = 1024;
+  for (char c : bytes) {
+    const bool top = depth_ <= 1;
+    if (in_string_) {
+      if (escape_) {
+        escape_ = false;
+        if (top && !cut_) Keep(c);
+      } else if (c == '"') {
+        in_string_ = false;
+        if (top) Keep(c);
+      } else {
+        escape_ = c == '\\';
+        if (top && !cut_) {
+          string_bytes_ += escape_ ? 2 : 1;  // an escape and what it escapes stay together
+          if (string_bytes_ > kMaxStringBytes) {
+            cut_ = true;
+            Keep('\x01');  // raw control bytes are not JSON: no longer an id
+          } else {
+            Keep(c);
+          }
+        }
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string_ = true;
+        cut_ = false;
+        string_bytes_ = 0;
+        if (top) Keep(c);
+        break;
+      case '{':
+      case '[':
+        if (++depth_ <= 2) Keep(c);
+        break;
+      case '}':
+      case ']':
+        if (depth_-- <= 2) Keep(c);
+        break;
+      default:
+        if (top) Keep(c);
+    }
+  }
+}
+
+std::string IdSkeleton::IdText() const { return RecoverIdText(skeleton_); }
+
+void LineFramer::Complete(std::vector<Frame>& out) {
+  if (discarding_) {
+    discarding_ = false;
+    out.push_back(Frame{{}, true, skeleton_.IdText()});
+    skeleton_ = IdSkeleton();
+    partial_.clear();
+    return;
+  }
+  const bool cr = !partial_.empty() && partial_.back() == '\r';
+  if (partial_.size() - cr > max_) {  // one byte over: read whole, but the same answer
+    IdSkeleton skeleton;
+    skeleton.Feed(partial_);
+    out.push_back(Frame{{}, true, skeleton.IdText()});
+  } else {
+    if (cr) partial_.pop_back();
+    if (!IsBlank(partial_)) out.push_back(Frame{std::move(partial_), false});
+  }
+  partial_.clear();
+}
+
+std::vector<LineFramer::Frame> LineFramer::Feed(std::string_view bytes) {
+  std::vector<Frame> out;
+  while (!bytes.empty()) {
+    size_t nl = bytes.find('\n');
+    std::string_view piece = bytes.substr(0, nl);
+    if (discarding_) {
+      skeleton_.Feed(piece);
+    } else if (partial_.size() + piece.size() > max_ + 1) {
+      // "+ 1" above leaves room for a CR that the newline will strip. Over
+      // the limit: the line is read on, kept only as its skeleton, which
+      // finds the id to answer wherever it comes.
+      skeleton_.Feed(partial_);
+      skeleton_.Feed(piece);
+      discarding_ = true;
+      partial_.clear();
+      partial_.shrink_to_fit();
+    } else {
+      partial_.append(piece);
+    }
+    if (nl == std::string_view::npos) break;
+    Complete(out);
+    bytes.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
+std::vector<LineFramer::Frame> LineFramer::Finish() {
+  std::vector<Frame> out;
+  Complete(out);
+  return out;
+}
+
+std::string FrameLine(std::string message) {
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  message.push_back('\n');
+  return message;
+}
+
+std::string IdKey(const boost::json::value& id) {
+  switch (id.kind()) {
+    case boost::json::kind::string:
+      return "s:" + std::string(id.get_string());
+    case boost::json::kind::int64:
+      return "n:" + std::to_string(id.get_int64());
+    case boost::json::kind::uint64:
+      return "n:" + std::to_string(id.get_uint64());
+    case boost::json::kind::double_: {
+      double d = id.get_double();
+      // JSON has no NaN: Boost.JSON reads a zero with an exponent past a
+      // double's range ("0e400") as 0 * inf. Its value is 0.
+      if (std::isnan(d)) d = 0;
+      if (std::isfinite(d) && std::trunc(d) == d && std::fabs(d) < 9.2e18) {
+        return "n:" + std::to_string(static_cast<int64_t>(d));
+      }
+      return "j:" + boost::json::serialize(id);
+    }
+    default:
+      return "j:" + boost::json::serialize(id);
+  }
+}
+
+Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
+  boost::json::parse_options options;
+  options.max_depth = max_depth;
+  boost::system::error_code ec;
+  Message m;
+  m.json = boost::json::parse(text, ec, {}, options);
+  if (ec) {
+    return MakeError(ec == boost::json::error::too_deep ? ErrorCode::kResourceExhausted
+                                                        : ErrorCode::kInvalidArgument,
+                     DescribeJsonError(text, ec, max_depth));
+  }
+  if (m.json.is_array()) {
+    m.kind = Message::Kind::kBatch;
+    return m;
+  }
+  if (!m.json.is_object()) return m;  // kOther
+  auto members = json_text::ObjectMembers(text);
+  if (!members) return std::unexpected(members.error());
+  auto id = json_text::FindMember(*members, "id");
+  if (!id) return std::unexpected(id.error());
+  auto method = json_text::FindMember(*members, "method");
+  if (!method) return std::unexpected(method.error());
+
+  const boost::json::object& obj = m.json.get_object();
+  m.id_text = *id ? std::string((*id)->value.In(text)) : "null";
+  if (*id && !Representable(obj.at("id"))) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "not usable: its \"id\" " + PrintableExcerpt(m.id_text, 40) +
+                         " is a number beyond what a double holds; use a string or a smaller "
+                         "number");
+  }
+  if (*id) m.id_key = IdKey(obj.at("id"));
+  if (const auto* meth = obj.if_contains("method"); meth && meth->is_string()) {
+    m.method = std::string(meth->get_string());
+    m.kind = *id ? Message::Kind::kRequest : Message::Kind::kNotification;
+  } else if (*id && obj.contains("error")) {
+    m.kind = Message::Kind::kError;
+  } else if (*id && obj.contains("result")) {
+    m.kind = Message::Kind::kResult;
+  }
+  return m;
+}
+
+std::optional<std::string> JsonRpcEnvelopeProblem(const boost::json::value& message) {
+  const boost::json::object* o = message.if_object();
+  if (o == nullptr) {
+    return std::string(
+               "a JSON-RPC message must be a JSON object (a batch: an array of them), "
+               "not ") +
+           KindName(message);
+  }
+  const boost::json::value* method = o->if_contains("method");
+  const boost::json::value* id = o->if_contains("id");
+  if (method == nullptr) {
+    if (id != nullptr && (o->contains("result") || o->contains("error"))) return std::nullopt;
+    return "the message is neither a request (\"method\" and \"id\"), a notification "
+           "(\"method\") nor a response (\"id\" and \"result\" or \"error\")";
+  }
+  if (!method->is_string())
+    return std::string("\"method\" must be a string, not ") + KindName(*method);
+  const boost::json::value* version = o->if_contains("jsonrpc");
+  if (version == nullptr || !version->is_string() || version->get_string() != "2.0") {
+    return "\"jsonrpc\" must be \"2.0\" (JSON-RPC 2.0)";
+  }
+  if (id != nullptr && !id->is_string() && !id->is_number()) {
+    return std::string("a request's \"id\" must be a string or a number, not ") + KindName(*id);
+  }
+  if (const boost::json::value* params = o->if_contains("params"); params && !params->is_object()) {
+    return std::string("\"params\" must be an object, not ") + KindName(*params);
+  }
+  return std::nullopt;
+}
+
+std::string RecoverIdText(std::string_view text) {
+  std::optional<std::string_view> id = FindTopLevelMember(text, "id");
+  // A value that reaches the end of `text` may have been cut short.
+  if (!id || id->data() + id->size() >= text.data() + text.size()) return "null";
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(*id, ec);
+  if (ec || !(v.is_string() || v.is_number()) || !Representable(v)) return "null";
+  return std::string(*id);
+}
+
+std::string ErrorResponse(std::string_view id_text, int code, std::string_view message,
+                          std::string_view data_json) {
+  std::string out = R"({"jsonrpc":"2.0","id":)";
+  out.append(id_text.empty() ? "null" : id_text);
+  out += R"(,"error":{"code":)";
+  out += std::to_string(code);
+  out += R"(,"message":)";
+  out += json_text::Quote(message);
+  if (!data_json.empty()) {
+    out += R"(,"data":)";
+    out.append(data_json);
+  }
+  out += "}}";
+  return out;
+}
+
+std::string ResultResponse(std::string_view id_text, std::string_view result_json) {
+  std::string out = R"({"jsonrpc":"2.0","id":)";
+  out.append(id_text.empty() ? "null" : id_text);
+  out += R"(,"result":)";
+  out.append(result_json);
+  out += "}";
+  return out;
+}
+
+std::string ParseErrorResponse(std::string_view id_text, std::string_view detail) {
+  return ErrorResponse(id_text, kRpcParseError,
+                       "Parse error: the message is " + std::string(detail));
+}
+
+}  // namespace idem::mcp

@@ -1,0 +1,1068 @@
+// The MCP session between two in-memory channels: a test-driven client and a
+// scripted upstream that counts executions. Memory store, FakeClock, no
+// sockets, no sleeps (threads meet on condition variables and the clock's
+// waiter count).
+#include "fronts/mcp/mcp_session.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "idem/canonical_json.h"
+#include "idem/key.h"
+#include "fronts/mcp/json_rpc.h"
+#include "fronts/mcp/reconcile.h"
+#include "fronts/mcp/tool_gate.h"
+#include "memory_store.h"
+#include "store_wrapper.h"
+
+namespace idem::mcp {
+namespace {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+// A deadlock guard for waits in tests, not a timing device: a correct run
+// never comes near it.
+constexpr auto kTestTimeout = 20s;
+
+// A Channel whose peer is the test. Inject() queues a message that the
+// channel's own thread delivers in order; what the session sends is recorded
+// and handed to an optional handler (the scripted peer).
+class FakeChannel final : public Channel {
+ public:
+  ~FakeChannel() override {
+    {
+      std::lock_guard g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Start(std::function<void(std::string)> on_message,
+             std::function<void(std::string)> on_closed) override {
+    thread_ =
+        std::thread([this, on_message = std::move(on_message), on_closed = std::move(on_closed)] {
+          std::unique_lock g(mu_);
+          while (true) {
+            cv_.wait(g, [&] { return stop_ || !inbox_.empty(); });
+            if (stop_) return;
+            Item item = std::move(inbox_.front());
+            inbox_.pop_front();
+            busy_ = true;
+            if (item.close && item.stops_reading) peer_closed_ = true;
+            g.unlock();
+            if (item.close) {
+              on_closed(item.text);
+            } else {
+              on_message(std::move(item.text));
+            }
+            g.lock();
+            busy_ = false;
+            cv_.notify_all();
+            if (item.close) return;
+          }
+        });
+  }
+
+  bool Send(std::string message) override {
+    std::function<void(const std::string&)> handler;
+    {
+      std::lock_guard g(mu_);
+      if (closed_ || peer_closed_) return false;
+      sent_.push_back(message);
+      handler = handler_;
+    }
+    cv_.notify_all();
+    if (handler) handler(message);
+    return true;
+  }
+
+  void Close() override {
+    std::optional<std::string> close_reason;
+    {
+      std::lock_guard g(mu_);
+      if (closed_) return;
+      closed_ = true;
+      close_reason = close_answer_;
+    }
+    cv_.notify_all();
+    if (close_reason) InjectClose(*close_reason);
+  }
+
+  // ---- the test's side
+  void Inject(std::string message) {
+    {
+      std::lock_guard g(mu_);
+      inbox_.push_back(Item{std::move(message), false, false});
+    }
+    cv_.notify_all();
+  }
+  // The peer closes its sending side. `stops_reading`: it no longer reads
+  // either (a process that exited); false for a client that only closed
+  // stdin and still reads our answers.
+  void InjectClose(std::string reason, bool stops_reading = true) {
+    {
+      std::lock_guard g(mu_);
+      inbox_.push_back(Item{std::move(reason), true, stops_reading});
+    }
+    cv_.notify_all();
+  }
+  // When the session closes this channel, the peer closes too (a child
+  // exits on EOF).
+  void CloseAnswer(std::optional<std::string> reason) {
+    std::lock_guard g(mu_);
+    close_answer_ = std::move(reason);
+  }
+  void SetHandler(std::function<void(const std::string&)> handler) {
+    std::lock_guard g(mu_);
+    handler_ = std::move(handler);
+  }
+  // Waits for every injected message to have been handled.
+  void AwaitDelivered() {
+    std::unique_lock g(mu_);
+    ASSERT_TRUE(cv_.wait_for(g, kTestTimeout, [&] { return inbox_.empty() && !busy_; }));
+  }
+  // The first message sent that satisfies `pred` (waiting for it).
+  std::string Await(const std::function<bool(const json::value&)>& pred) {
+    std::unique_lock g(mu_);
+    std::string found;
+    bool ok = cv_.wait_for(g, kTestTimeout, [&] {
+      for (const std::string& m : sent_) {
+        boost::system::error_code ec;
+        json::value v = json::parse(m, ec);
+        if (!ec && pred(v)) {
+          found = m;
+          return true;
+        }
+      }
+      return false;
+    });
+    EXPECT_TRUE(ok) << "timed out waiting for a message";
+    return found;
+  }
+  std::vector<std::string> sent() {
+    std::lock_guard g(mu_);
+    return sent_;
+  }
+  bool closed() {
+    std::lock_guard g(mu_);
+    return closed_;
+  }
+
+ private:
+  struct Item {
+    std::string text;
+    bool close;
+    bool stops_reading;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> inbox_;
+  std::vector<std::string> sent_;
+  std::function<void(const std::string&)> handler_;
+  std::optional<std::string> close_answer_;
+  bool busy_ = false;
+  bool stop_ = false;
+  bool closed_ = false;
+  bool peer_closed_ = false;
+  std::thread thread_;
+};
+
+std::function<bool(const json::value&)> HasId(const json::value& id) {
+  return [id](const json::value& v) {
+    const auto* o = v.if_object();
+    return o && o->contains("id") && o->at("id") == id &&
+           (o->contains("result") || o->contains("error"));
+  };
+}
+
+std::function<bool(const json::value&)> IsCall(std::string_view method, const json::value& id) {
+  return [method = std::string(method), id](const json::value& v) {
+    const auto* o = v.if_object();
+    return o && o->contains("method") && o->at("method") == method.c_str() && o->contains("id") &&
+           o->at("id") == id;
+  };
+}
+
+constexpr std::string_view kToolsList =
+    R"({"tools":[)"
+    R"({"name":"create_ticket","description":"Opens a ticket.","inputSchema":{"type":"object","properties":{"title":{"type":"string"}}}},)"
+    R"( {"name":"search", "description":"Searches.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},)"
+    R"({"name":"delete_all","description":"Deletes everything.","inputSchema":{"type":"object"},"annotations":{"destructiveHint":true}},)"
+    R"({"name":"own_nonce","inputSchema":{"type":"object","properties":{"repeat_nonce":{"type":"integer"}}}})"
+    R"(],"nextCursor":"page2"})";
+
+// The upstream MCP server: answers tools/list and tools/call, counts
+// executions per tool, holds "slow_tool" calls until the test answers them.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(FakeChannel& channel) : channel_(channel) {
+    channel_.SetHandler([this](const std::string& m) { Handle(m); });
+  }
+
+  int executions(const std::string& tool) {
+    std::lock_guard g(mu_);
+    return executions_[tool];
+  }
+  // Every tools/call the server received for `tool`, as parsed JSON.
+  std::vector<json::value> calls(const std::string& tool) {
+    std::lock_guard g(mu_);
+    return calls_[tool];
+  }
+  // What find_ticket, the reconcile lookup, answers.
+  enum class Lookup { kFound, kNotFound, kIsError, kNoVerdict };
+  void set_lookup(Lookup lookup) {
+    std::lock_guard g(mu_);
+    lookup_ = lookup;
+  }
+  // The JSON-RPC error code insert_then_throw answers with.
+  void set_error_code(int code) {
+    std::lock_guard g(mu_);
+    error_code_ = code;
+  }
+  void Answer(std::string_view id_text, std::string_view result) {
+    channel_.Inject(R"({"jsonrpc":"2.0","id":)" + std::string(id_text) + R"(,"result":)" +
+                    std::string(result) + "}");
+  }
+
+ private:
+  void Handle(const std::string& text) {
+    auto msg = ParseMessage(text);
+    if (!msg || msg->kind != Message::Kind::kRequest) return;
+    if (msg->method == "tools/list") {
+      Answer(msg->id_text, kToolsList);
+      return;
+    }
+    if (msg->method != "tools/call") return;
+    const std::string tool(msg->json.at("params").at("name").as_string());
+    int n;
+    {
+      std::lock_guard g(mu_);
+      n = ++executions_[tool];
+      calls_[tool].push_back(msg->json);
+    }
+    if (tool == "create_ticket" || tool == "charge") {
+      Answer(msg->id_text, R"({"content":[{"type":"text","text":"ticket #)" + std::to_string(n) +
+                               R"("}],"structuredContent":{"id":)" + std::to_string(n) + "}}");
+    } else if (tool == "search") {
+      Answer(msg->id_text, R"({"content":[{"type":"text","text":"found it"}]})");
+    } else if (tool == "fail_tool") {
+      Answer(msg->id_text, R"({"content":[{"type":"text","text":"card declined #)" +
+                               std::to_string(n) + R"("}],"isError":true})");
+    } else if (tool == "bad_tool") {
+      channel_.Inject(R"({"jsonrpc":"2.0","id":)" + msg->id_text +
+                      R"(,"error":{"code":-32602,"message":"Unknown tool: bad_tool"}})");
+    } else if (tool == "ask_tool") {
+      Answer(
+          msg->id_text,
+          R"({"resultType":"input_required","inputRequests":{"confirm":{"method":"elicitation/create"}}})");
+    } else if (tool == "find_ticket") {
+      Answer(msg->id_text, LookupAnswer(lookup_));
+    } else if (tool == "insert_then_throw") {
+      // A low-level SDK server whose handler inserts and then throws.
+      channel_.Inject(R"({"jsonrpc":"2.0","id":)" + msg->id_text + R"(,"error":{"code":)" +
+                      std::to_string(error_code_) + R"(,"message":"Internal error"}})");
+    }
+    // slow_tool: held; the test answers it with Answer().
+  }
+
+  FakeChannel& channel_;
+  std::mutex mu_;
+  std::map<std::string, int> executions_;
+  std::map<std::string, std::vector<json::value>> calls_;
+  Lookup lookup_ = Lookup::kFound;
+  int error_code_ = -32603;
+
+  static std::string LookupAnswer(Lookup lookup) {
+    switch (lookup) {
+      case Lookup::kFound:
+        return R"({"content":[{"type":"text","text":"ticket #7 exists"}],)"
+               R"("structuredContent":{"found":true,"id":7}})";
+      case Lookup::kNotFound:
+        return R"({"content":[{"type":"text","text":"no such ticket"}],)"
+               R"("structuredContent":{"found":false}})";
+      case Lookup::kIsError:
+        return R"({"content":[{"type":"text","text":"database timeout"}],"isError":true})";
+      case Lookup::kNoVerdict:
+        return R"({"content":[]})";
+    }
+    return "{}";
+  }
+};
+
+class McpSessionTest : public ::testing::Test {
+ protected:
+  McpSessionTest() { upstream_.CloseAnswer("upstream exited with status 0"); }
+
+  ~McpSessionTest() override { session_.reset(); }
+
+  void StartSession(Store* store = nullptr, SessionOptions options = {}) {
+    ledger_ = std::make_unique<Ledger>(store ? *store : *store_, clock_,
+                                       LedgerOptions{"test", MakeReconcileHook(), true});
+    options.log = [this](std::string_view line) {
+      std::lock_guard g(log_mu_);
+      log_.emplace_back(line);
+      log_cv_.notify_all();
+    };
+    options.verbose = true;
+    session_ = std::make_unique<McpSession>(client_, upstream_, *ledger_, config_, options);
+    session_->Start();
+  }
+
+  // Sends `request` from the client and returns the answer with its id.
+  json::value Request(std::string request) {
+    json::value id = json::parse(request).at("id");
+    client_.Inject(std::move(request));
+    std::string answer = client_.Await(HasId(id));
+    return answer.empty() ? json::value() : json::parse(answer);
+  }
+
+  static std::string ToolCall(int id, std::string_view tool, std::string_view args,
+                              std::string_view turn = "turn-1", std::string_view extra_meta = {}) {
+    std::string meta = R"({"dev.idemgate/turnId":")" + std::string(turn) + "\"";
+    meta.append(extra_meta);
+    meta += "}";
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(id) +
+           R"(,"method":"tools/call","params":{"name":")" + std::string(tool) +
+           R"(","arguments":)" + std::string(args) + R"(,"_meta":)" + meta + "}}";
+  }
+
+  void AwaitLog(std::string_view needle) {
+    std::unique_lock g(log_mu_);
+    bool ok = log_cv_.wait_for(g, kTestTimeout, [&] {
+      for (const std::string& l : log_) {
+        if (l.find(needle) != std::string::npos) return true;
+      }
+      return false;
+    });
+    EXPECT_TRUE(ok) << "no log line with: " << needle;
+  }
+
+  std::string KeyOf(std::string_view tool, std::string_view args, std::string_view turn) {
+    auto fp = Fingerprint(args);
+    EXPECT_TRUE(fp);
+    auto key = DeriveKey(KeyInput{KeyMode::kTurn, std::string(turn), std::string(tool), *fp, {}});
+    EXPECT_TRUE(key);
+    return key->key;
+  }
+
+  static std::string Text(const json::value& response, size_t block) {
+    const auto& content = response.at("result").at("content").as_array();
+    if (block >= content.size()) return "";
+    return std::string(content[block].at("text").as_string());
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Store> store_ = NewMemoryStore(clock_);
+  std::unique_ptr<Ledger> ledger_;
+  Config config_;
+  FakeChannel client_;
+  FakeChannel upstream_;
+  ScriptedServer server_{upstream_};
+  std::mutex log_mu_;
+  std::condition_variable log_cv_;
+  std::vector<std::string> log_;
+  std::unique_ptr<McpSession> session_;  // last: destroyed first
+};
+
+TEST_F(McpSessionTest, PassesNonInterceptedMessagesThroughByteForByte) {
+  StartSession();
+  // Client → upstream: requests, notifications and a response to a server
+  // request, with odd spacing and number spellings that a re-serialisation
+  // would change.
+  const std::vector<std::string> to_upstream = {
+      R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})",
+      R"({ "jsonrpc" : "2.0" , "method" : "notifications/initialized" })",
+      R"({"jsonrpc":"2.0","id":"r-1","method":"resources/read","params":{"uri":"file:///a","n":1.50,"big":123456789012345678901234}})",
+      R"({"jsonrpc":"2.0","id":9,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}})",
+      R"({"jsonrpc":"2.0","id":"srv-1","result":{"role":"assistant","content":{"type":"text","text":"hi"}}})",
+      R"({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":0.5e0}})",
+  };
+  for (const std::string& m : to_upstream) client_.Inject(m);
+  client_.AwaitDelivered();
+  EXPECT_EQ(upstream_.sent(), to_upstream);
+
+  // Upstream → client: responses, a server request (sampling), logging.
+  const std::vector<std::string> to_client = {
+      R"({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"s","version":"1"}}})",
+      R"({"jsonrpc":"2.0","id":"r-1","result":{"contents":[{"uri":"file:///a","text":"x","n":1.50}]}})",
+      R"({"jsonrpc":"2.0","id":"srv-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":10}})",
+      R"({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"\u00e9"}})",
+      R"({"jsonrpc":"2.0","id":9,"result":{"resultType":"complete","supportedVersions":["2026-07-28"]}})",
+  };
+  for (const std::string& m : to_client) upstream_.Inject(m);
+  upstream_.AwaitDelivered();
+  EXPECT_EQ(client_.sent(), to_client);
+}
+
+TEST_F(McpSessionTest, InvalidJsonFromTheClientIsAnsweredWithParseError) {
+  StartSession();
+  client_.Inject(R"({"jsonrpc":"2.0","id":1,"method":"tools/call",)");
+  std::string answer = client_.Await(
+      [](const json::value& v) { return v.is_object() && v.as_object().contains("error"); });
+  json::value v = json::parse(answer);
+  EXPECT_EQ(v.at("error").at("code").as_int64(), -32700);
+  EXPECT_TRUE(upstream_.sent().empty());
+}
+
+// Regression: a message that is JSON but not JSON-RPC 2.0 was forwarded, the
+// upstream (the official SDK) dropped it without a word, and the client
+// waited for ever.
+TEST_F(McpSessionTest, MessagesThatAreNotJsonRpcAreAnsweredAndNotForwarded) {
+  StartSession();
+  struct Case {
+    std::string message;
+    json::value id;
+    std::string says;
+  };
+  const Case cases[] = {
+      {"42", nullptr, "must be a JSON object"},
+      {"[]", nullptr, "an empty batch"},
+      {R"({"foo":1})", nullptr, "neither a request"},
+      {R"({"jsonrpc":"2.0","id":8,"method":42})", 8, "\"method\" must be a string"},
+      {R"({"jsonrpc":"1.0","id":9,"method":"ping"})", 9, "\"jsonrpc\" must be \"2.0\""},
+      {R"({"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"create_ticket"}})",
+       nullptr, "\"id\" must be a string or a number, not an object"},
+      {R"({"jsonrpc":"2.0","id":"p","method":"tools/call","params":"x"})", "p",
+       "\"params\" must be an object"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const Case& c = cases[i];
+    client_.Inject(c.message);
+    client_.AwaitDelivered();  // answered from inside the handler
+    ASSERT_EQ(client_.sent().size(), i + 1) << c.message;
+    json::value v = json::parse(client_.sent().back());
+    EXPECT_EQ(v.at("id"), c.id) << c.message;
+    EXPECT_EQ(v.at("error").at("code").as_int64(), kRpcInvalidRequest) << c.message;
+    std::string message(v.at("error").at("message").as_string());
+    EXPECT_NE(message.find(c.says), std::string::npos) << message;
+    EXPECT_NE(message.find("nothing was forwarded"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(upstream_.sent().empty());
+}
+
+TEST_F(McpSessionTest, UnparseableRequestsAreAnsweredWithTheirIdAndSayWhy) {
+  StartSession();
+  client_.Inject(
+      "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"create_ticket\",\"arguments\":{\"title\":\"a\xFF\"}}}");
+  client_.AwaitDelivered();
+  ASSERT_EQ(client_.sent().size(), 1u);
+  json::value v = json::parse(client_.sent().back());
+  EXPECT_EQ(v.at("id"), 5);
+  EXPECT_EQ(v.at("error").at("code").as_int64(), kRpcParseError);
+  std::string message(v.at("error").at("message").as_string());
+  EXPECT_NE(message.find("at byte 102: invalid UTF-8"), std::string::npos) << message;
+
+  std::string deep = R"({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"x",)"
+                     R"("arguments":{"a":)" +
+                     std::string(10'000, '[') + std::string(10'000, ']') + "}}}";
+  client_.Inject(deep);
+  client_.AwaitDelivered();
+  ASSERT_EQ(client_.sent().size(), 2u);
+  v = json::parse(client_.sent().back());
+  EXPECT_EQ(v.at("id"), 6);
+  message = std::string(v.at("error").at("message").as_string());
+  EXPECT_NE(message.find("nested deeper than"), std::string::npos) << message;
+  EXPECT_NE(message.find("(limits.max_depth)"), std::string::npos) << message;
+  EXPECT_TRUE(upstream_.sent().empty());
+}
+
+TEST_F(McpSessionTest, ToolsListIsRewrittenSoTheModelKnowsWhatIsSafeToRetry) {
+  config_.tools.push_back(ToolRule{.match = "delete_all", .gated = false});
+  StartSession();
+  json::value r = Request(R"({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{}})");
+  const json::object& result = r.at("result").as_object();
+  EXPECT_EQ(result.at("nextCursor"), "page2");
+  const json::array& tools = result.at("tools").as_array();
+  ASSERT_EQ(tools.size(), 4u);
+
+  const json::value& create = tools[0];
+  EXPECT_EQ(create.at("annotations").at("idempotentHint"), true);
+  std::string description(create.at("description").as_string());
+  EXPECT_TRUE(description.starts_with("Opens a ticket.\n\n[idemgate] Safe to retry:"));
+  EXPECT_NE(description.find("(kept 24h)"), std::string::npos);
+  EXPECT_NE(description.find("pass a new `repeat_nonce`"), std::string::npos);
+  EXPECT_EQ(create.at("inputSchema").at("properties").at("repeat_nonce").at("type"), "string");
+  EXPECT_EQ(create.at("inputSchema").at("properties").at("title").at("type"), "string");
+
+  // Read-only: untouched.
+  EXPECT_EQ(
+      tools[1],
+      json::parse(
+          R"({"name":"search", "description":"Searches.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}})"));
+
+  // Mutating but ungated by config: marked not safe to retry.
+  const json::value& del = tools[2];
+  EXPECT_EQ(del.at("description"),
+            "Deletes everything.\n\n[idemgate] Not safe to retry: this tool is not protected "
+            "against duplicate calls.");
+  EXPECT_FALSE(del.at("annotations").as_object().contains("idempotentHint"));
+
+  // A tool with its own repeat_nonce argument keeps it, and no nonce is offered.
+  const json::value& own = tools[3];
+  EXPECT_EQ(own.at("inputSchema").at("properties").at("repeat_nonce").at("type"), "integer");
+  EXPECT_EQ(own.at("annotations").at("idempotentHint"), true);
+  EXPECT_EQ(std::string(own.at("description").as_string()).find("repeat_nonce"), std::string::npos);
+}
+
+TEST_F(McpSessionTest, ReadOnlyToolCallsPassThroughUnchanged) {
+  StartSession();
+  Request(R"({"jsonrpc":"2.0","id":1,"method":"tools/list"})");
+  const std::string call =
+      R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"q":"x","repeat_nonce":"n"}}})";
+  const std::string again =
+      R"({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{"q":"x","repeat_nonce":"n"}}})";
+  Request(call);
+  Request(again);
+  EXPECT_EQ(server_.executions("search"), 2);
+  EXPECT_EQ(upstream_.sent()[1], call);
+  EXPECT_EQ(upstream_.sent()[2], again);
+}
+
+TEST_F(McpSessionTest, RetryInTheSameTurnIsReplayedNotExecuted) {
+  StartSession();
+  json::value first = Request(ToolCall(1, "create_ticket", R"({"title":"Printer on fire"})"));
+  EXPECT_EQ(Text(first, 0), "ticket #1");
+  json::value retry = Request(ToolCall(2, "create_ticket", R"({"title":"Printer on fire"})"));
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+  EXPECT_EQ(Text(retry, 0), "ticket #1");
+  EXPECT_EQ(retry.at("result").at("structuredContent").at("id"), 1);
+  const auto& meta = retry.at("result").at("_meta");
+  EXPECT_EQ(meta.at("dev.idemgate/replayed"), true);
+  EXPECT_EQ(meta.at("dev.idemgate/key"),
+            KeyOf("create_ticket", R"({"title":"Printer on fire"})", "turn-1").c_str());
+  EXPECT_TRUE(std::string(meta.at("dev.idemgate/firstAt").as_string()).ends_with("Z"));
+  EXPECT_NE(Text(retry, 1).find("the action was not performed again"), std::string::npos);
+}
+
+TEST_F(McpSessionTest, FirstAnswerIsForwardedExactlyAsTheToolSentIt) {
+  StartSession();
+  client_.Inject(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  std::string answer = client_.Await(HasId(1));
+  EXPECT_EQ(
+      answer,
+      R"({"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ticket #1"}],"structuredContent":{"id":1}}})");
+}
+
+TEST_F(McpSessionTest, KeyIsForwardedInMetaAndOtherBytesAreKept) {
+  StartSession();
+  Request(ToolCall(1, "create_ticket", R"({"title":"x","amount":123456789012345678901234})"));
+  auto calls = server_.calls("create_ticket");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].at("params").at("_meta").at("dev.idemgate/idempotencyKey"),
+            KeyOf("create_ticket", R"({"title":"x","amount":123456789012345678901234})", "turn-1")
+                .c_str());
+  EXPECT_EQ(calls[0].at("params").at("_meta").at("dev.idemgate/turnId"), "turn-1");
+  // The big number reached the tool with all its digits.
+  EXPECT_NE(upstream_.sent()[0].find(R"("amount":123456789012345678901234)"), std::string::npos);
+}
+
+TEST_F(McpSessionTest, ReorderedArgumentKeysStillReplay) {
+  StartSession();
+  Request(ToolCall(1, "create_ticket", R"({"title":"a","priority":2})"));
+  json::value retry = Request(ToolCall(2, "create_ticket", R"({ "priority" : 2.0, "title":"a"})"));
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+  EXPECT_EQ(retry.at("result").at("_meta").at("dev.idemgate/replayed"), true);
+}
+
+TEST_F(McpSessionTest, NewTurnExecutesAgain) {
+  StartSession();
+  Request(ToolCall(1, "create_ticket", R"({"title":"a"})", "turn-1"));
+  json::value second = Request(ToolCall(2, "create_ticket", R"({"title":"a"})", "turn-2"));
+  EXPECT_EQ(server_.executions("create_ticket"), 2);
+  EXPECT_EQ(Text(second, 0), "ticket #2");
+}
+
+TEST_F(McpSessionTest, NewRepeatNonceExecutesAgainAndIsNotForwarded) {
+  StartSession();
+  Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  json::value again = Request(ToolCall(2, "create_ticket", R"({"title":"a","repeat_nonce":"n1"})"));
+  EXPECT_EQ(Text(again, 0), "ticket #2");
+  json::value replay =
+      Request(ToolCall(3, "create_ticket", R"({"repeat_nonce":"n1","title":"a"})"));
+  EXPECT_EQ(Text(replay, 0), "ticket #2");
+  json::value third = Request(ToolCall(4, "create_ticket", R"({"title":"a","repeat_nonce":"n2"})"));
+  EXPECT_EQ(Text(third, 0), "ticket #3");
+  EXPECT_EQ(server_.executions("create_ticket"), 3);
+  for (const json::value& call : server_.calls("create_ticket")) {
+    EXPECT_EQ(call.at("params").at("arguments"), json::parse(R"({"title":"a"})"));
+  }
+}
+
+TEST_F(McpSessionTest, ConcurrentDuplicateWaitsAndAttachesToTheRunningCall) {
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", "{}"));
+  std::string forwarded = upstream_.Await(IsCall("tools/call", 1));
+  client_.Inject(ToolCall(2, "slow_tool", "{}"));
+  clock_.AwaitWaiters(2);  // the lease keeper and the duplicate, parked on the owner
+  server_.Answer("1", R"({"content":[{"type":"text","text":"slow done"}]})");
+  json::value first = json::parse(client_.Await(HasId(1)));
+  json::value second = json::parse(client_.Await(HasId(2)));
+  EXPECT_EQ(Text(first, 0), "slow done");
+  EXPECT_EQ(Text(second, 0), "slow done");
+  EXPECT_EQ(second.at("result").at("_meta").at("dev.idemgate/replayed"), true);
+  EXPECT_EQ(server_.executions("slow_tool"), 1);
+  ledger_->Flush();
+  auto attempts = store_->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(attempts);
+  bool attached = false;
+  for (const Attempt& a : *attempts) attached |= a.outcome == AttemptOutcome::kAttached;
+  EXPECT_TRUE(attached);
+}
+
+TEST_F(McpSessionTest, ToolErrorIsStoredAndReplayed) {
+  StartSession();
+  json::value first = Request(ToolCall(1, "fail_tool", R"({"card":"4242"})"));
+  EXPECT_EQ(first.at("result").at("isError"), true);
+  json::value retry = Request(ToolCall(2, "fail_tool", R"({"card":"4242"})"));
+  EXPECT_EQ(server_.executions("fail_tool"), 1);
+  EXPECT_EQ(retry.at("result").at("isError"), true);
+  EXPECT_EQ(Text(retry, 0), "card declined #1");
+  EXPECT_EQ(retry.at("result").at("_meta").at("dev.idemgate/replayed"), true);
+}
+
+TEST_F(McpSessionTest, ToolErrorIsReleasedWhenConfigured) {
+  config_.tools.push_back(ToolRule{.match = "fail_tool"});
+  config_.tools.back().overrides.errors = ErrorPolicy::kRelease;
+  StartSession();
+  Request(ToolCall(1, "fail_tool", "{}"));
+  json::value retry = Request(ToolCall(2, "fail_tool", "{}"));
+  EXPECT_EQ(server_.executions("fail_tool"), 2);
+  EXPECT_EQ(Text(retry, 0), "card declined #2");
+}
+
+TEST_F(McpSessionTest, JsonRpcErrorIsForwardedAndReleased) {
+  StartSession();
+  client_.Inject(ToolCall(1, "bad_tool", "{}"));
+  std::string answer = client_.Await(HasId(1));
+  EXPECT_EQ(
+      answer,
+      R"({"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Unknown tool: bad_tool"}})");
+  Request(ToolCall(2, "bad_tool", "{}"));
+  EXPECT_EQ(server_.executions("bad_tool"), 2);
+  auto record = store_->Get(RecordId{"default", KeyOf("bad_tool", "{}", "turn-1")});
+  ASSERT_TRUE(record);
+  EXPECT_FALSE(record->has_value());
+}
+
+TEST_F(McpSessionTest, InputRequiredIsReleasedNotStored) {
+  StartSession();
+  json::value interim = Request(ToolCall(1, "ask_tool", R"({"amount":5})"));
+  EXPECT_EQ(interim.at("result").at("resultType"), "input_required");
+  auto record = store_->Get(RecordId{"default", KeyOf("ask_tool", R"({"amount":5})", "turn-1")});
+  ASSERT_TRUE(record);
+  EXPECT_FALSE(record->has_value());
+  Request(ToolCall(2, "ask_tool", R"({"amount":5})"));  // the continuation is a new call
+  EXPECT_EQ(server_.executions("ask_tool"), 2);
+}
+
+TEST_F(McpSessionTest, UpstreamDyingMidCallGivesOutcomeUnknown) {
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", R"({"x":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  client_.Inject(R"({"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"a"}})");
+  upstream_.Await(IsCall("resources/read", 2));
+  upstream_.InjectClose("upstream exited with status 1");
+
+  json::value call = json::parse(client_.Await(HasId(1)));
+  EXPECT_EQ(call.at("result").at("isError"), true);
+  EXPECT_EQ(call.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown");
+  std::string message = Text(call, 0);
+  EXPECT_NE(message.find("may already have happened"), std::string::npos);
+  EXPECT_NE(message.find("upstream exited with status 1"), std::string::npos);
+  json::value read = json::parse(client_.Await(HasId(2)));
+  EXPECT_EQ(read.at("error").at("code").as_int64(), kRpcUpstreamUnavailable);
+
+  SessionEnd end = session_->Wait();
+  EXPECT_TRUE(end.upstream_closed_first);
+  EXPECT_EQ(end.upstream_reason, "upstream exited with status 1");
+  EXPECT_TRUE(client_.closed());
+  auto record = store_->Get(RecordId{"default", KeyOf("slow_tool", R"({"x":1})", "turn-1")});
+  ASSERT_TRUE(record);
+  ASSERT_TRUE(record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kUnknown);
+}
+
+TEST_F(McpSessionTest, RetryOfAnUnknownOutcomeIsAConditionNotAnExecution) {
+  StartSession();
+  const std::string key = KeyOf("slow_tool", "{}", "turn-1");
+  auto claim = store_->Claim(
+      ClaimRequest{RecordId{"default", key}, *Fingerprint("{}"), "slow_tool", "turn-1"});
+  ASSERT_TRUE(claim && claim->claimed);
+  ASSERT_TRUE(store_->MarkUnknown(RecordId{"default", key}, claim->record.fence, 3600s));
+  json::value r = Request(ToolCall(1, "slow_tool", "{}"));
+  EXPECT_EQ(r.at("result").at("isError"), true);
+  EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown");
+  EXPECT_NE(Text(r, 0).find("idemgate resolve " + key), std::string::npos);
+  EXPECT_EQ(server_.executions("slow_tool"), 0);
+}
+
+TEST_F(McpSessionTest, ConditionsInTheStatelessDialectCarryResultType) {
+  StartSession();
+  const std::string key = KeyOf("slow_tool", "{}", "turn-1");
+  auto claim = store_->Claim(
+      ClaimRequest{RecordId{"default", key}, *Fingerprint("{}"), "slow_tool", "turn-1"});
+  ASSERT_TRUE(claim && claim->claimed);
+  ASSERT_TRUE(store_->MarkUnknown(RecordId{"default", key}, claim->record.fence, 3600s));
+  json::value r = Request(ToolCall(1, "slow_tool", "{}", "turn-1",
+                                   R"(,"io.modelcontextprotocol/protocolVersion":"2026-07-28")"));
+  EXPECT_EQ(r.at("result").at("resultType"), "complete");
+  EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown");
+  json::value legacy = Request(ToolCall(2, "slow_tool", "{}"));
+  EXPECT_FALSE(legacy.at("result").as_object().contains("resultType"));
+}
+
+TEST_F(McpSessionTest, StillRunningAfterTheWaitIsAnInProgressCondition) {
+  config_.defaults.wait = Duration(0);
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", "{}"));
+  upstream_.Await(IsCall("tools/call", 1));
+  json::value r = Request(ToolCall(2, "slow_tool", "{}"));
+  EXPECT_EQ(r.at("result").at("isError"), true);
+  EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/condition"), "in_progress");
+  EXPECT_GE(r.at("result").at("_meta").at("dev.idemgate/retryAfterSeconds").as_int64(), 1);
+  server_.Answer("1", R"({"content":[]})");
+  client_.Await(HasId(1));
+  EXPECT_EQ(server_.executions("slow_tool"), 1);
+}
+
+TEST_F(McpSessionTest, DriftInExplicitModeIsACondition) {
+  config_.tools.push_back(ToolRule{.match = "charge", .mode = KeyMode::kExplicit});
+  StartSession();
+  const std::string key_meta = R"(,"dev.idemgate/idempotencyKey":"order-42")";
+  json::value first = Request(ToolCall(1, "charge", R"({"amount":10})", "t", key_meta));
+  EXPECT_EQ(Text(first, 0), "ticket #1");
+  json::value drift = Request(ToolCall(2, "charge", R"({"amount":11})", "t", key_meta));
+  EXPECT_EQ(drift.at("result").at("isError"), true);
+  EXPECT_EQ(drift.at("result").at("_meta").at("dev.idemgate/condition"), "drift");
+  EXPECT_NE(Text(drift, 0).find("order-42"), std::string::npos);
+  EXPECT_NE(Text(drift, 0).find("first used at"), std::string::npos);
+  json::value missing = Request(ToolCall(3, "charge", R"({"amount":10})"));
+  EXPECT_EQ(missing.at("result").at("_meta").at("dev.idemgate/condition"), "missing_key");
+  EXPECT_EQ(server_.executions("charge"), 1);
+}
+
+TEST_F(McpSessionTest, KeyArgumentCarriesTheKeyToTheTool) {
+  config_.tools.push_back(ToolRule{.match = "charge", .key_argument = "client_token"});
+  StartSession();
+  Request(ToolCall(1, "charge", R"({"amount":10})"));
+  auto calls = server_.calls("charge");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].at("params").at("arguments").at("client_token"),
+            KeyOf("charge", R"({"amount":10})", "turn-1").c_str());
+}
+
+TEST_F(McpSessionTest, ArgumentsThatAreNotIJsonAreRefused) {
+  StartSession();
+  json::value r = Request(ToolCall(1, "create_ticket", R"({"a":1,"a":2})"));
+  EXPECT_EQ(r.at("error").at("code").as_int64(), kRpcInvalidParams);
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+}
+
+TEST_F(McpSessionTest, StoreDownFailsClosedWithARetryableError) {
+  testing::FailingStore failing(*store_, 1);
+  StartSession(&failing);
+  json::value r = Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(r.at("error").at("code").as_int64(), kRpcStoreUnavailable);
+  EXPECT_EQ(r.at("error").at("data").at("retryable"), true);
+  EXPECT_TRUE(upstream_.sent().empty());
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  session_.reset();  // before `failing`, which the ledger uses
+  ledger_.reset();
+}
+
+TEST_F(McpSessionTest, CancelledCallBecomesUnknownAndALateAnswerSettlesIt) {
+  SessionOptions options;
+  options.cancel_grace = Duration(5'000);
+  StartSession(nullptr, options);
+  client_.Inject(ToolCall(1, "slow_tool", R"({"y":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  const std::string cancel =
+      R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"timeout"}})";
+  client_.Inject(cancel);
+  upstream_.Await([](const json::value& v) {
+    return v.is_object() && v.as_object().contains("method") &&
+           v.at("method") == "notifications/cancelled";
+  });
+  clock_.AwaitWaiters(2);  // the lease keeper and the call, waiting out the grace
+  clock_.Advance(Duration(5'001));
+  AwaitLog("outcome unknown: cancelled");
+  const RecordId id{"default", KeyOf("slow_tool", R"({"y":1})", "turn-1")};
+  auto record = store_->Get(id);
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kUnknown);
+
+  server_.Answer("1", R"({"content":[{"type":"text","text":"done late"}]})");
+  AwaitLog("a late answer after cancellation settled the record");
+  record = store_->Get(id);
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kCompleted);
+  for (const std::string& m : client_.sent()) {
+    EXPECT_EQ(m.find(R"("id":1)"), std::string::npos) << "a cancelled call was answered: " << m;
+  }
+}
+
+TEST_F(McpSessionTest, ReconcileFindsTheOutcomeOfADeadOwner) {
+  config_.tools.push_back(ToolRule{.match = "create_ticket", .reconcile = "find_ticket"});
+  config_.tools.back().overrides.on_unknown = OnUnknown::kReconcile;
+  StartSession();
+  const std::string key = KeyOf("create_ticket", R"({"title":"a"})", "turn-1");
+  auto claim = store_->Claim(ClaimRequest{
+      RecordId{"default", key}, *Fingerprint(R"({"title":"a"})"), "create_ticket", "turn-1"});
+  ASSERT_TRUE(claim && claim->claimed);
+  clock_.Advance(Duration(31'000));  // the owner's lease runs out
+
+  json::value r = Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(Text(r, 0), "ticket #7 exists");
+  EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/reconciled"), true);
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  auto lookups = server_.calls("find_ticket");
+  ASSERT_EQ(lookups.size(), 1u);
+  EXPECT_EQ(lookups[0].at("id"), "idemgate-reconcile-1");
+  EXPECT_EQ(lookups[0].at("params").at("arguments"), json::parse(R"({"title":"a"})"));
+  for (const std::string& m : client_.sent()) {
+    EXPECT_EQ(m.find("idemgate-reconcile-1"), std::string::npos) << "a proxy answer reached the client";
+  }
+}
+
+TEST_F(McpSessionTest, ReconcileThatFindsNothingExecutes) {
+  config_.tools.push_back(ToolRule{.match = "create_ticket", .reconcile = "find_ticket"});
+  config_.tools.back().overrides.on_unknown = OnUnknown::kReconcile;
+  server_.set_lookup(ScriptedServer::Lookup::kNotFound);
+  StartSession();
+  const std::string key = KeyOf("create_ticket", R"({"title":"a"})", "turn-1");
+  ASSERT_TRUE(store_->Claim(ClaimRequest{RecordId{"default", key}, *Fingerprint(R"({"title":"a"})"),
+                                         "create_ticket", "turn-1"}));
+  clock_.Advance(Duration(31'000));
+  json::value r = Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(Text(r, 0), "ticket #1");
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+}
+
+// Found by a real SDK server: the owner died mid-charge, the lookup answered
+// isError (a database timeout: it cannot tell), and that counted as "it did
+// not happen": the retry charged again. A lookup that cannot tell, or
+// answers without the contract's structuredContent.found, leaves the record
+// unknown.
+TEST_F(McpSessionTest, ReconcileThatCannotTellLeavesTheRecordUnknown) {
+  config_.tools.push_back(ToolRule{.match = "create_ticket", .reconcile = "find_ticket"});
+  config_.tools.back().overrides.on_unknown = OnUnknown::kReconcile;
+  StartSession();
+  int turn = 0;
+  for (auto lookup : {ScriptedServer::Lookup::kIsError, ScriptedServer::Lookup::kNoVerdict}) {
+    server_.set_lookup(lookup);
+    const std::string t = "turn-c" + std::to_string(++turn);
+    const std::string key = KeyOf("create_ticket", R"({"title":"a"})", t);
+    ASSERT_TRUE(store_->Claim(ClaimRequest{RecordId{"default", key},
+                                           *Fingerprint(R"({"title":"a"})"), "create_ticket", t}));
+    clock_.Advance(Duration(31'000));
+    json::value r = Request(ToolCall(turn, "create_ticket", R"({"title":"a"})", t));
+    EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown") << turn;
+    auto record = store_->Get(RecordId{"default", key});
+    ASSERT_TRUE(record && record->has_value());
+    EXPECT_EQ((*record)->state, RecordState::kUnknown) << turn;
+  }
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  EXPECT_EQ(server_.executions("find_ticket"), 2);
+}
+
+// Found by a real SDK server: its handler inserted and then threw, the SDK
+// answered -32603, and idemgate read every JSON-RPC error as "the tool did
+// not run": the retry inserted again. The first caller gets the server's
+// error as it was; the record is unknown; the retry is not executed.
+TEST_F(McpSessionTest, JsonRpcErrorAfterTheToolRanLeavesTheOutcomeUnknown) {
+  StartSession();
+  int id = 0;
+  for (int code : {-32603, -32000, -32099, 1}) {
+    server_.set_error_code(code);
+    const std::string args = R"({"code":)" + std::to_string(code) + "}";
+    client_.Inject(ToolCall(++id, "insert_then_throw", args));
+    const std::string first = client_.Await(HasId(id));
+    EXPECT_EQ(first, R"({"jsonrpc":"2.0","id":)" + std::to_string(id) + R"(,"error":{"code":)" +
+                         std::to_string(code) + R"(,"message":"Internal error"}})");
+    json::value retry = Request(ToolCall(++id, "insert_then_throw", args));
+    EXPECT_EQ(retry.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown")
+        << code;
+    auto record = store_->Get(RecordId{"default", KeyOf("insert_then_throw", args, "turn-1")});
+    ASSERT_TRUE(record && record->has_value()) << code;
+    EXPECT_EQ((*record)->state, RecordState::kUnknown) << code;
+  }
+  EXPECT_EQ(server_.executions("insert_then_throw"), 4) << "each retry ran again";
+}
+
+// Found with the SDK client: refund_order then cancel_order, both with the
+// explicit key "run-7": the cancel got the refund's result, marked
+// replayed, and nothing was cancelled. A key met with another tool is
+// refused as drift, whatever on_drift says.
+TEST_F(McpSessionTest, OneExplicitKeySentWithTwoToolsIsRefusedForTheSecond) {
+  config_.tools.push_back(ToolRule{.match = "charge"});
+  config_.tools.back().overrides.on_drift = OnDrift::kReplay;
+  StartSession();
+  // (first tool, second tool, key): the second runs under on_drift =
+  // replay (charge) and reject (create_ticket, the default).
+  const std::vector<std::array<std::string, 3>> pairs = {{"create_ticket", "charge", "run-7"},
+                                                         {"charge", "create_ticket", "run-8"}};
+  int id = 0;
+  for (const auto& [first_tool, second_tool, key] : pairs) {
+    const std::string meta = R"(,"dev.idemgate/idempotencyKey":")" + key + "\"";
+    json::value first = Request(ToolCall(++id, first_tool, R"({"order":42})", "t", meta));
+    EXPECT_FALSE(first.at("result").as_object().contains("isError")) << key;
+    json::value second = Request(ToolCall(++id, second_tool, R"({"order":42})", "t", meta));
+    EXPECT_EQ(second.at("result").at("_meta").at("dev.idemgate/condition"), "drift") << key;
+    EXPECT_NE(Text(second, 0).find("another tool, " + first_tool), std::string::npos)
+        << Text(second, 0);
+  }
+  EXPECT_EQ(server_.executions("charge"), 1);
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+}
+
+// Found by reading: a gated tools/call could take over the id of a plain
+// request in flight; the plain request's answer was then taken for the
+// tool's and stored as its outcome. Any id in flight is refused.
+TEST_F(McpSessionTest, AGatedCallCannotTakeTheIdOfAPlainRequestInFlight) {
+  StartSession();
+  client_.Inject(R"({"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"a"}})");
+  upstream_.Await(IsCall("resources/read", 5));
+  json::value refused = Request(ToolCall(5, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(refused.at("error").at("code").as_int64(), kRpcInvalidRequest);
+  EXPECT_NE(std::string(refused.at("error").at("message").as_string()).find("already in use"),
+            std::string::npos);
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  server_.Answer("5", R"({"contents":[]})");
+  json::value read = json::parse(client_.Await([](const json::value& v) {
+    return v.as_object().contains("result") && v.at("id") == 5;
+  }));
+  EXPECT_EQ(read.at("result").at("contents").as_array().size(), 0u);
+  auto record = store_->Get(RecordId{"default", KeyOf("create_ticket", R"({"title":"a"})", "turn-1")});
+  ASSERT_TRUE(record);
+  EXPECT_FALSE(record->has_value());
+}
+
+// Found by reading: reconcile lookups and the stateless HTTP front's
+// rewritten client ids shared the "idemgate-N" namespace from two counters,
+// so a client's answer could be read as a lookup's. A lookup's id is never
+// one a client request in flight holds.
+TEST_F(McpSessionTest, AReconcileLookupNeverTakesAnIdInFlight) {
+  config_.tools.push_back(ToolRule{.match = "create_ticket", .reconcile = "find_ticket"});
+  config_.tools.back().overrides.on_unknown = OnUnknown::kReconcile;
+  StartSession();
+  client_.Inject(
+      R"({"jsonrpc":"2.0","id":"idemgate-reconcile-1","method":"resources/read","params":{}})");
+  upstream_.Await(IsCall("resources/read", "idemgate-reconcile-1"));
+  const std::string key = KeyOf("create_ticket", R"({"title":"a"})", "turn-1");
+  ASSERT_TRUE(store_->Claim(ClaimRequest{RecordId{"default", key}, *Fingerprint(R"({"title":"a"})"),
+                                         "create_ticket", "turn-1"}));
+  clock_.Advance(Duration(31'000));
+  json::value r = Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(r.at("result").at("_meta").at("dev.idemgate/reconciled"), true);
+  auto lookups = server_.calls("find_ticket");
+  ASSERT_EQ(lookups.size(), 1u);
+  EXPECT_EQ(lookups[0].at("id"), "idemgate-reconcile-2");
+}
+
+// The turn comes from the first [mcp] turn_id source present (docs/hosts.md):
+// a pointer into a _meta member that holds JSON text or an object; a member
+// of an unexpected shape is skipped, not refused; the environment.
+TEST_F(McpSessionTest, TheTurnIsReadFromTheFirstSourcePresent) {
+  SessionOptions options;
+  options.env = {{"CLAUDE_CODE_SESSION_ID", "s-env"}};
+  StartSession(nullptr, options);
+  auto call = [](int id, std::string_view meta) {
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(id) +
+           R"(,"method":"tools/call","params":{"name":"charge","arguments":{"a":1},"_meta":)" +
+           std::string(meta) + "}}";
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"x-codex-turn-metadata":{"turn_id":"t-obj","thread_id":"th"}})", "t-obj"},
+      {R"({"x-codex-turn-metadata":"{\"turn_id\":\"t-text\"}"})", "t-text"},
+      {R"({"vscode.requestId":7})", "7"},
+      {R"({"vscode.requestId":{"no":1},"x-codex-turn-metadata":{"turn_id":"t-2"}})", "t-2"},
+      {R"({"vscode.conversationId":"c-1"})", "c-1"},  // a session: no turn id came
+      {R"({"progressToken":"p"})", "s-env"},          // the environment's session
+  };
+  int id = 0;
+  for (const auto& [meta, turn] : cases) {
+    json::value r = Request(call(++id, meta));
+    EXPECT_FALSE(r.at("result").as_object().contains("isError")) << meta;
+    auto record = store_->Get(RecordId{"default", KeyOf("charge", R"({"a":1})", turn)});
+    ASSERT_TRUE(record) << meta;
+    EXPECT_TRUE(record->has_value()) << meta << " was not keyed by turn " << turn;
+  }
+  EXPECT_EQ(server_.executions("charge"), 6);
+}
+
+TEST_F(McpSessionTest, TooManyCallsInFlightAreRefusedRetryably) {
+  SessionOptions options;
+  options.budget = std::make_shared<CallBudget>(1);
+  StartSession(nullptr, options);
+  client_.Inject(ToolCall(1, "slow_tool", R"({"n":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  json::value r = Request(ToolCall(2, "slow_tool", R"({"n":2})"));
+  EXPECT_EQ(r.at("error").at("code").as_int64(), kRpcOverloaded);
+  server_.Answer("1", R"({"content":[]})");
+  client_.Await(HasId(1));
+}
+
+TEST_F(McpSessionTest, ClientLeavingClosesTheUpstreamAndTheSessionEnds) {
+  StartSession();
+  Request(ToolCall(1, "create_ticket", "{}"));
+  client_.InjectClose("client closed stdin");
+  SessionEnd end = session_->Wait();
+  EXPECT_FALSE(end.upstream_closed_first);
+  EXPECT_EQ(end.client_reason, "client closed stdin");
+  EXPECT_TRUE(upstream_.closed());
+}
+
+TEST_F(McpSessionTest, CallsRunningWhenTheClientLeavesAreStillStored) {
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", R"({"z":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  upstream_.CloseAnswer(std::nullopt);  // the upstream stays up to finish its work
+  client_.InjectClose("client closed stdin");
+  client_.AwaitDelivered();
+  server_.Answer("1", R"({"content":[{"type":"text","text":"finished"}]})");
+  AwaitLog("executed: success, stored");
+  upstream_.InjectClose("upstream exited with status 0");
+  session_->Wait();
+  auto record = store_->Get(RecordId{"default", KeyOf("slow_tool", R"({"z":1})", "turn-1")});
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kCompleted);
+}
+
+TEST_F(McpSessionTest, CallsSentJustBeforeTheClientLeftAreForwardedThenTheUpstreamClosed) {
+  StartSession();
+  client_.Inject(ToolCall(1, "create_ticket", R"({"title":"last words"})"));
+  client_.Inject(R"({"jsonrpc":"2.0","id":2,"method":"ping"})");
+  client_.InjectClose("client closed stdin", /*stops_reading=*/false);
+  SessionEnd end = session_->Wait();
+  EXPECT_FALSE(end.upstream_closed_first);
+  // Had the upstream been closed first, the call could not have been sent.
+  json::value answer = json::parse(client_.Await(HasId(1)));
+  EXPECT_EQ(Text(answer, 0), "ticket #1");
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+  EXPECT_TRUE(upstream_.closed());
+}
+
+TEST_F(McpSessionTest, BatchWithAToolCallIsSplitAndGated) {
+  StartSession();
+  client_.Inject("[" + ToolCall(1, "create_ticket", "{}") + "," +
+                 ToolCall(2, "create_ticket", "{}") + "]");
+  json::value a = json::parse(client_.Await(HasId(1)));
+  json::value b = json::parse(client_.Await(HasId(2)));
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+  EXPECT_EQ(Text(a, 0), "ticket #1");
+  EXPECT_EQ(Text(b, 0), "ticket #1");
+}
+
+}  // namespace
+}  // namespace idem::mcp

@@ -1,0 +1,700 @@
+#include "fronts/mcp/tool_gate.h"
+
+#include <boost/json.hpp>
+#include <ctime>
+
+#include "idem/canonical_json.h"
+#include "json/json_text.h"
+
+namespace idem::mcp {
+namespace {
+
+namespace json = boost::json;
+using json_text::Quote;
+
+const json::object* ObjectAt(const json::value* v) {
+  return v != nullptr && v->is_object() ? &v->get_object() : nullptr;
+}
+
+const json::value* Member(const json::object* o, std::string_view name) {
+  return o == nullptr ? nullptr : o->if_contains(name);
+}
+
+// RFC 6901: "~" → "~0", "/" → "~1".
+std::string PointerTo(std::string_view name) {
+  std::string out = "/";
+  for (char c : name) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The value `source` reads from a call's _meta (or the environment), or
+// nullopt when it is absent or not usable: a host's members are read as
+// they come, so a shape idemgate does not expect is skipped, never refused.
+std::optional<std::string> ReadIdSource(const IdSource& source, const json::object* meta,
+                                        const SourceEnvironment* env) {
+  if (source.kind == IdSource::Kind::kEnv) {
+    if (env == nullptr) return std::nullopt;
+    auto it = env->find(source.name);
+    if (it == env->end() || it->second.empty()) return std::nullopt;
+    return it->second;
+  }
+  const json::value* member = Member(meta, source.name);
+  if (member == nullptr) return std::nullopt;
+  const json::value* found = member;
+  json::value parsed;  // a member holding JSON text (Codex sent its turn metadata as text once)
+  if (!source.pointer.empty()) {
+    if (member->is_string()) {
+      boost::system::error_code ec;
+      parsed = json::parse(member->get_string(), ec);
+      if (ec) return std::nullopt;
+      member = &parsed;
+    }
+    boost::system::error_code ec;
+    found = member->find_pointer(source.pointer, ec);
+    if (found == nullptr) return std::nullopt;
+  }
+  if (found->is_string() && !found->get_string().empty()) return std::string(found->get_string());
+  if (found->is_int64() || found->is_uint64()) return json::serialize(*found);
+  return std::nullopt;
+}
+
+// The first of `sources` present in the call: its value and its source.
+struct FoundId {
+  std::string value;
+  const IdSource* source = nullptr;
+};
+std::optional<FoundId> FirstId(const std::vector<IdSource>& sources, const json::object* meta,
+                               const SourceEnvironment* env) {
+  for (const IdSource& source : sources) {
+    if (auto value = ReadIdSource(source, meta, env)) return FoundId{std::move(*value), &source};
+  }
+  return std::nullopt;
+}
+
+// How long results are kept, for the model: "24h", "7d", "1h30m".
+std::string RetentionText(Duration d) {
+  constexpr int64_t kHour = 3'600'000, kDay = 24 * kHour;
+  const int64_t ms = d.count();
+  if (ms > 0 && ms % kDay == 0 && ms >= 2 * kDay) return std::to_string(ms / kDay) + "d";
+  if (ms > 0 && ms % kHour == 0) return std::to_string(ms / kHour) + "h";
+  return FormatDuration(d);
+}
+
+std::string SafeToRetrySuffix(const Config& config, std::string_view tool, const Gate& gate) {
+  std::string what;
+  switch (gate.mode) {
+    case KeyMode::kTurn:
+      what = "a repeated call with the same arguments in the same turn";
+      break;
+    case KeyMode::kArgs:
+      what = "a repeated call with the same arguments";
+      break;
+    case KeyMode::kFields: {
+      what = "a repeated call with the same";
+      const ToolRule* rule = config.RuleFor(tool);
+      if (rule != nullptr) {
+        for (size_t i = 0; i < rule->fields.size(); ++i) {
+          what += i == 0 ? " " : ", ";
+          what += rule->fields[i];
+        }
+      }
+      break;
+    }
+    case KeyMode::kExplicit:
+    case KeyMode::kOff:
+      what = "a repeated call with the same idempotency key (_meta \"" +
+             std::string(kMetaIdempotencyKey) + "\")";
+      break;
+  }
+  std::string out = "\n\n[idemgate] Safe to retry: " + what +
+                    " returns the first call's stored result instead of acting again (kept " +
+                    RetentionText(config.PolicyFor(tool).ttl) + ").";
+  if (gate.nonce) {
+    out += " To deliberately repeat the action, pass a new `" + *config.mcp.repeat_nonce + "`.";
+  }
+  return out;
+}
+
+constexpr std::string_view kNotSafeSuffix =
+    "\n\n[idemgate] Not safe to retry: this tool is not protected against duplicate calls.";
+
+std::string NonceSchema() {
+  return R"({"type":"string","description":"Optional. Leave it out normally: an identical call )"
+         R"(is then answered with the first call's stored result instead of acting twice. Pass )"
+         R"(a new unique value only to deliberately perform the action again."})";
+}
+
+// One tool object of a tools/list result, rewritten.
+Result<std::string> RewriteTool(std::string_view tool_text, const Config& config,
+                                std::map<std::string, ToolInfo>& tools) {
+  boost::system::error_code ec;
+  json::value tool = json::parse(tool_text, ec);
+  if (ec || !tool.is_object()) return std::string(tool_text);
+  const json::object& obj = tool.get_object();
+  const json::value* name = obj.if_contains("name");
+  if (name == nullptr || !name->is_string()) return std::string(tool_text);
+  const std::string tool_name(name->get_string());
+
+  ToolInfo info;
+  const json::object* annotations = ObjectAt(obj.if_contains("annotations"));
+  if (const json::value* ro = Member(annotations, "readOnlyHint"); ro && ro->is_bool()) {
+    info.read_only = ro->get_bool();
+  }
+  const json::object* schema = ObjectAt(obj.if_contains("inputSchema"));
+  const json::object* properties = ObjectAt(Member(schema, "properties"));
+  if (config.mcp.repeat_nonce && properties != nullptr &&
+      properties->contains(*config.mcp.repeat_nonce)) {
+    info.declares_nonce = true;
+  }
+  tools[tool_name] = info;
+
+  const Gate gate = GateFor(config, tool_name, &info);
+  if (!gate.gated && !gate.mutating) return std::string(tool_text);
+
+  auto members = json_text::ObjectMembers(tool_text);
+  if (!members) return std::unexpected(members.error());
+  std::string out(tool_text);
+
+  std::string description;
+  if (const json::value* d = obj.if_contains("description"); d && d->is_string()) {
+    description = std::string(d->get_string());
+  }
+  std::string suffix =
+      gate.gated ? SafeToRetrySuffix(config, tool_name, gate) : std::string(kNotSafeSuffix);
+  if (description.empty()) suffix.erase(0, 2);  // no blank lines before the note
+  auto set = json_text::SetMember(out, "description", Quote(description + suffix));
+  if (!set) return std::unexpected(set.error());
+  out = std::move(*set);
+  if (!gate.gated) return out;
+
+  // annotations.idempotentHint = true
+  std::string annotations_text = "{}";
+  if (auto m = json_text::FindMember(*members, "annotations"); m && *m && annotations != nullptr) {
+    annotations_text = std::string((*m)->value.In(tool_text));
+  }
+  auto hinted = json_text::SetMember(annotations_text, "idempotentHint", "true");
+  if (!hinted) return std::unexpected(hinted.error());
+  set = json_text::SetMember(out, "annotations", *hinted);
+  if (!set) return std::unexpected(set.error());
+  out = std::move(*set);
+
+  // inputSchema.properties.repeat_nonce
+  if (gate.nonce && schema != nullptr) {
+    auto m = json_text::FindMember(*members, "inputSchema");
+    if (!m || !*m) return out;
+    std::string schema_text((*m)->value.In(tool_text));
+    auto schema_members = json_text::ObjectMembers(schema_text);
+    if (!schema_members) return std::unexpected(schema_members.error());
+    std::string properties_text = "{}";
+    if (auto p = json_text::FindMember(*schema_members, "properties");
+        p && *p && properties != nullptr) {
+      properties_text = std::string((*p)->value.In(schema_text));
+    }
+    auto with_nonce =
+        json_text::SetMember(properties_text, *config.mcp.repeat_nonce, NonceSchema());
+    if (!with_nonce) return std::unexpected(with_nonce.error());
+    auto new_schema = json_text::SetMember(schema_text, "properties", *with_nonce);
+    if (!new_schema) return std::unexpected(new_schema.error());
+    set = json_text::SetMember(out, "inputSchema", *new_schema);
+    if (!set) return std::unexpected(set.error());
+    out = std::move(*set);
+  }
+  return out;
+}
+
+CallPlan Refuse(CallPlan plan, const Message& parsed, int code, std::string message) {
+  plan.kind = CallPlan::Kind::kAnswer;
+  plan.answer = ErrorResponse(parsed.id_text, code, message);
+  return plan;
+}
+
+CallPlan Refuse(CallPlan plan, const Message& parsed, std::string message) {
+  return Refuse(std::move(plan), parsed, kRpcInvalidParams, std::move(message));
+}
+
+// {"content":[{"type":"text","text":...}],"isError":true,"_meta":{...}}
+std::string Condition(std::string_view condition, std::string_view text,
+                      std::string_view extra_meta = {}) {
+  std::string out = R"({"content":[{"type":"text","text":)";
+  out += Quote(text);
+  out += R"(}],"isError":true,"_meta":{)";
+  out += Quote(kMetaCondition);
+  out += ':';
+  out += Quote(condition);
+  out.append(extra_meta);
+  out += "}}";
+  return out;
+}
+
+std::string KeyMeta(const Call& call) { return "," + Quote(kMetaKey) + ":" + Quote(call.id.key); }
+
+}  // namespace
+
+std::string CompleteResult(std::string result, bool stateless) {
+  if (!stateless) return result;
+  auto members = json_text::ObjectMembers(result);
+  if (!members) return result;
+  auto existing = json_text::FindMember(*members, "resultType");
+  if (!existing || *existing != nullptr) return result;
+  auto out = json_text::SetMember(result, "resultType", "\"complete\"");
+  return out ? std::move(*out) : result;
+}
+
+Gate GateFor(const Config& config, std::string_view tool, const ToolInfo* info) {
+  Gate gate;
+  gate.mutating = info == nullptr || !info->read_only;
+  const ToolRule* rule = config.RuleFor(tool);
+  if (rule != nullptr && rule->gated && !*rule->gated) return gate;
+  gate.mode = config.ModeFor(tool, gate.mutating);
+  gate.gated = gate.mode != KeyMode::kOff;
+  gate.nonce = gate.gated && gate.mode != KeyMode::kExplicit && config.mcp.repeat_nonce &&
+               !config.mcp.repeat_nonce->empty() && !(info != nullptr && info->declares_nonce);
+  return gate;
+}
+
+Result<std::string> RewriteToolsListResult(std::string_view result, const Config& config,
+                                           std::map<std::string, ToolInfo>& tools) {
+  auto members = json_text::ObjectMembers(result);
+  if (!members) return std::unexpected(members.error());
+  auto list = json_text::FindMember(*members, "tools");
+  if (!list) return std::unexpected(list.error());
+  if (*list == nullptr || !json_text::IsArray((*list)->value.In(result))) {
+    return std::string(result);
+  }
+  const json_text::Span list_span = (*list)->value;
+  std::string_view list_text = list_span.In(result);
+  auto elements = json_text::ArrayElements(list_text);
+  if (!elements) return std::unexpected(elements.error());
+
+  std::string new_list;
+  size_t copied = 0;
+  for (const json_text::Span& e : *elements) {
+    new_list.append(list_text.substr(copied, e.begin - copied));
+    auto tool = RewriteTool(e.In(list_text), config, tools);
+    if (!tool) return std::unexpected(tool.error());
+    new_list.append(*tool);
+    copied = e.end;
+  }
+  new_list.append(list_text.substr(copied));
+
+  std::string out(result.substr(0, list_span.begin));
+  out.append(new_list);
+  out.append(result.substr(list_span.end));
+  return out;
+}
+
+namespace {
+
+// What scoped a call's key, for the attempt log and the verbose log:
+// "turn: meta:vscode.requestId", "session: env:CLAUDE_CODE_SESSION_ID (no turn
+// id)", "call id seen: meta:claudecode/toolUseId", "explicit key", ...
+std::string ScopeDetail(bool explicit_key, bool call_seen, const std::optional<FoundId>& turn,
+                        const std::optional<FoundId>& session, const std::optional<FoundId>& call,
+                        bool turn_fallback) {
+  if (explicit_key) return "explicit key";
+  if (call_seen) return "call id seen: " + call->source->text;
+  std::string detail;
+  if (turn) {
+    detail = "turn: " + turn->source->text;
+  } else if (session) {
+    detail = "session: " + session->source->text + " (no turn id)";
+  } else if (turn_fallback) {
+    detail = "turn fallback: no turn id";
+  }
+  if (call) detail += (detail.empty() ? "" : "; ") + ("call id: " + call->source->text);
+  return detail;
+}
+
+}  // namespace
+
+CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
+                      const PlanContext& context, const ToolInfo* info) {
+  CallPlan plan;
+  const json::object* params = ObjectAt(Member(ObjectAt(&parsed.json), "params"));
+  const json::value* name = Member(params, "name");
+  if (name == nullptr || !name->is_string()) return plan;  // the upstream will refuse it
+  plan.tool = std::string(name->get_string());
+  const Gate gate = GateFor(config, plan.tool, info);
+  if (!gate.gated) return plan;
+
+  // Locate params, arguments and _meta in the original bytes. A duplicated
+  // member is refused: the upstream might read the copy we did not.
+  auto top = json_text::ObjectMembers(request);
+  if (!top) return Refuse(std::move(plan), parsed, kRpcInvalidRequest, top.error().message);
+  auto params_member = json_text::FindMember(*top, "params");
+  if (!params_member || !*params_member) {
+    return Refuse(std::move(plan), parsed, kRpcInvalidRequest,
+                  "tools/call refused: " +
+                      (params_member ? std::string("no params") : params_member.error().message));
+  }
+  const std::string_view params_text = (*params_member)->value.In(request);
+  auto pm = json_text::ObjectMembers(params_text);
+  if (!pm) return Refuse(std::move(plan), parsed, kRpcInvalidRequest, pm.error().message);
+  auto args_member = json_text::FindMember(*pm, "arguments");
+  auto meta_member = json_text::FindMember(*pm, "_meta");
+  auto name_member = json_text::FindMember(*pm, "name");
+  for (const auto* r : {&args_member, &meta_member, &name_member}) {
+    if (!*r) {
+      return Refuse(std::move(plan), parsed, kRpcInvalidRequest,
+                    "tools/call refused: params " + r->error().message);
+    }
+  }
+  std::string_view args_text = "{}";
+  if (*args_member != nullptr) {
+    args_text = (*args_member)->value.In(params_text);
+    if (!json_text::IsObject(args_text)) {
+      return Refuse(
+          std::move(plan), parsed,
+          "tools/call refused: params.arguments of \"" + plan.tool + "\" must be a JSON object");
+    }
+  }
+  const json::value* meta_value = Member(params, "_meta");
+  if (meta_value != nullptr && !meta_value->is_object()) {
+    return Refuse(std::move(plan), parsed, "tools/call refused: params._meta must be an object");
+  }
+  const json::object* meta = ObjectAt(meta_value);
+
+  // idemgate's own members are a caller's promise: one of the wrong type is
+  // refused (a host's members are read as they come, and skipped).
+  for (const auto* sources : {&config.mcp.turn_id, &config.mcp.session_id, &config.mcp.call_id}) {
+    for (const IdSource& source : *sources) {
+      const json::value* own = source.kind == IdSource::Kind::kMeta && source.pointer.empty() &&
+                                       source.name.starts_with("dev.idemgate/")
+                                   ? Member(meta, source.name)
+                                   : nullptr;
+      if (own != nullptr && !own->is_string()) {
+        return Refuse(std::move(plan), parsed,
+                      "tools/call refused: _meta[\"" + source.name + "\"] (the turn id) must be a string");
+      }
+    }
+  }
+  // The turn, else the session (a turn fallback kept for `window`), and the
+  // call id, from the first source of each that the host sent (docs/hosts.md).
+  const std::optional<FoundId> turn_id = FirstId(config.mcp.turn_id, meta, context.env);
+  const std::optional<FoundId> session_id =
+      turn_id ? std::nullopt : FirstId(config.mcp.session_id, meta, context.env);
+  const std::optional<FoundId> call_id = FirstId(config.mcp.call_id, meta, context.env);
+  const std::string turn = turn_id ? turn_id->value : session_id ? session_id->value : "";
+  std::optional<std::string> explicit_key;
+  if (const json::value* k = Member(meta, kMetaIdempotencyKey)) {
+    if (!k->is_string()) {
+      return Refuse(std::move(plan), parsed,
+                    "tools/call refused: _meta[\"" + std::string(kMetaIdempotencyKey) +
+                        "\"] (the idempotency key) must be a string");
+    }
+    explicit_key = std::string(k->get_string());
+  }
+
+  // The fingerprint is taken over the arguments' original bytes, so numbers
+  // keep their exact value and duplicate members are refused (§3).
+  CanonOptions canon;
+  canon.max_bytes = config.limits.max_body_bytes;
+  canon.max_depth = config.limits.max_depth;
+  auto fingerprint = Fingerprint(args_text, canon);
+  if (!fingerprint) {
+    return Refuse(std::move(plan), parsed,
+                  "tools/call refused: the arguments of \"" + plan.tool +
+                      "\" cannot be fingerprinted: " + fingerprint.error().message);
+  }
+
+  std::string forward_args(args_text);
+  bool nonce_present = false;
+  if (gate.nonce) {
+    auto am = json_text::ObjectMembers(args_text);
+    if (!am) return Refuse(std::move(plan), parsed, am.error().message);
+    auto nm = json_text::FindMember(*am, *config.mcp.repeat_nonce);
+    if (!nm) return Refuse(std::move(plan), parsed, nm.error().message);
+    if (*nm != nullptr) {
+      nonce_present = true;
+      auto stripped = json_text::RemoveMember(forward_args, *config.mcp.repeat_nonce);
+      if (!stripped) return Refuse(std::move(plan), parsed, stripped.error().message);
+      forward_args = std::move(*stripped);
+    }
+  }
+
+  const ToolRule* rule = config.RuleFor(plan.tool);
+  std::string key_fingerprint = *fingerprint;
+  if (gate.mode == KeyMode::kFields) {
+    std::vector<std::string> pointers;
+    if (rule != nullptr) pointers = rule->fields;
+    if (nonce_present) pointers.push_back(PointerTo(*config.mcp.repeat_nonce));
+    auto selected = FingerprintFields(args_text, pointers, canon);
+    if (!selected) {
+      return Refuse(std::move(plan), parsed,
+                    "tools/call refused: the key fields of \"" + plan.tool +
+                        "\" cannot be fingerprinted: " + selected.error().message);
+    }
+    key_fingerprint = std::move(*selected);
+  }
+  bool stateless = false;
+  if (const json::value* v = Member(meta, "io.modelcontextprotocol/protocolVersion");
+      v && v->is_string() && v->get_string() >= "2026-07-28") {
+    stateless = true;
+  }
+  if (gate.mode == KeyMode::kExplicit && !explicit_key) {
+    plan.kind = CallPlan::Kind::kAnswer;
+    plan.answer =
+        ResultResponse(parsed.id_text, CompleteResult(MissingKeyResult(plan.tool), stateless));
+    return plan;
+  }
+  // A call id the session has seen with this tool is that call again (a
+  // transport re-send): its key, whatever else changed.
+  const std::optional<std::string> seen_key =
+      call_id && !explicit_key && context.key_of_call ? context.key_of_call(call_id->value, plan.tool)
+                                                      : std::nullopt;
+  auto derived = seen_key
+                     ? DeriveKey(KeyInput{KeyMode::kExplicit, "", plan.tool, "", *seen_key})
+                     : DeriveKey(KeyInput{gate.mode, turn, plan.tool, key_fingerprint, explicit_key});
+  if (!derived) {
+    return Refuse(std::move(plan), parsed, "tools/call refused: " + derived.error().message);
+  }
+
+  PreparedCall& p = plan.prepared;
+  p.gate = gate;
+  p.call.id = RecordId{std::string(context.tenant), ScopedKey(context.scope, derived->key)};
+  // The upstream gets the record's key, which replays and `inspect` name;
+  // a caller's own key goes as it was sent.
+  p.forward_key = explicit_key ? derived->key : p.call.id.key;
+  p.derived_key = derived->key;
+  if (call_id) p.call_id = call_id->value;
+  p.call.fingerprint = std::move(*fingerprint);
+  p.call.tool = plan.tool;
+  p.call.turn = turn;
+  p.call.policy = config.PolicyFor(plan.tool);
+  p.call.turn_fallback = derived->turn_fallback || (!turn_id && session_id);
+  p.call.detail = ScopeDetail(explicit_key.has_value(), seen_key.has_value(), turn_id, session_id,
+                              call_id, derived->turn_fallback);
+  if (seen_key) p.call.policy.on_drift = OnDrift::kReplay;  // the same call, whatever changed
+  if (rule != nullptr) p.reconcile_tool = rule->reconcile;
+  p.stateless = stateless;
+
+  // The forwarded request: key in _meta (and in the tool's own key argument
+  // if configured), repeat_nonce removed; every other byte as received.
+  if (rule != nullptr && rule->key_argument) {
+    auto with_key = json_text::SetMember(forward_args, *rule->key_argument, Quote(p.forward_key));
+    if (!with_key) return Refuse(std::move(plan), parsed, with_key.error().message);
+    forward_args = std::move(*with_key);
+  }
+  std::string new_params(params_text);
+  if (forward_args != args_text) {
+    auto set = json_text::SetMember(new_params, "arguments", forward_args);
+    if (!set) return Refuse(std::move(plan), parsed, set.error().message);
+    new_params = std::move(*set);
+  }
+  std::string meta_text =
+      *meta_member != nullptr ? std::string((*meta_member)->value.In(params_text)) : "{}";
+  auto new_meta = json_text::SetMember(meta_text, kMetaIdempotencyKey, Quote(p.forward_key));
+  if (!new_meta) return Refuse(std::move(plan), parsed, new_meta.error().message);
+  auto set_meta = json_text::SetMember(new_params, "_meta", *new_meta);
+  if (!set_meta) return Refuse(std::move(plan), parsed, set_meta.error().message);
+  auto forward = json_text::SetMember(request, "params", *set_meta);
+  if (!forward) return Refuse(std::move(plan), parsed, forward.error().message);
+  p.forward = std::move(*forward);
+  p.forward_arguments = std::move(forward_args);
+  plan.kind = CallPlan::Kind::kGated;
+  return plan;
+}
+
+namespace {
+
+// The text of the "result" member of `response` exactly as received.
+std::string ResultText(std::string_view response, const Message& parsed) {
+  if (auto members = json_text::ObjectMembers(response)) {
+    if (auto r = json_text::FindMember(*members, "result"); r && *r) {
+      return std::string((*r)->value.In(response));
+    }
+  }
+  return json::serialize(parsed.json.get_object().at("result"));
+}
+
+}  // namespace
+
+ToolAnswer ClassifyToolAnswer(std::string_view response, const Message& parsed) {
+  ToolAnswer a;
+  if (parsed.kind != Message::Kind::kResult) {
+    const json::value* code = Member(ObjectAt(Member(ObjectAt(&parsed.json), "error")), "code");
+    if (code == nullptr || !code->is_int64()) {
+      a.kind = Execution::Kind::kMaybeSent;
+      a.why = "json-rpc error without a code";
+      return a;
+    }
+    a.kind = gate::ClassOfJsonRpcError(code->get_int64());
+    a.why = "json-rpc error " + std::to_string(code->get_int64());
+    return a;
+  }
+  a.body = ResultText(response, parsed);
+  const json::object* result = ObjectAt(Member(ObjectAt(&parsed.json), "result"));
+  if (const json::value* t = Member(result, "resultType");
+      t && t->is_string() && t->get_string() == "input_required") {
+    a.kind = Execution::Kind::kInterim;
+    a.why = "input_required: not an outcome";
+    return a;
+  }
+  if (const json::value* e = Member(result, "isError"); e && e->is_bool() && e->get_bool()) {
+    a.kind = Execution::Kind::kToolError;
+    a.why = "tool error";
+    return a;
+  }
+  a.why = "success";
+  return a;
+}
+
+LookupAnswer ClassifyLookupAnswer(std::string_view response, const Message& parsed) {
+  LookupAnswer a;
+  if (parsed.kind != Message::Kind::kResult) {
+    a.why = "it answered with a JSON-RPC error";
+    return a;
+  }
+  const json::object* result = ObjectAt(Member(ObjectAt(&parsed.json), "result"));
+  if (const json::value* e = Member(result, "isError"); e && e->is_bool() && e->get_bool()) {
+    a.why = "it answered isError (it could not look)";
+    return a;
+  }
+  const json::value* found = Member(ObjectAt(Member(result, "structuredContent")), "found");
+  if (found == nullptr || !found->is_bool()) {
+    a.why = "its result has no boolean structuredContent.found";
+    return a;
+  }
+  if (!found->get_bool()) {
+    a.verdict = gate::LookupVerdict::kNotFound;
+    return a;
+  }
+  a.verdict = gate::LookupVerdict::kFound;
+  a.body = ResultText(response, parsed);
+  return a;
+}
+
+Result<std::string> ReplayResult(const Decision& decision, const Config& config) {
+  const Record& record = decision.record;
+  if (!record.outcome) {
+    return MakeError(ErrorCode::kDataLoss, "record " + record.id.key + " has no stored outcome");
+  }
+  const std::string& body = record.outcome->body;
+  auto members = json_text::ObjectMembers(body);
+  if (!members) {
+    return MakeError(ErrorCode::kDataLoss, "the stored outcome of " + record.id.key +
+                                               " is not a JSON object: " + members.error().message);
+  }
+  auto meta = json_text::FindMember(*members, "_meta");
+  auto content = json_text::FindMember(*members, "content");
+  if (!meta || !content) {
+    return MakeError(ErrorCode::kDataLoss,
+                     "the stored outcome of " + record.id.key +
+                         " is ambiguous: " + (!meta ? meta : content).error().message);
+  }
+  // When the first attempt claimed the call: "first run at", the same
+  // instant the drift and in-progress answers name.
+  const std::string first_at = FormatIsoTime(record.created_at);
+
+  std::string meta_text = "{}";
+  if (*meta != nullptr && json_text::IsObject((*meta)->value.In(body))) {
+    meta_text = std::string((*meta)->value.In(body));
+  }
+  std::vector<std::pair<std::string_view, std::string>> marks = {
+      {kMetaReplayed, "true"}, {kMetaKey, Quote(record.id.key)}, {kMetaFirstAt, Quote(first_at)}};
+  if (decision.drift) marks.emplace_back(kMetaDrift, "true");
+  if (decision.reconciled) marks.emplace_back(kMetaReconciled, "true");
+  for (const auto& [name, value] : marks) {
+    auto set = json_text::SetMember(meta_text, name, value);
+    if (!set) return MakeError(ErrorCode::kDataLoss, set.error().message);
+    meta_text = std::move(*set);
+  }
+  auto out = json_text::SetMember(body, "_meta", meta_text);
+  if (!out) return MakeError(ErrorCode::kDataLoss, out.error().message);
+
+  if (config.mcp.replay_text) {
+    std::string note =
+        "[idemgate] This is the stored result of an identical earlier call (first run at " +
+        first_at + "); the action was not performed again.";
+    if (decision.drift) {
+      note += " The arguments differed from the earlier call's; its result is shown as it was.";
+    }
+    std::string block = R"({"type":"text","text":)" + Quote(note) + "}";
+    std::string content_text = "[]";
+    if (*content != nullptr && json_text::IsArray((*content)->value.In(body))) {
+      content_text = std::string((*content)->value.In(body));
+    }
+    auto appended = json_text::AppendElement(content_text, block);
+    if (!appended) return MakeError(ErrorCode::kDataLoss, appended.error().message);
+    out = json_text::SetMember(*out, "content", *appended);
+    if (!out) return MakeError(ErrorCode::kDataLoss, out.error().message);
+  }
+  return std::move(*out);
+}
+
+std::string InProgressResult(const Call& call, const Decision& decision) {
+  const int64_t seconds = std::max<int64_t>(1, (decision.retry_after.count() + 999) / 1000);
+  std::string text = "[idemgate] An identical call to " + call.tool + " (key " + call.id.key +
+                     ") is still running, so this one was not executed again. Retry this same "
+                     "call in about " +
+                     std::to_string(seconds) +
+                     " seconds to get its result; do not change the arguments to get around "
+                     "this.";
+  return Condition("in_progress", text,
+                   KeyMeta(call) + "," + Quote(kMetaRetryAfter) + ":" + std::to_string(seconds));
+}
+
+std::string OutcomeUnknownResult(const Call& call, const Decision& decision) {
+  std::string text =
+      "[idemgate] The outcome of an identical earlier call to " + call.tool + " (key " +
+      call.id.key + ", started at " + FormatIsoTime(decision.record.created_at) +
+      ") is unknown: it was sent to the tool, but no result came back. The action may already "
+      "have happened. Do not repeat it blindly: first check whether it took effect, or tell the "
+      "user. An operator can settle it with `idemgate resolve " +
+      call.id.key + "`.";
+  return Condition("outcome_unknown", text, KeyMeta(call));
+}
+
+std::string UnansweredResult(const Call& call, std::string_view why) {
+  std::string text = "[idemgate] The outcome of this call to " + call.tool +
+                     " is unknown: it was sent to the tool, but " + std::string(why) +
+                     ". The action may already have happened. Do not repeat it blindly: first "
+                     "check whether it took effect, or tell the user. An operator can settle it "
+                     "with `idemgate resolve " +
+                     call.id.key + "`.";
+  return Condition("outcome_unknown", text, KeyMeta(call));
+}
+
+std::string DriftResult(const Call& call, const Decision& decision, KeyMode mode) {
+  std::string how = mode == KeyMode::kExplicit || call.detail == "explicit key"
+                        ? "to perform a new action, send a new idempotency key"
+                        : "to perform a new action, start a new turn or pass a new repeat_nonce";
+  const bool other_tool = decision.record.tool != call.tool;
+  std::string text =
+      "[idemgate] The idempotency key " + call.id.key + " was first used at " +
+      FormatIsoTime(decision.record.created_at) + " for a call to " +
+      (other_tool ? "another tool, " + decision.record.tool + ","
+                  : call.tool + " with different arguments,") +
+      " so this call was refused rather than treated as the same action. To get the earlier "
+      "call's result, repeat it with its original " +
+      (other_tool ? "tool and arguments; " : "arguments; ") + how + ".";
+  return Condition("drift", text,
+                   KeyMeta(call) + "," + Quote(kMetaFirstAt) + ":" +
+                       Quote(FormatIsoTime(decision.record.created_at)));
+}
+
+std::string TooLargeResult(const Call& call, const Decision& decision) {
+  std::string text = "[idemgate] An identical earlier call to " + call.tool + " (key " +
+                     call.id.key + ", first run at " + FormatIsoTime(decision.record.created_at) +
+                     ") already ran, but its result was too large to store, so it cannot be "
+                     "shown again. The action was not performed again.";
+  return Condition("too_large", text, KeyMeta(call));
+}
+
+std::string MissingKeyResult(std::string_view tool) {
+  std::string text = "[idemgate] " + std::string(tool) +
+                     " requires an idempotency key: send one in _meta[\"" +
+                     std::string(kMetaIdempotencyKey) +
+                     "\"] (1 to 255 visible ASCII characters). The call was not executed.";
+  return Condition("missing_key", text);
+}
+
+}  // namespace idem::mcp

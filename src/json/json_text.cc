@@ -1,0 +1,285 @@
+#include "json/json_text.h"
+
+#include <boost/json.hpp>
+#include <vector>
+
+namespace idem::json_text {
+namespace {
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+std::unexpected<Error> Malformed(std::string_view what, size_t pos) {
+  return MakeError(ErrorCode::kInvalidArgument,
+                   "malformed JSON at byte " + std::to_string(pos) + ": " + std::string(what));
+}
+
+// A cursor over JSON text that skips values by their structure.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view text) : text_(text) {}
+
+  size_t pos() const { return pos_; }
+  bool AtEnd() const { return pos_ >= text_.size(); }
+  char Peek() const { return AtEnd() ? '\0' : text_[pos_]; }
+  void Advance() { ++pos_; }
+
+  void SkipSpace() {
+    while (!AtEnd() && IsSpace(text_[pos_])) ++pos_;
+  }
+
+  // At '"': moves past the closing quote.
+  Result<void> SkipString() {
+    const size_t start = pos_;
+    ++pos_;
+    while (!AtEnd()) {
+      char c = text_[pos_];
+      if (c == '\\') {
+        pos_ += 2;
+        continue;
+      }
+      ++pos_;
+      if (c == '"') return {};
+    }
+    return Malformed("unterminated string", start);
+  }
+
+  // Moves past one value (after leading whitespace).
+  Result<void> SkipValue() {
+    SkipSpace();
+    if (AtEnd()) return Malformed("expected a value", pos_);
+    char c = text_[pos_];
+    if (c == '"') return SkipString();
+    if (c == '{' || c == '[') return SkipContainer();
+    const size_t start = pos_;
+    while (!AtEnd()) {
+      char d = text_[pos_];
+      bool literal = (d >= '0' && d <= '9') || (d >= 'a' && d <= 'z') || (d >= 'A' && d <= 'Z') ||
+                     d == '+' || d == '-' || d == '.';
+      if (!literal) break;
+      ++pos_;
+    }
+    if (pos_ == start) return Malformed("unexpected character", pos_);
+    return {};
+  }
+
+ private:
+  // Iterative, so any nesting depth is safe.
+  Result<void> SkipContainer() {
+    std::vector<char> open;
+    const size_t start = pos_;
+    while (!AtEnd()) {
+      char c = text_[pos_];
+      if (c == '"') {
+        if (auto s = SkipString(); !s) return s;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        open.push_back(c == '{' ? '}' : ']');
+      } else if (c == '}' || c == ']') {
+        if (open.empty() || open.back() != c) return Malformed("unbalanced brackets", pos_);
+        open.pop_back();
+        if (open.empty()) {
+          ++pos_;
+          return {};
+        }
+      }
+      ++pos_;
+    }
+    return Malformed("unterminated object or array", start);
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+Result<std::string> Unescape(std::string_view quoted) {
+  if (quoted.find('\\') == std::string_view::npos) {
+    return std::string(quoted.substr(1, quoted.size() - 2));
+  }
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(quoted, ec);
+  if (ec || !v.is_string()) return Malformed("bad member name", 0);
+  return std::string(v.get_string());
+}
+
+}  // namespace
+
+bool IsObject(std::string_view value) {
+  size_t i = 0;
+  while (i < value.size() && IsSpace(value[i])) ++i;
+  return i < value.size() && value[i] == '{';
+}
+
+bool IsArray(std::string_view value) {
+  size_t i = 0;
+  while (i < value.size() && IsSpace(value[i])) ++i;
+  return i < value.size() && value[i] == '[';
+}
+
+Result<std::vector<Member>> ObjectMembers(std::string_view object) {
+  Scanner s(object);
+  s.SkipSpace();
+  if (s.Peek() != '{') return Malformed("expected an object", s.pos());
+  s.Advance();
+  std::vector<Member> members;
+  s.SkipSpace();
+  if (s.Peek() == '}') {
+    s.Advance();
+  } else {
+    while (true) {
+      s.SkipSpace();
+      if (s.Peek() != '"') return Malformed("expected a member name", s.pos());
+      Member m;
+      m.key.begin = s.pos();
+      if (auto r = s.SkipString(); !r) return std::unexpected(r.error());
+      m.key.end = s.pos();
+      auto name = Unescape(m.key.In(object));
+      if (!name) return std::unexpected(name.error());
+      m.name = std::move(*name);
+      s.SkipSpace();
+      if (s.Peek() != ':') return Malformed("expected ':'", s.pos());
+      s.Advance();
+      s.SkipSpace();
+      m.value.begin = s.pos();
+      if (auto r = s.SkipValue(); !r) return std::unexpected(r.error());
+      m.value.end = s.pos();
+      members.push_back(std::move(m));
+      s.SkipSpace();
+      if (s.Peek() == ',') {
+        s.Advance();
+        continue;
+      }
+      if (s.Peek() == '}') {
+        s.Advance();
+        break;
+      }
+      return Malformed("expected ',' or '}'", s.pos());
+    }
+  }
+  s.SkipSpace();
+  if (!s.AtEnd()) return Malformed("trailing data after the object", s.pos());
+  return members;
+}
+
+Result<std::vector<Span>> ArrayElements(std::string_view array) {
+  Scanner s(array);
+  s.SkipSpace();
+  if (s.Peek() != '[') return Malformed("expected an array", s.pos());
+  s.Advance();
+  std::vector<Span> elements;
+  s.SkipSpace();
+  if (s.Peek() == ']') {
+    s.Advance();
+  } else {
+    while (true) {
+      s.SkipSpace();
+      Span e;
+      e.begin = s.pos();
+      if (auto r = s.SkipValue(); !r) return std::unexpected(r.error());
+      e.end = s.pos();
+      elements.push_back(e);
+      s.SkipSpace();
+      if (s.Peek() == ',') {
+        s.Advance();
+        continue;
+      }
+      if (s.Peek() == ']') {
+        s.Advance();
+        break;
+      }
+      return Malformed("expected ',' or ']'", s.pos());
+    }
+  }
+  s.SkipSpace();
+  if (!s.AtEnd()) return Malformed("trailing data after the array", s.pos());
+  return elements;
+}
+
+Result<const Member*> FindMember(const std::vector<Member>& members, std::string_view name) {
+  const Member* found = nullptr;
+  for (const Member& m : members) {
+    if (m.name != name) continue;
+    if (found != nullptr) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "member \"" + std::string(name) + "\" appears more than once");
+    }
+    found = &m;
+  }
+  return found;
+}
+
+Result<std::string> SetMember(std::string_view object, std::string_view name,
+                              std::string_view value) {
+  auto members = ObjectMembers(object);
+  if (!members) return std::unexpected(members.error());
+  auto found = FindMember(*members, name);
+  if (!found) return std::unexpected(found.error());
+  std::string out;
+  if (*found != nullptr) {
+    const Span& v = (*found)->value;
+    out.reserve(object.size() - (v.end - v.begin) + value.size());
+    out.append(object.substr(0, v.begin));
+    out.append(value);
+    out.append(object.substr(v.end));
+    return out;
+  }
+  size_t at;
+  std::string insert;
+  if (members->empty()) {
+    at = object.find('{') + 1;
+  } else {
+    at = members->back().value.end;
+    insert = ",";
+  }
+  insert += Quote(name);
+  insert += ':';
+  insert.append(value);
+  out.reserve(object.size() + insert.size());
+  out.append(object.substr(0, at));
+  out.append(insert);
+  out.append(object.substr(at));
+  return out;
+}
+
+Result<std::string> RemoveMember(std::string_view object, std::string_view name) {
+  auto members = ObjectMembers(object);
+  if (!members) return std::unexpected(members.error());
+  auto found = FindMember(*members, name);
+  if (!found) return std::unexpected(found.error());
+  if (*found == nullptr) return std::string(object);
+  const size_t index = static_cast<size_t>(*found - members->data());
+  size_t begin = (*found)->key.begin;
+  size_t end = (*found)->value.end;
+  if (index + 1 < members->size()) {
+    end = (*members)[index + 1].key.begin;  // eats the comma after it
+  } else if (index > 0) {
+    begin = (*members)[index - 1].value.end;  // eats the comma before it
+  }
+  std::string out(object.substr(0, begin));
+  out.append(object.substr(end));
+  return out;
+}
+
+Result<std::string> AppendElement(std::string_view array, std::string_view element) {
+  auto elements = ArrayElements(array);
+  if (!elements) return std::unexpected(elements.error());
+  size_t at;
+  std::string insert;
+  if (elements->empty()) {
+    at = array.find('[') + 1;
+  } else {
+    at = elements->back().end;
+    insert = ",";
+  }
+  insert.append(element);
+  std::string out(array.substr(0, at));
+  out.append(insert);
+  out.append(array.substr(at));
+  return out;
+}
+
+std::string Quote(std::string_view s) {
+  return boost::json::serialize(boost::json::string_view(s));
+}
+
+}  // namespace idem::json_text

@@ -1,0 +1,74 @@
+// Byte-exact views into JSON text, and edits that change only what they must.
+//
+// The proxy must forward what it does not change byte for byte, and what it
+// does change (a tools/call with the key added to _meta, a replayed result
+// with a note appended) without a parse-and-print round trip: Boost.JSON
+// 1.81 holds numbers as int64/uint64/double, so re-serialising would round an
+// argument like 123456789012345678901234 and send the tool a different
+// number than the one the ledger fingerprinted. Reading is done with
+// Boost.JSON; these functions locate members and elements in the original
+// bytes and splice new JSON text into them.
+//
+// They expect text a JSON parser already accepted (or that this code built):
+// nested values are skipped by their bracket and string structure, not
+// validated again. On anything malformed they return kInvalidArgument, never
+// read out of bounds. Pure functions, no I/O, safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/error.h"
+
+namespace idem::json_text {
+
+// A half-open byte range [begin, end) into a text.
+struct Span {
+  size_t begin = 0;
+  size_t end = 0;
+  std::string_view In(std::string_view text) const { return text.substr(begin, end - begin); }
+};
+
+// One member of an object.
+struct Member {
+  std::string name;  // unescaped
+  Span key;          // the quoted name, quotes included
+  Span value;        // the value, without surrounding whitespace
+};
+
+// The members of `object`, which must be exactly one JSON object (whitespace
+// around it allowed), in text order. Duplicates are all listed.
+Result<std::vector<Member>> ObjectMembers(std::string_view object);
+
+// The elements of `array`, which must be exactly one JSON array.
+Result<std::vector<Span>> ArrayElements(std::string_view array);
+
+// The one member called `name`: nullptr if absent. kInvalidArgument if the
+// object has it more than once: parsers disagree about which copy wins, so
+// acting on one while a peer reads the other is refused.
+Result<const Member*> FindMember(const std::vector<Member>& members, std::string_view name);
+
+// True if `value` (a JSON value's text) is an object / array / string.
+bool IsObject(std::string_view value);
+bool IsArray(std::string_view value);
+
+// `object` with member `name` set to the JSON text `value`: replaced in place
+// when present, else appended after the last member. Every other byte is kept.
+// kInvalidArgument if `object` is not an object or has `name` twice.
+Result<std::string> SetMember(std::string_view object, std::string_view name,
+                              std::string_view value);
+
+// `object` without member `name` (unchanged if absent), with its separating
+// comma. kInvalidArgument as SetMember.
+Result<std::string> RemoveMember(std::string_view object, std::string_view name);
+
+// `array` with the JSON text `element` appended as its last element.
+Result<std::string> AppendElement(std::string_view array, std::string_view element);
+
+// `s` as a JSON string literal, quotes included (minimal escapes; `s` should
+// be UTF-8).
+std::string Quote(std::string_view s);
+
+}  // namespace idem::json_text

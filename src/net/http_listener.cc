@@ -1,0 +1,611 @@
+// HttpListener: Boost.Beast, asynchronous.
+//
+// One io_context with `threads` threads; each connection runs on its own
+// strand. A connection reads one request under a whole-request deadline (a
+// timer of its own, so that a request cut off half-way can still be answered
+// 408 before the socket closes), hands it to the handler and waits for the
+// Responder, writes the answer under write_timeout, and reads the next
+// request (keep-alive) or closes. A streamed answer (Response::stream) is
+// written piece by piece, each under write_timeout, the next piece asked for
+// once the last is written; a closed connection cancels its source.
+//
+// Lifetimes: the listener's state (Server) is shared. A connection lives as
+// long as an operation of its own is pending (while a handler works, a timer
+// wait holds it). A Responder holds only weak references to the Server and
+// the connection, and locks the Server first: the io_context it posts to is
+// then alive for the duration of the post. Handlers still queued when the io_context is destroyed
+// destroy their connections, which still find the Server's bookkeeping alive (it is declared before
+// the io_context).
+#include "net/http_listener.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "net/http_rules.h"  // FormatHostPort, IsHostAllowedOnLoopback, PrintableExcerpt
+#include "net/listen_socket.h"
+#include "net/http_server_io.h"
+
+namespace idem::http {
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+class Connection;
+
+// "Mon, 30 Nov 2026 13:55:13 GMT" (RFC 9110 IMF-fixdate).
+std::string HttpDate() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  size_t n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return std::string(buf, n);
+}
+
+bool IsManagedHeader(std::string_view name) {
+  return beast::iequals(name, "Content-Length") || beast::iequals(name, "Date") ||
+         beast::iequals(name, "Connection") || beast::iequals(name, "Transfer-Encoding") ||
+         beast::iequals(name, "Keep-Alive");
+}
+
+}  // namespace
+
+// ── The listener's shared state ─────────────────────────────────────────────
+
+struct Server : std::enable_shared_from_this<Server> {
+  Server(const ListenerOptions& o, Handler h)
+      : options(o), handler(std::move(h)), acceptor(net::make_strand(ioc)) {}
+
+  void Accept();
+  void Forget(Connection* c);
+  std::vector<std::shared_ptr<Connection>> Live();
+
+  const ListenerOptions options;
+  Handler handler;  // reset after the I/O threads are joined (see Stop)
+  std::string bound;
+  bool loopback = true;  // bound to a loopback address
+
+  std::mutex mu;  // guards everything below up to `ioc`
+  std::condition_variable cv;
+  bool stopping = false;
+  bool draining = false;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
+
+  // After the state above: handlers destroyed with the io_context still
+  // find it alive.
+  net::io_context ioc;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  tcp::acceptor acceptor;  // on its own strand
+  std::vector<std::thread> threads;
+  std::once_flag stopped;
+};
+
+struct HttpListener::Impl {
+  std::shared_ptr<Server> server;
+};
+
+namespace {
+
+// Delivers a handler's answer to its connection, once.
+struct ResponderState {
+  std::weak_ptr<Server> server;
+  std::weak_ptr<Connection> connection;
+  uint64_t serial = 0;
+  std::atomic<bool> answered{false};
+
+  void Answer(Response response);
+  // A handler that drops its Responder unanswered is a bug; the client
+  // still gets an answer instead of waiting for read_timeout.
+  ~ResponderState() {
+    if (!answered.load()) {
+      Answer(Problem(500, "unanswered", "Internal error",
+                     "idemgate: the request was dropped without an answer; retry it"));
+    }
+  }
+};
+
+// ── One connection ──────────────────────────────────────────────────────────
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Server* server, tcp::socket socket)
+      : server_(server),
+        options_(server->options),
+        limits_{options_.max_header_bytes, options_.max_header_count, options_.max_body_bytes,
+                options_.read_timeout},
+        stream_(std::move(socket)),
+        hold_(stream_.get_executor()) {}
+
+  ~Connection() { server_->Forget(this); }
+
+  void Start(bool over_limit) {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this(), over_limit] {
+      beast::error_code ec;
+      self->remote_ = "";
+      auto ep = self->stream_.socket().remote_endpoint(ec);
+      if (!ec) self->remote_ = idem::net::FormatHostPort(ep.address().to_string(), ep.port());
+      self->stream_.socket().set_option(tcp::no_delay(true), ec);
+      if (over_limit) {
+        self->keep_alive_ = false;
+        self->linger_ = true;
+        return self->SendProblem(503, "too-many-connections", "Too many connections",
+                                 "idemgate: this listener already serves " +
+                                     std::to_string(self->options_.max_connections) +
+                                     " connections (max_connections); retry shortly",
+                                 {{"Retry-After", "1"}});
+      }
+      self->DoRead();
+    });
+  }
+
+  // From any thread (the Responder).
+  void PostResponse(uint64_t serial, Response response) {
+    net::post(stream_.get_executor(),
+              [self = shared_from_this(), serial, r = std::move(response)]() mutable {
+                if (serial != self->serial_ || self->state_ != State::kHandling) {
+                  if (r.stream) r.stream->Cancel();
+                  return;
+                }
+                self->SendResponse(std::move(r));
+              });
+  }
+
+  // From any thread: stop reading new requests; an idle connection closes
+  // now, a busy one after its answer.
+  void PostDrain() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->keep_alive_ = false;
+      if (self->state_ == State::kReading && self->buffer_.size() == 0 &&
+          !(self->parser_ && self->parser_->got_some())) {
+        self->CloseNow();
+      }
+    });
+  }
+
+  // From any thread: close now; an answer not yet written is dropped.
+  void PostClose() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] { self->CloseNow(); });
+  }
+
+ private:
+  enum class State { kReading, kHandling, kWriting, kClosed };
+
+  // ── Reading ──
+
+  void DoRead() {
+    state_ = State::kReading;
+    ++serial_;
+    parser_.emplace();
+    stream_.expires_never();
+    idem::net::ReadRequest(stream_, buffer_, *parser_, limits_, shared_from_this(),
+                           beast::bind_front_handler(&Connection::OnRead, shared_from_this()));
+  }
+
+  void OnRead(beast::error_code ec, std::optional<idem::net::Refusal> refusal) {
+    if (refusal) {
+      keep_alive_ = false;
+      linger_ = refusal->linger;
+      return SendRefusal(*refusal);
+    }
+    if (ec) return CloseNow();  // the client left, was stopped, or sat idle too long
+    bhttp::request<bhttp::string_body> req = parser_->release();
+    keep_alive_ = keep_alive_ && req.keep_alive();
+    head_ = req.method() == bhttp::verb::head;
+    version_ = req.version();
+    Request request;
+    request.method = std::string(req.method_string());
+    request.target = std::string(req.target());
+    size_t q = request.target.find('?');
+    request.path = request.target.substr(0, q);
+    if (q != std::string::npos) request.query = request.target.substr(q + 1);
+    request.headers.reserve(static_cast<size_t>(std::distance(req.begin(), req.end())));
+    for (const auto& field : req) {
+      request.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    }
+    request.body = std::move(req.body());
+    request.remote = remote_;
+    Handle(std::move(request));
+  }
+
+  // ── Handling ──
+
+  void Handle(Request request) {
+    state_ = State::kHandling;
+    if (server_->loopback && !options_.authenticate) {
+      // A page that rebinds its own name to our address sends that name.
+      auto host = request.FindHeader("Host");
+      if (host && !host->empty() && !idem::net::IsHostAllowedOnLoopback(*host, options_.allowed_hosts)) {
+        return SendProblem(403, "host-not-allowed", "Host not allowed",
+                           "idemgate: Host '" + idem::net::PrintableExcerpt(*host, 100) +
+                               "' is not allowed on a loopback listener without tokens; use "
+                               "127.0.0.1 or localhost, or configure [[tenant]] tokens");
+      }
+    }
+    Principal principal;
+    if (options_.authenticate) {
+      std::optional<Principal> who;
+      std::string_view token;
+      if (auto auth = request.FindHeader("Authorization")) token = idem::net::BearerToken(*auth);
+      if (!token.empty()) who = options_.authenticate(token);
+      bool is_public = std::find(options_.public_paths.begin(), options_.public_paths.end(),
+                                 request.path) != options_.public_paths.end();
+      if (who) {
+        principal = *who;
+      } else if (is_public) {
+        principal = Principal{"", false};  // anonymous: no tenant, no admin rights
+      } else {
+        return SendProblem(401, "unauthorized", "Unauthorized",
+                           token.empty() ? "idemgate: a bearer token is required: send "
+                                           "Authorization: Bearer <token> (a [[tenant]] token)"
+                                         : "idemgate: the bearer token is not known; use a token "
+                                           "listed under [[tenant]] in the config",
+                           {{"WWW-Authenticate", "Bearer"}});
+      }
+    }
+    request.principal = std::move(principal);
+
+    // Nothing else holds the connection while the handler works: this wait
+    // does, until the answer is sent or the connection is closed (Stop).
+    hold_.expires_at(net::steady_timer::time_point::max());
+    hold_.async_wait([self = shared_from_this()](beast::error_code) {});
+
+    auto state = std::make_shared<ResponderState>();
+    state->server = server_->weak_from_this();
+    state->connection = weak_from_this();
+    state->serial = serial_;
+    Responder respond = [state](Response r) { state->Answer(std::move(r)); };
+    try {
+      server_->handler(std::move(request), std::move(respond));
+    } catch (const std::exception& e) {
+      // The handler threw before answering (a bug): answer 500 ourselves.
+      if (!state->answered.exchange(true)) {
+        SendResponse(Problem(500, "internal", "Internal error",
+                             std::string("idemgate: internal error: ") + e.what()));
+      }
+    }
+  }
+
+  // ── Writing ──
+
+  void SendRefusal(const idem::net::Refusal& r) {
+    SendProblem(r.status, r.type, r.title, r.detail);
+  }
+
+  void SendProblem(int status, std::string_view type, std::string_view title,
+                   const std::string& detail, std::vector<Header> extra = {}) {
+    state_ = State::kHandling;
+    Response r = Problem(status, type, title, detail);
+    for (Header& h : extra) r.headers.push_back(std::move(h));
+    SendResponse(std::move(r));
+  }
+
+  // The answer's status and headers, without the ones the listener manages,
+  // with Server (unless the handler set one) and Date.
+  template <class Body>
+  static std::shared_ptr<bhttp::response<Body>> NewResponse(const Response& r) {
+    auto res = std::make_shared<bhttp::response<Body>>(static_cast<bhttp::status>(r.status), 11);
+    for (const Header& h : r.headers) {
+      if (!IsManagedHeader(h.name)) res->insert(h.name, h.value);
+    }
+    if (res->find(bhttp::field::server) == res->end()) res->set(bhttp::field::server, "idemgate");
+    res->set(bhttp::field::date, HttpDate());
+    return res;
+  }
+
+  void SendResponse(Response r) {
+    if (state_ == State::kClosed) {
+      if (r.stream) r.stream->Cancel();
+      return;
+    }
+    state_ = State::kWriting;
+    hold_.cancel();  // the hold set in Handle
+    if (r.stream) return SendStreamed(std::move(r));
+    auto res = NewResponse<bhttp::string_body>(r);
+    res->keep_alive(keep_alive_);
+    if (head_) {
+      res->content_length(r.body.size());  // the size a GET would get, no body
+    } else {
+      res->body() = std::move(r.body);
+      res->prepare_payload();
+    }
+    response_ = res;
+    stream_.expires_after(options_.write_timeout);
+    if (head_) {
+      auto sr = std::make_shared<bhttp::response_serializer<bhttp::string_body>>(*res);
+      bhttp::async_write_header(
+          stream_, *sr,
+          [self = shared_from_this(), sr](beast::error_code ec, size_t) { self->OnWrite(ec); });
+      return;
+    }
+    bhttp::async_write(stream_, *res, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->OnWrite(ec);
+    });
+  }
+
+  // A body from a BodySource: the header, then each piece as the source
+  // hands it over, the next asked for once the last is written.
+  void SendStreamed(Response r) {
+    auto res = NewResponse<bhttp::empty_body>(r);
+    if (r.stream_length) {
+      res->content_length(*r.stream_length);
+    } else if (version_ >= 11) {
+      res->chunked(true);
+      chunked_ = true;
+    } else {
+      keep_alive_ = false;  // an HTTP/1.0 client reads the body to the close
+    }
+    res->keep_alive(keep_alive_);
+    if (head_) {
+      r.stream->Cancel();  // a HEAD answer has no body to wait for
+    } else {
+      source_ = std::move(r.stream);
+    }
+    auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*res);
+    stream_.expires_after(options_.write_timeout);
+    bhttp::async_write_header(stream_, *sr,
+                              [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
+                                if (ec || !self->source_) return self->OnWrite(ec);
+                                self->NextPiece();
+                              });
+  }
+
+  void NextPiece() {
+    stream_.expires_never();
+    // As in Handle: the wait holds the connection while the source works.
+    hold_.expires_at(net::steady_timer::time_point::max());
+    hold_.async_wait([self = shared_from_this()](beast::error_code) {});
+    std::weak_ptr<Server> server = server_->weak_from_this();
+    std::weak_ptr<Connection> weak = weak_from_this();
+    const uint64_t serial = serial_;
+    source_->Next([server, weak, serial](BodySource::Piece piece) {
+      std::shared_ptr<Server> s = server.lock();  // first: keeps the io_context alive
+      if (!s) return;
+      std::shared_ptr<Connection> c = weak.lock();
+      if (!c) return;
+      net::post(c->stream_.get_executor(), [c, serial, p = std::move(piece)]() mutable {
+        if (serial != c->serial_ || c->state_ != State::kWriting || !c->source_) return;
+        c->WritePiece(std::move(p));
+      });
+    });
+  }
+
+  void WritePiece(BodySource::Piece p) {
+    hold_.cancel();
+    if (p.failed) return CloseNow();  // the client sees the body cut off, as it was
+    if (p.data.empty()) return p.last ? WriteEnd() : NextPiece();
+    piece_ = std::move(p.data);
+    auto done = [self = shared_from_this(), last = p.last](beast::error_code ec, size_t) {
+      if (ec) return self->OnWrite(ec);
+      if (last) return self->WriteEnd();
+      self->NextPiece();
+    };
+    stream_.expires_after(options_.write_timeout);
+    if (chunked_) {
+      net::async_write(stream_, bhttp::make_chunk(net::buffer(piece_)), std::move(done));
+    } else {
+      net::async_write(stream_, net::buffer(piece_), std::move(done));
+    }
+  }
+
+  void WriteEnd() {
+    source_.reset();
+    piece_.clear();
+    if (!chunked_) return OnWrite({});
+    chunked_ = false;
+    stream_.expires_after(options_.write_timeout);
+    net::async_write(
+        stream_, bhttp::make_chunk_last(),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+  }
+
+  void OnWrite(beast::error_code ec) {
+    response_.reset();
+    stream_.expires_never();
+    if (source_) {  // a streamed answer's write failed
+      source_->Cancel();
+      source_.reset();
+    }
+    chunked_ = false;
+    if (ec) return CloseNow();
+    if (state_ == State::kClosed) return;
+    if (keep_alive_) {
+      bool draining;
+      {
+        std::lock_guard lock(server_->mu);
+        draining = server_->draining || server_->stopping;
+      }
+      if (!draining) return DoRead();
+    }
+    if (linger_) return LingerClose();
+    CloseNow();
+  }
+
+  void CloseNow() {
+    if (state_ == State::kClosed && !stream_.socket().is_open()) return;
+    state_ = State::kClosed;
+    hold_.cancel();
+    if (source_) {
+      source_->Cancel();
+      source_.reset();
+    }
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
+  // After an error answer sent before the whole request was read: stop
+  // sending and read (and discard) what the client still sends until it
+  // closes, so it sees the answer instead of a reset. Bounded in time by
+  // read_timeout and in bytes.
+  void LingerClose() {
+    {
+      std::lock_guard lock(server_->mu);
+      if (server_->stopping) return CloseNow();
+    }
+    state_ = State::kClosed;
+    idem::net::LingerThenClose(stream_, shared_from_this(), options_.read_timeout,
+                               4 * options_.max_body_bytes + (1 << 20));
+  }
+
+  Server* server_;
+  const ListenerOptions& options_;
+  const idem::net::RequestLimits limits_;
+  beast::tcp_stream stream_;
+  net::steady_timer hold_;  // keeps the connection alive while a handler works (Handle)
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::shared_ptr<bhttp::response<bhttp::string_body>> response_;
+  std::shared_ptr<BodySource> source_;  // a streamed body being written
+  std::string piece_;                   // the piece being written
+  bool chunked_ = false;                // source_ is written chunked
+  unsigned version_ = 11;               // the request's HTTP version
+  std::string remote_;
+  State state_ = State::kReading;
+  uint64_t serial_ = 0;
+  bool keep_alive_ = true;
+  bool head_ = false;
+  bool linger_ = false;
+};
+
+void ResponderState::Answer(Response response) {
+  if (answered.exchange(true)) return;        // exactly once; later calls are ignored
+  std::shared_ptr<Server> s = server.lock();  // first: keeps the io_context alive
+  if (!s) return;
+  std::shared_ptr<Connection> c = connection.lock();
+  if (!c) return;
+  c->PostResponse(serial, std::move(response));
+}
+
+}  // namespace
+
+// ── Server ──────────────────────────────────────────────────────────────────
+
+void Server::Accept() {
+  acceptor.async_accept(
+      net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !self->acceptor.is_open()) {
+          return;
+        }
+        if (!ec) {
+          auto conn = std::make_shared<Connection>(self.get(), std::move(socket));
+          bool over;
+          {
+            std::lock_guard lock(self->mu);
+            if (self->stopping || self->draining) return;
+            over = self->connections.size() >= self->options.max_connections;
+            self->connections.emplace(conn.get(), conn);
+          }
+          conn->Start(over);
+        } else {
+          std::cerr << "idemgate " + self->options.name + ": accept failed: " + ec.message() + "\n";
+        }
+        self->Accept();
+      });
+}
+
+void Server::Forget(Connection* c) {
+  std::lock_guard lock(mu);
+  connections.erase(c);
+  cv.notify_all();
+}
+
+std::vector<std::shared_ptr<Connection>> Server::Live() {
+  std::vector<std::shared_ptr<Connection>> out;
+  std::lock_guard lock(mu);
+  for (auto& [ptr, weak] : connections) {
+    if (auto c = weak.lock()) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// ── HttpListener ────────────────────────────────────────────────────────────
+
+HttpListener::HttpListener(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpListener::~HttpListener() { Stop(); }
+
+Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenerOptions& options,
+                                                          Handler handler) {
+  if (!handler) return MakeError(ErrorCode::kInvalidArgument, "no request handler");
+  auto server = std::make_shared<Server>(options, std::move(handler));
+
+  Result<idem::net::ListeningSocket> socket = idem::net::OpenListeningSocket(
+      server->acceptor, options.listen, bool(options.authenticate), options.insecure_no_auth);
+  if (!socket) return std::unexpected(socket.error());
+  server->bound = socket->bound;
+  server->loopback = socket->loopback;
+  server->work.emplace(server->ioc.get_executor());
+  server->Accept();
+  int threads = std::max(1, options.threads);
+  for (int i = 0; i < threads; ++i) {
+    server->threads.emplace_back([s = server.get()] { s->ioc.run(); });
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->server = std::move(server);
+  auto listener = std::unique_ptr<HttpListener>(new HttpListener(std::move(impl)));
+  if (options.announce) {
+    std::cerr << "idemgate " + options.name + ": listening on " + listener->url() + "\n"
+              << std::flush;
+  }
+  return listener;
+}
+
+std::string HttpListener::bound_address() const { return impl_->server->bound; }
+
+std::string HttpListener::url() const { return "http://" + impl_->server->bound; }
+
+bool HttpListener::Drain(std::chrono::milliseconds grace) {
+  Server& s = *impl_->server;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.stopping) return true;
+    s.draining = true;
+  }
+  net::post(s.acceptor.get_executor(), [server = impl_->server] {
+    beast::error_code ignored;
+    server->acceptor.close(ignored);
+  });
+  for (auto& c : s.Live()) c->PostDrain();
+  std::unique_lock lock(s.mu);
+  return s.cv.wait_for(lock, grace, [&] { return s.connections.empty(); });
+}
+
+void HttpListener::Stop() {
+  if (!impl_) return;
+  std::shared_ptr<Server> server = impl_->server;
+  std::call_once(server->stopped, [&] {
+    {
+      std::lock_guard lock(server->mu);
+      server->stopping = true;
+    }
+    net::post(server->acceptor.get_executor(), [server] {
+      beast::error_code ignored;
+      server->acceptor.close(ignored);
+    });
+    for (auto& c : server->Live()) c->PostClose();
+    server->work.reset();
+    for (std::thread& t : server->threads) {
+      if (t.joinable()) t.join();
+    }
+    // Destroy the handler here, in the caller's thread: it may own a worker
+    // pool whose threads hold Responders (that could otherwise drop the last
+    // reference to the Server on one of those threads).
+    Handler handler = std::move(server->handler);
+    handler = nullptr;
+  });
+}
+
+}  // namespace idem::http
