@@ -48,6 +48,7 @@ struct PolicyOverrides {
   std::optional<OnDrift> on_drift;
   std::optional<OnStoreDown> on_store_down;
   std::optional<size_t> max_result_bytes;
+  std::optional<bool> observe;
 
   // Returns `base` with every set field replaced.
   Policy ApplyTo(Policy base) const;

@@ -41,7 +41,7 @@ struct Decision {
     kInProgress,  // another owner is still running after policy.wait: retry after `retry_after`
     kUnknown,     // the owner died mid-call: the action may have happened; do not repeat blindly
     kDrift,       // same key, different arguments, on_drift = reject
-    kPassThrough, // the store is down and on_store_down = pass: run unguarded
+    kPassThrough, // run unguarded: the store is down and on_store_down = pass, or observe mode
   };
   Kind kind = Kind::kExecute;
   Record record;            // the record as last seen (for kExecute: the claimed one)
@@ -50,6 +50,7 @@ struct Decision {
   bool drift = false;       // kReplay of a record whose fingerprint differs (on_drift = replay)
   bool reconciled = false;  // kReplay of an outcome found by the reconcile hook
   bool took_over = false;   // kExecute after the previous owner's lease expired (retry/reconcile)
+  bool observed = false;    // kPassThrough in observe mode: enforcing would have answered itself
   Duration retry_after{0};  // kInProgress
   TimePoint started_at{};   // when the attempt arrived, for latency in the audit log
 };
@@ -234,6 +235,7 @@ class Ledger {
   std::optional<Decision> Final(const Call& call, Record& record, TimePoint started_at,
                                 bool waited);
   Decision Finish(const Call& call, Decision d, AttemptOutcome logged);
+  Decision Observed(const Call& call, TimePoint started_at, AttemptOutcome would);
 
   Store& store_;
   Clock& clock_;

@@ -42,6 +42,12 @@ struct Policy {
   OnDrift on_drift = OnDrift::kReject;
   OnStoreDown on_store_down = OnStoreDown::kFail;
   size_t max_result_bytes = 1 << 20;  // larger outcomes store a "too large" marker: 1 MiB
+  // Observe mode: keys are derived, claimed and recorded as usual, but every
+  // call runs. A call enforcing would have answered itself runs unguarded
+  // and its attempt is logged as what it would have got (would_replay,
+  // would_drift, would_wait, would_unknown). For adopting idemgate: read what
+  // it would have stopped, then switch to enforcing. Default false.
+  bool observe = false;
 };
 
 }  // namespace idem

@@ -64,6 +64,10 @@ struct Record {
 // One arrival of a call at idemgate, for the audit log (§7).
 enum class AttemptOutcome {
   kExecuted, kReplayed, kAttached, kInProgress, kDrift, kUnknown, kReleased, kError,
+  // Observe mode (Policy::observe): the call ran; enforcing would have
+  // replayed it, refused it as drift, made it wait for a running owner, or
+  // answered outcome unknown.
+  kWouldReplay, kWouldDrift, kWouldWait, kWouldUnknown,
 };
 std::string_view AttemptOutcomeName(AttemptOutcome o);
 Result<AttemptOutcome> ParseAttemptOutcome(std::string_view s);

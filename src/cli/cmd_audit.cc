@@ -15,10 +15,11 @@
 namespace idem::cli {
 namespace {
 
-constexpr std::array<AttemptOutcome, 8> kAllOutcomes = {
-    AttemptOutcome::kExecuted,   AttemptOutcome::kReplayed, AttemptOutcome::kAttached,
-    AttemptOutcome::kInProgress, AttemptOutcome::kDrift,    AttemptOutcome::kUnknown,
-    AttemptOutcome::kReleased,   AttemptOutcome::kError,
+constexpr std::array<AttemptOutcome, 12> kAllOutcomes = {
+    AttemptOutcome::kExecuted,    AttemptOutcome::kReplayed,    AttemptOutcome::kAttached,
+    AttemptOutcome::kInProgress,  AttemptOutcome::kDrift,       AttemptOutcome::kUnknown,
+    AttemptOutcome::kReleased,    AttemptOutcome::kError,       AttemptOutcome::kWouldReplay,
+    AttemptOutcome::kWouldDrift,  AttemptOutcome::kWouldWait,   AttemptOutcome::kWouldUnknown,
 };
 
 std::string OutcomeList() {

@@ -59,6 +59,7 @@ Policy PolicyOverrides::ApplyTo(Policy base) const {
   if (on_drift) base.on_drift = *on_drift;
   if (on_store_down) base.on_store_down = *on_store_down;
   if (max_result_bytes) base.max_result_bytes = *max_result_bytes;
+  if (observe) base.observe = *observe;
   return base;
 }
 

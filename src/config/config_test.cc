@@ -62,6 +62,16 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c.source, "test.toml");
 }
 
+TEST(ConfigTest, ObserveIsAPolicyKey) {
+  auto c = ParseConfig("[defaults]\nobserve = true\n[[tool]]\nmatch = \"charge\"\nobserve = false\n",
+                       "t.toml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_TRUE(c->defaults.observe);
+  EXPECT_FALSE(c->PolicyFor("charge").observe);
+  EXPECT_TRUE(c->PolicyFor("other").observe);
+  EXPECT_FALSE(Config{}.defaults.observe);
+}
+
 TEST(ConfigTest, IdSourcesAreReadInOrderAndBadOnesNamed) {
   auto c = ParseConfig(R"([mcp]
 turn_id = ["meta:acme/turn", "meta:acme/meta#/turn/id", "env:ACME_TURN"]

@@ -35,7 +35,7 @@ using config_internal::TypeName;
 
 constexpr std::string_view kPolicyKeys[] = {
     "ttl",    "lease",    "wait",          "window",           "on_unknown",
-    "errors", "on_drift", "on_store_down", "max_result_bytes",
+    "errors", "on_drift", "on_store_down", "max_result_bytes", "observe",
 };
 
 std::vector<std::string_view> WithPolicyKeys(std::initializer_list<std::string_view> keys) {
@@ -130,6 +130,7 @@ PolicyOverrides ReadPolicy(TableReader& r) {
   o.on_store_down = r.Enum<OnStoreDown>("on_store_down", OnStoreDownName,
                                         {OnStoreDown::kFail, OnStoreDown::kPass});
   o.max_result_bytes = r.Size("max_result_bytes");
+  o.observe = r.Bool("observe");
   return o;
 }
 

@@ -16,7 +16,7 @@
 namespace idem {
 namespace {
 
-constexpr size_t kOutcomes = 8;  // AttemptOutcome's values, kExecuted .. kError
+constexpr size_t kOutcomes = 12;  // AttemptOutcome's values, kExecuted .. kWouldUnknown
 
 size_t IndexOf(AttemptOutcome o) { return static_cast<size_t>(o); }
 

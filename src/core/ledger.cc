@@ -118,6 +118,16 @@ Decision Ledger::Finish(const Call& call, Decision d, AttemptOutcome logged) {
   return d;
 }
 
+// Observe mode: the call runs unguarded; the attempt says what enforcing
+// would have answered.
+Decision Ledger::Observed(const Call& call, TimePoint started_at, AttemptOutcome would) {
+  Decision d;
+  d.kind = Decision::Kind::kPassThrough;
+  d.observed = true;
+  d.started_at = started_at;
+  return Finish(call, std::move(d), would);
+}
+
 Result<Decision> Ledger::Begin(const Call& call) {
   const TimePoint started = clock_.Now();
   const ClaimRequest req = ClaimOf(call);
@@ -221,11 +231,13 @@ std::optional<Decision> Ledger::Final(const Call& call, Record& record, TimePoin
   Decision d;
   d.started_at = started_at;
   if (other_tool || (drifted && p.on_drift == OnDrift::kReject)) {
+    if (p.observe) return Observed(call, started_at, AttemptOutcome::kWouldDrift);
     d.kind = Decision::Kind::kDrift;
     d.record = std::move(record);
     return Finish(call, std::move(d), AttemptOutcome::kDrift);
   }
   if (record.state == RecordState::kCompleted) {
+    if (p.observe) return Observed(call, started_at, AttemptOutcome::kWouldReplay);
     d.kind = Decision::Kind::kReplay;
     d.attached = waited;
     d.drift = drifted;
@@ -234,6 +246,7 @@ std::optional<Decision> Ledger::Final(const Call& call, Record& record, TimePoin
                   waited ? AttemptOutcome::kAttached : AttemptOutcome::kReplayed);
   }
   if (record.state == RecordState::kUnknown && p.on_unknown == OnUnknown::kFail) {
+    if (p.observe) return Observed(call, started_at, AttemptOutcome::kWouldUnknown);
     d.kind = Decision::Kind::kUnknown;
     d.record = std::move(record);
     return Finish(call, std::move(d), AttemptOutcome::kUnknown);
@@ -254,7 +267,13 @@ Result<Decision> Ledger::Decide(const Call& call, Record record, TimePoint start
     if (auto final = Final(call, record, started_at, waited)) return *std::move(final);
     // Running, or unknown under a policy that acts on it.
     const TimePoint now = clock_.Now();
-    if (record.state == RecordState::kUnknown || record.lease_expires_at <= now) {
+    const bool owner_gone = record.state == RecordState::kUnknown || record.lease_expires_at <= now;
+    if (p.observe) {
+      // Observe mode never waits and never takes a record over.
+      return Observed(call, started_at,
+                      owner_gone ? AttemptOutcome::kWouldUnknown : AttemptOutcome::kWouldWait);
+    }
+    if (owner_gone) {
       auto gone = OnOwnerGone(call, record, started_at);
       if (gone || !LostRace(gone.error())) return gone;
       // Someone else moved the record first: re-read and decide again.
@@ -351,7 +370,8 @@ Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
 
 Result<Record> Ledger::Complete(const Call& call, const Decision& d, Outcome outcome) {
   if (d.kind == Decision::Kind::kPassThrough) {
-    LogAttempt(call, AttemptOutcome::kExecuted, d.started_at, "unguarded: store was down");
+    LogAttempt(call, AttemptOutcome::kExecuted, d.started_at,
+               d.observed ? "observe mode: ran unguarded" : "unguarded: store was down");
     Record r;
     r.id = call.id;
     r.state = RecordState::kCompleted;

@@ -43,7 +43,7 @@ constexpr std::array<std::pair<OutcomeClass, std::string_view>, 3> kOutcomeClass
     {OutcomeClass::kToolError, "tool_error"},
     {OutcomeClass::kTooLarge, "too_large"},
 }};
-constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 8> kAttemptOutcomes{{
+constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 12> kAttemptOutcomes{{
     {AttemptOutcome::kExecuted, "executed"},
     {AttemptOutcome::kReplayed, "replayed"},
     {AttemptOutcome::kAttached, "attached"},
@@ -52,6 +52,10 @@ constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 8> kAttemptOut
     {AttemptOutcome::kUnknown, "unknown"},
     {AttemptOutcome::kReleased, "released"},
     {AttemptOutcome::kError, "error"},
+    {AttemptOutcome::kWouldReplay, "would_replay"},
+    {AttemptOutcome::kWouldDrift, "would_drift"},
+    {AttemptOutcome::kWouldWait, "would_wait"},
+    {AttemptOutcome::kWouldUnknown, "would_unknown"},
 }};
 constexpr std::array<std::pair<OnUnknown, std::string_view>, 3> kOnUnknown{{
     {OnUnknown::kFail, "fail"},

@@ -405,6 +405,7 @@ Response BeginAnswer(const Call& call, const Decision& d) {
       o["key"] = call.id.key;
       o["fence"] = 0;
       o["unguarded"] = true;
+      if (d.observed) o["observed"] = true;
       return Json(200, o);
     case Decision::Kind::kReplay: {
       const Record& r = d.record;

@@ -940,7 +940,9 @@ std::string McpSession::Core::Settle(GatedCall& gc, const Decision& d, std::stri
   }
   if (!settled) Log("could not settle " + call.id.key + ": " + settled.error().ToString());
   if (answer) Answer(gc, std::move(response));
-  if (d.kind == Decision::Kind::kPassThrough) return "executed unguarded (store down)";
+  if (d.kind == Decision::Kind::kPassThrough) {
+    return d.observed ? "executed (observe mode)" : "executed unguarded (store down)";
+  }
   if (!settled) return "not settled: " + a.why;
   switch (settled->kind) {
     case Settlement::Kind::kStored:

@@ -1001,6 +1001,35 @@ TEST_F(McpSessionTest, TheTurnIsReadFromTheFirstSourcePresent) {
   EXPECT_EQ(server_.executions("charge"), 6);
 }
 
+// Observe mode (observe = true): every call runs; the attempt log says what
+// enforcing would have answered, and the first call's record is kept.
+TEST_F(McpSessionTest, ObserveModeRunsEveryCallAndLogsWhatEnforcingWouldHaveDone) {
+  config_.defaults.observe = true;
+  StartSession();
+  json::value first = Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  json::value retry = Request(ToolCall(2, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(Text(first, 0), "ticket #1");
+  EXPECT_EQ(Text(retry, 0), "ticket #2") << "the retry ran, unmarked";
+  EXPECT_FALSE(retry.at("result").as_object().contains("_meta"));
+  const std::string meta = R"(,"dev.idemgate/idempotencyKey":"k-obs")";
+  Request(ToolCall(3, "create_ticket", R"({"title":"b"})", "t", meta));
+  json::value drift = Request(ToolCall(4, "create_ticket", R"({"title":"c"})", "t", meta));
+  EXPECT_EQ(Text(drift, 0), "ticket #4");
+  EXPECT_EQ(server_.executions("create_ticket"), 4);
+  ledger_->Flush();
+  std::map<AttemptOutcome, int> seen;
+  auto attempts = store_->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(attempts);
+  for (const Attempt& a : *attempts) ++seen[a.outcome];
+  EXPECT_EQ(seen[AttemptOutcome::kWouldReplay], 1);
+  EXPECT_EQ(seen[AttemptOutcome::kWouldDrift], 1);
+  EXPECT_EQ(seen[AttemptOutcome::kExecuted], 4);
+  auto record = store_->Get(RecordId{"default", KeyOf("create_ticket", R"({"title":"a"})", "turn-1")});
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_NE((*record)->outcome->body.find("ticket #1"), std::string::npos)
+      << "the record keeps the first call's outcome";
+}
+
 TEST_F(McpSessionTest, TooManyCallsInFlightAreRefusedRetryably) {
   SessionOptions options;
   options.budget = std::make_shared<CallBudget>(1);
