@@ -124,7 +124,12 @@ TEST_P(StoreContractTest, GetAsyncAgreesWithGet) {
   ASSERT_TRUE(store_->Complete(done->record.id, done->record.fence, Ok("out"), kTtl));
   const RecordId absent{"default", "absent"};
   if (!get_async(done->record.id)) {
-    SUCCEED() << "this store has no asynchronous read";
+    // A store without the read declines every one, leaving `done` uncalled
+    // (AwaitAsync checks it ran at most once) and the records as they were.
+    EXPECT_FALSE(get_async(absent).has_value());
+    auto still = store_->Get(done->record.id);
+    ASSERT_TRUE(still && still->has_value());
+    EXPECT_EQ((*still)->state, RecordState::kCompleted);
     return;
   }
   for (const RecordId& id : {done->record.id, running->record.id, absent}) {
@@ -170,7 +175,17 @@ TEST_P(StoreContractTest, ClaimAsyncAndCompleteAsyncAgreeWithClaimAndComplete) {
   };
   auto first = claim(Req("k"));
   if (!first) {
-    SUCCEED() << "this store has no asynchronous writes";
+    // A store without the writes declines them without writing: the key is
+    // still free for a blocking claim, and a declined complete changes nothing.
+    auto none = store_->Get(RecordId{"default", "k"});
+    ASSERT_TRUE(none);
+    EXPECT_FALSE(none->has_value()) << "a declined ClaimAsync wrote a record";
+    auto blocking = store_->Claim(Req("k"));
+    ASSERT_TRUE(blocking && blocking->claimed);
+    EXPECT_FALSE(complete(blocking->record, blocking->record.fence, Ok("o")).has_value());
+    auto after = store_->Get(RecordId{"default", "k"});
+    ASSERT_TRUE(after && after->has_value());
+    EXPECT_EQ((*after)->state, RecordState::kInProgress) << "a declined CompleteAsync wrote";
     return;
   }
   ASSERT_TRUE(*first) << first->error().ToString();

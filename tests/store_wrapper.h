@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -71,7 +72,8 @@ class InlineAsyncWrites : public StoreWrapper {
   }
 };
 
-// Counts heartbeats and lets a test block until the n-th one (no sleeps).
+// Counts heartbeats, per key, and lets a test block until the n-th one (no
+// sleeps).
 class CountingStore : public StoreWrapper {
  public:
   using StoreWrapper::StoreWrapper;
@@ -79,6 +81,7 @@ class CountingStore : public StoreWrapper {
     auto r = StoreWrapper::Heartbeat(id, fence, lease);
     std::lock_guard g(mu_);
     ++heartbeats_;
+    ++by_key_[id.key];
     cv_.notify_all();
     return r;
   }
@@ -86,11 +89,17 @@ class CountingStore : public StoreWrapper {
     std::unique_lock g(mu_);
     cv_.wait(g, [&] { return heartbeats_ >= n; });
   }
+  // Heartbeats sent for `key` so far.
+  int HeartbeatsOf(const std::string& key) {
+    std::lock_guard g(mu_);
+    return by_key_[key];
+  }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   int heartbeats_ = 0;
+  std::map<std::string, int> by_key_;
 };
 
 // Fails the n-th record operation (1-based; audit-log calls and abandons,

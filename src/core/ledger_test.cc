@@ -274,7 +274,13 @@ TEST(LeaseKeeperTest, AShorterLeaseStartedDuringALongWaitIsRenewedInTime) {
   quick.id.key = "quick";
   quick.policy.lease = 3ms;
   Ledger::LeaseGuard second = ledger.KeepAlive(quick, 1);
+  // The keeper, asleep until the slow lease's renewal in an hour, woke for
+  // the quick one: its first heartbeat is the quick lease's, the slow one's
+  // is not due. (A keeper that slept on would never get here: the test
+  // would time out.)
   counting.AwaitHeartbeats(1);
+  EXPECT_GE(counting.HeartbeatsOf("quick"), 1);
+  EXPECT_EQ(counting.HeartbeatsOf("slow"), 0);
 }
 
 TEST_F(LedgerTest, ToolErrorIsStoredAndReplayed) {
