@@ -155,7 +155,9 @@ class FailingStore : public StoreWrapper {
   bool Fail() { return calls_.fetch_add(1) + 1 == fail_at_; }
   template <typename T>
   Result<T> Down() {
-    return MakeError(ErrorCode::kUnavailable, "injected failure: the store is down");
+    // Refused before it is applied: the store was not reached.
+    return std::unexpected(
+        Error{ErrorCode::kUnavailable, "injected failure: the store is down", /*unreached=*/true});
   }
 
   const int fail_at_;
@@ -246,7 +248,8 @@ class LostReplyStore : public StoreWrapper {
  private:
   template <typename T>
   static Result<T> Down() {
-    return MakeError(ErrorCode::kUnavailable, "injected: the store is down");
+    return std::unexpected(
+        Error{ErrorCode::kUnavailable, "injected: the store is down", /*unreached=*/true});
   }
   void Count(bool reached, bool deleted) {
     std::lock_guard g(mu_);

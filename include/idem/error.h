@@ -27,6 +27,11 @@ std::string_view ErrorCodeName(ErrorCode code);
 struct Error {
   ErrorCode code;
   std::string message;  // says what was wrong and what to do; never contains stored outcomes
+  // kUnavailable only: the request never reached the store (no connection
+  // could be made), so nothing was written. Contention, a lost reply or a
+  // replica short of a write leave it false: something may have been.
+  // on_store_down = "pass" runs a call unguarded only when this is true.
+  bool unreached = false;
 
   // True if the caller may retry the same request later and expect it to work.
   bool retryable() const { return code == ErrorCode::kUnavailable; }

@@ -61,6 +61,15 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
   if (!store) return std::unexpected(store.error());
   core->store = std::move(*store);
 
+  // on_store_down = "pass" trades the guarantee for availability: say so.
+  bool pass = config.defaults.on_store_down == OnStoreDown::kPass;
+  for (const ToolRule& r : config.tools) pass |= r.overrides.on_store_down == OnStoreDown::kPass;
+  for (const RouteRule& r : config.routes) pass |= r.overrides.on_store_down == OnStoreDown::kPass;
+  if (pass && log) {
+    log("warning: on_store_down = \"pass\" is configured: while the store cannot be reached, "
+        "those calls run unguarded and their retries run again");
+  }
+
   const std::string instance = fmt::format("{}-{}", front, ::getpid());
   GatewayMetricsOptions metrics_options;
   metrics_options.alert = config.alert;

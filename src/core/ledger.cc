@@ -179,7 +179,11 @@ std::optional<Result<Decision>> Ledger::AfterClaim(const Call& call, const Claim
                                                    TimePoint started, bool sent,
                                                    Result<ClaimResult>& claim) {
   if (!claim) {
+    // Only an outage passes: the store was not reached and nothing was
+    // written. Contention, a lost reply or replicas short of the write may
+    // have left a claim, and running unguarded then could run twice.
     const bool pass = claim.error().code == ErrorCode::kUnavailable &&
+                      claim.error().unreached &&
                       call.policy.on_store_down == OnStoreDown::kPass;
     // A claim that failed may still have been applied (the store ran it and
     // the reply was lost): nothing executed, so take it back in the

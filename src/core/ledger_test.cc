@@ -384,6 +384,26 @@ TEST_F(LedgerTest, StoreDownWithOnStoreDownPassRunsUnguarded) {
   EXPECT_EQ(runs, 1);
 }
 
+// Found by reading: on_store_down = "pass" also fired on a claim that was
+// applied and whose reply was lost (and on contention: SQLite busy,
+// PostgreSQL claim rounds, Redis WAIT short of replicas), so a call could run
+// unguarded while its claim stood, and a retry ran it again. Only a store
+// that was not reached passes.
+TEST_F(LedgerTest, OnStoreDownPassRunsOnlyWhenTheStoreWasNotReached) {
+  testing::LostReplyStore losing(*store_);
+  losing.DieAfterNextClaim();
+  Ledger ledger(losing, clock_);
+  Call call = MakeCall();
+  call.policy.on_store_down = OnStoreDown::kPass;
+  int runs = 0;
+  auto r = ledger.Run(call, [&] { ++runs; return Ok("x"); });
+  ASSERT_FALSE(r) << "a claim that may have been applied is not an outage";
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_FALSE(r.error().unreached);
+  EXPECT_EQ(runs, 0);
+  losing.set_down(false);
+}
+
 // Regression (issue 4, the orphaned claim): the store applied a claim and
 // died before answering. The caller was told "not executed, safe to retry";
 // the claim is taken back (Store::Abandon with the attempt's owner token), so

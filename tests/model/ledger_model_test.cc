@@ -407,7 +407,8 @@ class FaultStore final : public testing::StoreWrapper {
  private:
   template <typename T>
   static Result<T> Down() {
-    return MakeError(ErrorCode::kUnavailable, "injected: the store is unreachable");
+    return std::unexpected(
+        Error{ErrorCode::kUnavailable, "injected: the store is unreachable", /*unreached=*/true});
   }
   template <typename T, typename F>
   Result<T> Op(const char* name, F&& forward) {
@@ -420,9 +421,12 @@ class FaultStore final : public testing::StoreWrapper {
     if (down_) return Down<T>();
     if (n == fail_at_) {
       if (lost_reply_) (void)forward();
-      return MakeError(ErrorCode::kUnavailable, lost_reply_
-                                                    ? "injected: applied, but the reply was lost"
-                                                    : "injected: refused before it was sent");
+      // Refused before it was sent: not reached; applied with its reply lost:
+      // reached, and something was written (error.h, Error::unreached).
+      return std::unexpected(Error{ErrorCode::kUnavailable,
+                                   lost_reply_ ? "injected: applied, but the reply was lost"
+                                               : "injected: refused before it was sent",
+                                   /*unreached=*/!lost_reply_});
     }
     return forward();
   }
@@ -604,15 +608,17 @@ ExpectedBegin PredictBegin(KeyState& k, const Call& call, TimePoint now, OpSim& 
   const bool live = k.Live(now);
   auto claim = sim.Next("Claim");
   if (claim.failed) {
+    // Only a store that was not reached passes: an applied claim may stand.
+    const bool passes = pass && !claim.applied;
     if (claim.applied && !live) {
       fresh_claim();
-      if (!pass) {  // taken back by the keeper (§4 step 1)
+      if (!passes) {  // taken back by the keeper (§4 step 1)
         e.await_abandon = true;
         k.rec.reset();
         k.released = true;
       }
     }
-    if (pass) {
+    if (passes) {
       e.kind = DKind::kPassThrough;
       return e;
     }

@@ -38,9 +38,10 @@ Result<ConnectionPool::Handle> ConnectionPool::Acquire() {
       const SteadyTime now = std::chrono::steady_clock::now();
       if (now < retry_at_) {
         const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now);
-        return MakeError(ErrorCode::kUnavailable,
-                         fmt::format("{} (next connection attempt in {} ms)", last_connect_error_,
-                                     wait.count()));
+        return std::unexpected(Error{ErrorCode::kUnavailable,
+                                     fmt::format("{} (next connection attempt in {} ms)",
+                                                 last_connect_error_, wait.count()),
+                                     /*unreached=*/true});
       }
       ++open_;
       lock.unlock();
@@ -56,7 +57,10 @@ Result<ConnectionPool::Handle> ConnectionPool::Acquire() {
       retry_at_ = std::chrono::steady_clock::now() + backoff_;
       last_connect_error_ = conn.error().message;
       returned_.notify_all();
-      return std::unexpected(std::move(conn.error()));
+      Error refused = std::move(conn.error());
+      // No connection, so nothing of the request was sent: not reached.
+      refused.unreached = refused.code == ErrorCode::kUnavailable;
+      return std::unexpected(std::move(refused));
     }
     if (returned_.wait_until(lock, give_up) == std::cv_status::timeout && idle_.empty() &&
         open_ >= url_.pool_size) {

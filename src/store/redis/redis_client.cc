@@ -81,8 +81,10 @@ Result<std::unique_ptr<Connection>> NodePool::Acquire(bool* reused) {
     const auto now = SteadyClock::now();
     if (failures_ > 0 && now < retry_at_) {
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now);
-      return MakeError(ErrorCode::kUnavailable, last_error_ + " (next connect attempt in " +
-                                                    std::to_string(wait.count()) + " ms)");
+      return std::unexpected(Error{ErrorCode::kUnavailable,
+                                   last_error_ + " (next connect attempt in " +
+                                       std::to_string(wait.count()) + " ms)",
+                                   /*unreached=*/true});
     }
   }
   auto conn = Connection::Open(node_, options_);

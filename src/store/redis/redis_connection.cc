@@ -178,9 +178,10 @@ Result<std::unique_ptr<Connection>> Connection::Open(const NodeAddress& node,
   const auto deadline = SteadyClock::now() + options.connect_timeout;
   auto fd = ConnectSocket(node, options.connect_timeout, deadline);
   if (!fd) {
-    return MakeError(ErrorCode::kUnavailable, "redis store " + node.ToString() +
-                                                  " is unreachable: " + fd.error() +
-                                                  "; retryable once the server is back");
+    return std::unexpected(Error{ErrorCode::kUnavailable,
+                                 "redis store " + node.ToString() + " is unreachable: " +
+                                     fd.error() + "; retryable once the server is back",
+                                 /*unreached=*/true});
   }
   std::unique_ptr<Connection> conn(new Connection(*fd, node, options.command_timeout));
   if (options.tls) {
