@@ -149,7 +149,7 @@ int64_t PgBigint(const Field& f) {
 }
 
 void FuzzPostgres(const std::vector<Field>& fields) {
-  constexpr int kColumns = 12;  // state … owner, as the statements return them
+  constexpr int kColumns = 13;  // state … owner, retention_ms, as the statements return them
   PGresult* result = PQmakeEmptyPGresult(nullptr, PGRES_TUPLES_OK);
   FUZZ_CHECK(result != nullptr);
   std::vector<PGresAttDesc> attrs(kColumns);
@@ -159,7 +159,8 @@ void FuzzPostgres(const std::vector<Field>& fields) {
     attrs[c] = PGresAttDesc{};
     attrs[c].name = names[c].data();
     attrs[c].format = 1;
-    attrs[c].typid = (c >= 4 && c <= 8) ? 20 : (c == 10 ? 17 : 25);  // int8, bytea, text
+    // int8, bytea, text
+    attrs[c].typid = ((c >= 4 && c <= 8) || c == 12) ? 20 : (c == 10 ? 17 : 25);
     attrs[c].typlen = -1;
     attrs[c].atttypmod = -1;
   }

@@ -1,5 +1,8 @@
 #include "store_contract.h"
 
+#include "idem/ledger.h"
+#include "idem/store_clock.h"
+
 #include <atomic>
 #include <future>
 #include <thread>
@@ -356,6 +359,85 @@ TEST_P(StoreContractTest, TakeOverNeedsExpiredLeaseAndBumpsFence) {
   ASSERT_TRUE(store_->Complete(c->record.id, t->fence, Ok("new owner"), kTtl));
 }
 
+// The claim's retention is part of the record: every later read and step
+// sees it, so a step rebuilt from the record keeps it (Record::retention).
+TEST_P(StoreContractTest, TheClaimsRetentionIsKeptByTheRecord) {
+  ClaimRequest req = Req("k");
+  req.retention = 7h;
+  auto c = store_->Claim(req);
+  ASSERT_TRUE(c && c->claimed);
+  EXPECT_EQ(c->record.retention, Duration(7h));
+  auto seen = store_->Claim(req);
+  ASSERT_TRUE(seen && !seen->claimed);
+  EXPECT_EQ(seen->record.retention, Duration(7h));
+  clock_.Advance(kLease);
+  auto t = store_->TakeOver(c->record.id, c->record.fence, kLease);
+  ASSERT_TRUE(t) << t.error().ToString();
+  EXPECT_EQ(t->retention, Duration(7h));
+  auto done = store_->Complete(c->record.id, t->fence, Ok("x"), 7h);
+  ASSERT_TRUE(done) << done.error().ToString();
+  EXPECT_EQ(done->retention, Duration(7h));
+  auto got = store_->Get(c->record.id);
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->retention, Duration(7h));
+}
+
+// A claim's and a completion's audit entries go in the record's own write
+// where the store can (Store::LogsWithRecords), and only when the record is
+// written; a store that cannot leaves them to the caller and writes none.
+TEST_P(StoreContractTest, ClaimAndCompletionEntriesAreWrittenWithTheirRecord) {
+  auto entry = [](idem::AttemptOutcome outcome, const std::string& detail) {
+    idem::Attempt a;
+    a.at = idem::FromUnixMillis(1'767'225'600'000);
+    a.tenant = "default";
+    a.key = "k";
+    a.tool = "charge";
+    a.turn = "turn-1";
+    a.outcome = outcome;
+    a.latency = idem::Duration(7);
+    a.instance = "i-1";
+    a.detail = detail;
+    return a;
+  };
+  auto logged = [&]() -> std::vector<std::string> {
+    idem::AttemptFilter f;
+    f.key = "k";
+    auto got = store_->QueryAttempts(f);
+    EXPECT_TRUE(got) << got.error().ToString();
+    std::vector<std::string> details;
+    if (got) {
+      for (const auto& a : *got) details.push_back(a.detail);
+    }
+    return details;  // newest first
+  };
+  ClaimRequest req = Req("k");
+  req.logged = entry(idem::AttemptOutcome::kClaimed, "claim 1");
+  auto c = store_->Claim(req);
+  ASSERT_TRUE(c && c->claimed);
+  req.logged = entry(idem::AttemptOutcome::kClaimed, "claim 2");
+  ASSERT_TRUE(store_->Claim(req));  // finds the live record: writes nothing
+  const idem::Attempt stale = entry(idem::AttemptOutcome::kExecuted, "stale");
+  ASSERT_FALSE(store_->Complete(c->record.id, c->record.fence + 1, Ok("x"), kTtl, &stale));
+  const idem::Attempt done = entry(idem::AttemptOutcome::kExecuted, "done");
+  ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Ok("x"), kTtl, &done));
+  if (!store_->LogsWithRecords()) {
+    EXPECT_TRUE(logged().empty());
+    return;
+  }
+  EXPECT_EQ(logged(), (std::vector<std::string>{"done", "claim 1"}));
+  idem::AttemptFilter f;
+  f.key = "k";
+  auto got = store_->QueryAttempts(f);
+  ASSERT_TRUE(got && got->size() == 2);
+  const idem::Attempt& first = got->back();
+  EXPECT_EQ(first.outcome, idem::AttemptOutcome::kClaimed);
+  EXPECT_EQ(first.at, idem::FromUnixMillis(1'767'225'600'000));
+  EXPECT_EQ(first.latency, idem::Duration(7));
+  EXPECT_EQ(first.instance, "i-1");
+  EXPECT_EQ(first.tool, "charge");
+  EXPECT_EQ(got->front().outcome, idem::AttemptOutcome::kExecuted);
+}
+
 TEST_P(StoreContractTest, TakeOverOfUnknownRecord) {
   auto c = store_->Claim(Req("k"));
   ASSERT_TRUE(c);
@@ -649,4 +731,76 @@ TEST_P(StoreContractTest, WaitForChangeWakesOnAbandon) {
   auto got = store_->Get(c->record.id);
   ASSERT_TRUE(got);
   EXPECT_FALSE(got->has_value());
+}
+
+namespace {
+
+// Begin of `key` on `ledger` under on_unknown = retry with no wait: a live
+// owner answers in progress at once, a dead one is taken over.
+idem::Result<idem::Decision> BeginRetrying(idem::Ledger& ledger, const std::string& key) {
+  idem::Call call;
+  call.id = idem::RecordId{"default", key};
+  call.fingerprint = "fp";
+  call.tool = "charge";
+  call.turn = "turn-1";
+  call.policy.lease = kLease;
+  call.policy.wait = idem::Duration(0);
+  call.policy.on_unknown = idem::OnUnknown::kRetry;
+  return ledger.Begin(call);
+}
+
+}  // namespace
+
+void ExpectSkewedInstancesAgreeOnLeases(
+    const std::function<std::unique_ptr<idem::Store>(idem::Clock&)>& open) {
+  using idem::Decision;
+  const std::string key = "skew";
+  idem::FakeClock host_a;
+  idem::FakeClock host_b(host_a.Now() + 25s);  // 25 s ahead of host a
+  {
+    SCOPED_TRACE("control: each instance decides by its own clock");
+    auto store_a = open(host_a);
+    auto store_b = open(host_b);
+    ASSERT_TRUE(store_a && store_b);
+    idem::Ledger a(*store_a, host_a, {"a", nullptr, false});
+    idem::Ledger b(*store_b, host_b, {"b", nullptr, false});
+    auto first = BeginRetrying(a, key + "-control");
+    ASSERT_TRUE(first) << first.error().ToString();
+    ASSERT_EQ(first->kind, Decision::Kind::kExecute);
+    host_a.Advance(6s);  // a's lease has 24 s left; b's clock says it ran out 1 s ago
+    host_b.Advance(6s);
+    auto second = BeginRetrying(b, key + "-control");
+    ASSERT_TRUE(second) << second.error().ToString();
+    EXPECT_EQ(second->kind, Decision::Kind::kExecute) << "the hazard this test guards against";
+    EXPECT_TRUE(second->took_over);
+  }
+  SCOPED_TRACE("each instance decides by the store's clock");
+  idem::StoreClock clock_a(host_a);
+  idem::StoreClock clock_b(host_b);
+  auto store_a = open(clock_a);
+  auto store_b = open(clock_b);
+  ASSERT_TRUE(store_a && store_b);
+  auto offset_a = clock_a.Sync(*store_a);
+  auto offset_b = clock_b.Sync(*store_b);
+  ASSERT_TRUE(offset_a && offset_b);
+  // 25 s, less what the server's real clock ran between the two syncs (the
+  // fake hosts' clocks stood still); the lease below has 24 s of margin.
+  EXPECT_GT(*offset_a - *offset_b, idem::Duration(20s));
+  EXPECT_LE(*offset_a - *offset_b, idem::Duration(25s));
+  idem::Ledger a(*store_a, clock_a, {"a", nullptr, false});
+  idem::Ledger b(*store_b, clock_b, {"b", nullptr, false});
+  auto first = BeginRetrying(a, key);
+  ASSERT_TRUE(first) << first.error().ToString();
+  ASSERT_EQ(first->kind, Decision::Kind::kExecute);
+  host_a.Advance(6s);
+  host_b.Advance(6s);
+  auto second = BeginRetrying(b, key);
+  ASSERT_TRUE(second) << second.error().ToString();
+  EXPECT_EQ(second->kind, Decision::Kind::kInProgress) << "b took over a live owner's call";
+  host_a.Advance(kLease);  // a died: its lease really runs out
+  host_b.Advance(kLease);
+  auto third = BeginRetrying(b, key);
+  ASSERT_TRUE(third) << third.error().ToString();
+  EXPECT_EQ(third->kind, Decision::Kind::kExecute);
+  EXPECT_TRUE(third->took_over);
 }

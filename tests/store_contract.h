@@ -40,3 +40,13 @@ class StoreContractTest : public testing::TestWithParam<StoreContractParam> {
 // default/"old" written before claims carried owner tokens. It reads with no
 // owner and no token abandons it; a new claim carries its owner, who can.
 void ExpectOwnerlessRecordAndOwnedClaims(idem::Store& store);
+
+// For stores that instances on several machines share (Redis, PostgreSQL):
+// `open(clock)` opens one more instance on the same data, fresh for this test
+// (its first open finds no record "skew" or "skew-control"). Two instances whose
+// clocks are 25 s apart: deciding by their own clocks, the one ahead takes a
+// live owner's call over (the control, which must show the hazard); with
+// StoreClocks synced to the server they agree that the lease is live, and
+// still take over once it has really run out.
+void ExpectSkewedInstancesAgreeOnLeases(
+    const std::function<std::unique_ptr<idem::Store>(idem::Clock&)>& open);

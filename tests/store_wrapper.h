@@ -22,7 +22,8 @@ class StoreWrapper : public ForwardingStore {
  public:
   using ForwardingStore::ForwardingStore;
   bool ClaimAsync(const ClaimRequest&, ClaimDone) override { return false; }
-  bool CompleteAsync(const RecordId&, uint64_t, const Outcome&, Duration, CompleteDone) override {
+  bool CompleteAsync(const RecordId&, uint64_t, const Outcome&, Duration, CompleteDone,
+                     const Attempt*) override {
     return false;
   }
   bool WatchEvictions(EvictionFeed) override { return false; }
@@ -66,8 +67,8 @@ class InlineAsyncWrites : public StoreWrapper {
     return true;
   }
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
-                     CompleteDone done) override {
-    done(target_.Complete(id, fence, outcome, retention));
+                     CompleteDone done, const Attempt* logged = nullptr) override {
+    done(target_.Complete(id, fence, outcome, retention, logged));
     return true;
   }
 };
@@ -120,9 +121,9 @@ class FailingStore : public StoreWrapper {
     return StoreWrapper::Heartbeat(id, fence, lease);
   }
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
+                          Duration retention, const Attempt* logged = nullptr) override {
     if (Fail()) return Down<Record>();
-    return StoreWrapper::Complete(id, fence, outcome, retention);
+    return StoreWrapper::Complete(id, fence, outcome, retention, logged);
   }
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     if (Fail()) return Down<void>();
@@ -205,9 +206,9 @@ class LostReplyStore : public StoreWrapper {
     return StoreWrapper::Heartbeat(id, fence, lease);
   }
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
+                          Duration retention, const Attempt* logged = nullptr) override {
     if (down_) return Down<Record>();
-    return StoreWrapper::Complete(id, fence, outcome, retention);
+    return StoreWrapper::Complete(id, fence, outcome, retention, logged);
   }
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     if (down_) return Down<void>();

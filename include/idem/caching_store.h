@@ -64,12 +64,12 @@ class CachingStore final : public ForwardingStore {
   // Store (everything else is forwarded unchanged):
   Result<ClaimResult> Claim(const ClaimRequest& req) override;
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override;
+                          Duration retention, const Attempt* logged = nullptr) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
   bool GetAsync(const RecordId& id, GetDone done) override;
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override;
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
-                     CompleteDone done) override;
+                     CompleteDone done, const Attempt* logged = nullptr) override;
   Result<bool> Evict(const RecordId& id) override;
   // A cache above this one would gain nothing; not offered.
   bool WatchEvictions(EvictionFeed on_change) override;

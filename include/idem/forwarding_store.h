@@ -25,8 +25,8 @@ class ForwardingStore : public Store {
     return target_.Heartbeat(id, fence, lease);
   }
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
-    return target_.Complete(id, fence, outcome, retention);
+                          Duration retention, const Attempt* logged = nullptr) override {
+    return target_.Complete(id, fence, outcome, retention, logged);
   }
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     return target_.Release(id, fence);
@@ -48,8 +48,12 @@ class ForwardingStore : public Store {
     return target_.ClaimAsync(req, std::move(done));
   }
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
-                     CompleteDone done) override {
-    return target_.CompleteAsync(id, fence, outcome, retention, std::move(done));
+                     CompleteDone done, const Attempt* logged = nullptr) override {
+    return target_.CompleteAsync(id, fence, outcome, retention, std::move(done), logged);
+  }
+  bool LogsWithRecords() const override { return target_.LogsWithRecords(); }
+  Result<std::optional<TimePoint>> ReadServerClock() override {
+    return target_.ReadServerClock();
   }
   Result<bool> Evict(const RecordId& id) override { return target_.Evict(id); }
   bool WatchEvictions(EvictionFeed on_change) override {

@@ -34,7 +34,7 @@ class InstrumentedStore final : public Store {
   Result<ClaimResult> Claim(const ClaimRequest& req) override;
   Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override;
+                          Duration retention, const Attempt* logged = nullptr) override;
   Result<void> Release(const RecordId& id, uint64_t fence) override;
   Result<void> Abandon(const RecordId& id, std::string_view owner) override;
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
@@ -43,7 +43,9 @@ class InstrumentedStore final : public Store {
   bool GetAsync(const RecordId& id, GetDone done) override;  // timed as "get"
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override;  // timed as "claim"
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
-                     CompleteDone done) override;  // timed as "complete"
+                     CompleteDone done, const Attempt* logged = nullptr) override;  // timed as "complete"
+  Result<std::optional<TimePoint>> ReadServerClock() override;  // not timed
+  bool LogsWithRecords() const override { return target_.LogsWithRecords(); }
   Result<bool> Evict(const RecordId& id) override;
   bool WatchEvictions(EvictionFeed on_change) override;  // not timed
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;

@@ -226,10 +226,23 @@ class Ledger {
   Clock& clock() { return clock_; }
 
  private:
+  // The audit entry of one attempt of `call`, its latency measured now;
+  // nullopt when the audit log is off.
+  std::optional<Attempt> EntryOf(const Call& call, AttemptOutcome outcome, TimePoint started_at,
+                                 std::string detail = {});
+  // Tells the observer (metrics) of an attempt whose entry the store wrote.
+  void Observe(const Call& call, AttemptOutcome outcome, TimePoint started_at);
+  // The claim of `call`, carrying its kClaimed entry where the store writes
+  // it with the record (Store::LogsWithRecords).
+  ClaimRequest ClaimFor(const Call& call, TimePoint started_at);
+  // After `req` claimed: its kClaimed entry, to the batch if the store did not write it.
+  void Claimed(const Call& call, const ClaimRequest& req, TimePoint started_at);
+  // The kExecuted entry Complete hands the store, where it writes it with the record.
+  std::optional<Attempt> CompletionEntry(const Call& call, TimePoint started_at);
   std::optional<Result<Decision>> AfterClaim(const Call& call, const ClaimRequest& req,
                                              TimePoint started, bool sent,
                                              Result<ClaimResult>& claim);
-  Result<Record> Completed(const Call& call, TimePoint started_at, Result<Record> r);
+  Result<Record> Completed(const Call& call, TimePoint started_at, bool logged, Result<Record> r);
   Result<Decision> Decide(const Call& call, Record record, TimePoint started_at);
   Result<Decision> OnOwnerGone(const Call& call, const Record& record, TimePoint started_at);
   std::optional<Decision> Final(const Call& call, Record& record, TimePoint started_at,

@@ -58,6 +58,11 @@ struct Record {
   TimePoint lease_expires_at{};  // meaningful while kInProgress
   TimePoint completed_at{};      // when the outcome (or unknown) was written
   TimePoint expires_at{};        // retention end: after this the record is gone
+  // How long the record is kept once completed or marked unknown, decided by
+  // the claim (ClaimRequest::retention) and kept by every later step, so a
+  // step made elsewhere (the ledger API's complete) cannot shorten it. Zero
+  // in records written before it was stored: the step's own retention then.
+  Duration retention{0};
   std::optional<Outcome> outcome;  // set when kCompleted
 };
 
@@ -68,6 +73,10 @@ enum class AttemptOutcome {
   // replayed it, refused it as drift, made it wait for a running owner, or
   // answered outcome unknown.
   kWouldReplay, kWouldDrift, kWouldWait, kWouldUnknown,
+  // The attempt claimed the key and runs the call: written with the claim
+  // itself (ClaimRequest::logged), so the trail names it even if it never
+  // finished. Audit only: not an answer, never counted in the metrics.
+  kClaimed,
 };
 std::string_view AttemptOutcomeName(AttemptOutcome o);
 Result<AttemptOutcome> ParseAttemptOutcome(std::string_view s);

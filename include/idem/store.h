@@ -32,6 +32,12 @@ struct ClaimRequest {
   std::string turn;
   Duration lease{30'000};          // owner presumed dead after this without a heartbeat
   Duration retention{86'400'000};  // how long the record lives if nobody completes it
+  // The audit entry of this claim (AttemptOutcome::kClaimed), appended to the
+  // attempt log in the same write that creates the record (one transaction,
+  // one script), so that no crash keeps the claim and loses its entry: the
+  // trail names the attempt that executed even if it never finished. Not
+  // written when the claim finds a live record. nullopt: none (audit off).
+  std::optional<Attempt> logged;
   // Names the attempt that claims: random, 128 bits, new for every attempt
   // (the Ledger draws it). Stored in the record so that an attempt whose claim
   // reply was lost can take back a claim it never learnt it had (Abandon).
@@ -74,9 +80,10 @@ class Store {
   // Stores `outcome` and makes the record kCompleted until now + retention.
   // Allowed from kInProgress or kUnknown with a matching fence (the latter
   // is how an operator or a reconcile resolves an unknown record). Durable
-  // before it returns.
+  // before it returns. `logged`, if given, is appended to the attempt log in
+  // the same write (its kExecuted entry), and only if the record is written.
   virtual Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                                  Duration retention) = 0;
+                                  Duration retention, const Attempt* logged = nullptr) = 0;
 
   // Deletes the record owned with `fence` (kInProgress or kUnknown): nothing
   // happened, or an operator cleared it; the next attempt executes.
@@ -126,7 +133,8 @@ class Store {
   // Claim and Complete without blocking the caller, as GetAsync: true if
   // the store took the write, and `done` then runs exactly once, later, on a
   // thread of the store's, with what Claim or Complete would return; it must
-  // not block. A write that fails in flight may still have been applied,
+  // not block. `logged` (Complete's audit entry) is read before
+  // CompleteAsync returns. A write that fails in flight may still have been applied,
   // exactly as a blocking one whose reply was lost. False (the default): the
   // caller uses Claim or Complete.
   using ClaimDone = std::function<void(Result<ClaimResult>)>;
@@ -137,14 +145,29 @@ class Store {
   }
   using CompleteDone = std::function<void(Result<Record>)>;
   virtual bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                             Duration retention, CompleteDone done) {
+                             Duration retention, CompleteDone done, const Attempt* logged = nullptr) {
     (void)id;
     (void)fence;
     (void)outcome;
     (void)retention;
     (void)done;
+    (void)logged;
     return false;
   }
+
+  // Whether Claim and Complete append their `logged` entry in the record's
+  // own write (one transaction, one script). False (the default): they
+  // ignore it, and the caller appends the entry to the audit log itself, a
+  // moment later (a Redis Cluster, whose audit stream lives in another slot
+  // than the record, cannot write both in one script).
+  virtual bool LogsWithRecords() const { return false; }
+
+  // The store server's own clock, for a store that instances on several
+  // machines share (Redis: TIME; PostgreSQL: clock_timestamp()): StoreClock
+  // corrects this machine's clock by it, so every instance judges leases and
+  // expiry by one clock. nullopt (the default) for a store whose clock is
+  // this machine's (memory; SQLite, a local file). Errors: the store's.
+  virtual Result<std::optional<TimePoint>> ReadServerClock() { return std::nullopt; }
 
   // Removes the record whatever its state. Returns whether one existed.
   virtual Result<bool> Evict(const RecordId& id) = 0;

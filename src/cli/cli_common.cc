@@ -37,13 +37,19 @@ std::string StoreUrlFor(const GlobalOptions& globals, const Config& config) {
   return DefaultStoreUrl();
 }
 
+StoreClock& StoreTime() {
+  static StoreClock clock(SystemClock::Default());
+  return clock;
+}
+
 Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config) {
   std::string url = StoreUrlFor(globals, config);
-  Result<std::unique_ptr<Store>> store = OpenStore(url, SystemClock::Default());
+  Result<std::unique_ptr<Store>> store = OpenStore(url, StoreTime());
   if (!store) {
     return MakeError(store.error().code, "cannot open store " + net::WithoutPassword(url) + ": " +
                                              store.error().message);
   }
+  (void)StoreTime().Sync(**store);
   return store;
 }
 

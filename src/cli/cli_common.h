@@ -22,6 +22,7 @@
 #include "idem/config.h"
 #include "idem/error.h"
 #include "idem/store.h"
+#include "idem/store_clock.h"
 
 namespace CLI {
 class App;
@@ -66,7 +67,13 @@ int UsageError(std::string_view command, std::string_view message);
 Result<Config> LoadConfigFor(const GlobalOptions& globals);
 // --store > config `store` > DefaultStoreUrl().
 std::string StoreUrlFor(const GlobalOptions& globals, const Config& config);
-// Opens the store (on the system clock); the error names the URL.
+// The clock this process decides by: the system clock corrected towards the
+// store server's (StoreClock), synced by OpenStoreFor. Everything that judges
+// a lease or an expiry uses it; the store it was synced to is the one open.
+StoreClock& StoreTime();
+// Opens the store on StoreTime() and syncs that clock to the store's (a store
+// that cannot be read leaves it uncorrected: its operations fail anyway); the
+// error names the URL.
 Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config);
 
 // Everything a store command needs, loaded in order: config, then store.

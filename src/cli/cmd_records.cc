@@ -113,7 +113,7 @@ int RunInspect(const GlobalOptions& globals, const InspectFlags& flags) {
   Result<Record> record = GetRecord(*session->store, flags);
   if (!record) return Fail("inspect", record.error());
   const Record& r = *record;
-  TimePoint now = SystemClock::Default().Now();
+  TimePoint now = StoreTime().Now();
   bool in_progress = r.state == RecordState::kInProgress;
 
   std::string out;
@@ -299,7 +299,7 @@ int RunResolve(const GlobalOptions& globals, const ResolveFlags& flags) {
     body = std::move(*bytes);
   }
 
-  TimePoint now = SystemClock::Default().Now();
+  TimePoint now = StoreTime().Now();
   Result<Record> owned = ClaimForResolve(store, *record, flags, policy, now);
   if (!owned) return Fail("resolve", Explain(owned.error(), flags));
 

@@ -53,6 +53,15 @@ void TrackReplayCache(MetricsRegistry& registry, const CachingStore& cache) {
 
 }  // namespace
 
+FrontCore::ClockSync::~ClockSync() {
+  if (running_) StoreTime().Stop();
+}
+
+void FrontCore::ClockSync::Start(Store& store, Duration every) {
+  StoreTime().KeepInSync(store, every);
+  running_ = true;
+}
+
 Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, const Config& config,
                                                  std::string_view front, ReconcileHook reconcile,
                                                  std::function<void(std::string_view)> log) {
@@ -60,6 +69,15 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
   Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, config);
   if (!store) return std::unexpected(store.error());
   core->store = std::move(*store);
+  // Leases and expiry are judged by the store's clock (StoreTime), followed
+  // while the front runs.
+  core->clock_sync.Start(*core->store, kStoreClockSync);
+  if (log && std::chrono::abs(StoreTime().offset()) >= kNotableClockOffset) {
+    log(fmt::format("note: this machine's clock is {:.1f} s {} the store's; idemgate judges "
+                    "leases and expiry by the store's clock",
+                    std::abs(StoreTime().offset().count()) / 1000.0,
+                    StoreTime().offset().count() > 0 ? "behind" : "ahead of"));
+  }
 
   // on_store_down = "pass" trades the guarantee for availability: say so.
   bool pass = config.defaults.on_store_down == OnStoreDown::kPass;
@@ -83,14 +101,14 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
   core->measured_store =
       std::make_unique<InstrumentedStore>(*core->store, core->metrics->registry());
   core->cached_store = std::make_unique<CachingStore>(
-      *core->measured_store, SystemClock::Default(),
+      *core->measured_store, StoreTime(),
       config.replay_cache.enabled ? config.replay_cache.max_bytes : 0);
   if (core->cached_store->active()) {
     TrackReplayCache(core->metrics->registry(), *core->cached_store);
   }
-  core->probe = std::make_unique<StoreProbe>(*core->store, SystemClock::Default());
+  core->probe = std::make_unique<StoreProbe>(*core->store, StoreTime());
   core->ledger =
-      std::make_unique<Ledger>(*core->cached_store, SystemClock::Default(),
+      std::make_unique<Ledger>(*core->cached_store, StoreTime(),
                                LedgerOptions{instance, std::move(reconcile), true,
                                              core->metrics->ObserverFor(std::string(front))});
   Ledger* ledger = core->ledger.get();

@@ -20,11 +20,31 @@
 
 namespace idem::cli {
 
+// How often a front re-measures its clock's offset from the store's: often
+// enough to follow a clock being slewed or stepped, a few reads an hour.
+inline constexpr Duration kStoreClockSync{60'000};
+// An offset worth telling the operator about at start.
+inline constexpr Duration kNotableClockOffset{1'000};
+
 // Members are destroyed in reverse order: the ledger (which flushes through
 // the measured store) before the store it uses. Not copyable or movable
 // once built: the members point at each other.
 struct FrontCore {
+  // Keeps StoreTime() synced to `store` until destroyed, before the store.
+  class ClockSync {
+   public:
+    ClockSync() = default;
+    ClockSync(const ClockSync&) = delete;
+    ClockSync& operator=(const ClockSync&) = delete;
+    ~ClockSync();
+    void Start(Store& store, Duration every);
+
+   private:
+    bool running_ = false;
+  };
+
   std::unique_ptr<Store> store;
+  ClockSync clock_sync;
   std::unique_ptr<GatewayMetrics> metrics;
   std::unique_ptr<InstrumentedStore> measured_store;
   std::unique_ptr<CachingStore> cached_store;  // above measured_store: hits are not store calls

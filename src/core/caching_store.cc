@@ -135,21 +135,22 @@ bool CachingStore::ClaimAsync(const ClaimRequest& req, ClaimDone done) {
 }
 
 Result<Record> CachingStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                                      Duration retention) {
+                                      Duration retention, const Attempt* logged) {
   const uint64_t epoch = Epoch();
-  auto r = target_.Complete(id, fence, outcome, retention);
+  auto r = target_.Complete(id, fence, outcome, retention, logged);
   if (r) Fill(epoch, *r);
   return r;
 }
 
 bool CachingStore::CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                                 Duration retention, CompleteDone done) {
+                                 Duration retention, CompleteDone done, const Attempt* logged) {
   const uint64_t epoch = Epoch();
   return target_.CompleteAsync(id, fence, outcome, retention,
                                [this, epoch, done = std::move(done)](Result<Record> r) {
                                  if (r) Fill(epoch, *r);
                                  done(std::move(r));
-                               });
+                               },
+                               logged);
 }
 
 Result<bool> CachingStore::Evict(const RecordId& id) {

@@ -266,12 +266,12 @@ TEST_F(CachingStoreTest, TheLedgerReplaysFromTheCacheAndStillLogsTheAttempt) {
   AttemptFilter all;
   auto attempts = memory_->QueryAttempts(all);
   ASSERT_TRUE(attempts);
-  ASSERT_EQ(attempts->size(), 3u);
+  ASSERT_EQ(attempts->size(), 4u);
   std::multiset<AttemptOutcome> outcomes;
   for (const Attempt& a : *attempts) outcomes.insert(a.outcome);
   EXPECT_EQ(outcomes,
-            (std::multiset<AttemptOutcome>{AttemptOutcome::kExecuted, AttemptOutcome::kReplayed,
-                                           AttemptOutcome::kDrift}));
+            (std::multiset<AttemptOutcome>{AttemptOutcome::kClaimed, AttemptOutcome::kExecuted,
+                                           AttemptOutcome::kReplayed, AttemptOutcome::kDrift}));
 }
 
 }  // namespace

@@ -16,7 +16,8 @@
 namespace idem {
 namespace {
 
-constexpr size_t kOutcomes = 12;  // AttemptOutcome's values, kExecuted .. kWouldUnknown
+// AttemptOutcome's answers, kExecuted .. kWouldUnknown; kClaimed is audit only.
+constexpr size_t kOutcomes = 12;
 
 size_t IndexOf(AttemptOutcome o) { return static_cast<size_t>(o); }
 

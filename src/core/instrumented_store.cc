@@ -48,8 +48,8 @@ Result<TimePoint> InstrumentedStore::Heartbeat(const RecordId& id, uint64_t fenc
   return Measure(kHeartbeat, [&] { return target_.Heartbeat(id, fence, lease); });
 }
 Result<Record> InstrumentedStore::Complete(const RecordId& id, uint64_t fence,
-                                           const Outcome& outcome, Duration retention) {
-  return Measure(kComplete, [&] { return target_.Complete(id, fence, outcome, retention); });
+                                           const Outcome& outcome, Duration retention, const Attempt* logged) {
+  return Measure(kComplete, [&] { return target_.Complete(id, fence, outcome, retention, logged); });
 }
 Result<void> InstrumentedStore::Release(const RecordId& id, uint64_t fence) {
   return Measure(kRelease, [&] { return target_.Release(id, fence); });
@@ -83,8 +83,12 @@ bool InstrumentedStore::ClaimAsync(const ClaimRequest& req, ClaimDone done) {
   return target_.ClaimAsync(req, Timed(kClaim, std::move(done)));
 }
 bool InstrumentedStore::CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                                      Duration retention, CompleteDone done) {
-  return target_.CompleteAsync(id, fence, outcome, retention, Timed(kComplete, std::move(done)));
+                                      Duration retention, CompleteDone done, const Attempt* logged) {
+  return target_.CompleteAsync(id, fence, outcome, retention, Timed(kComplete, std::move(done)),
+                               logged);
+}
+Result<std::optional<TimePoint>> InstrumentedStore::ReadServerClock() {
+  return target_.ReadServerClock();  // not timed: a clock read, not a store operation
 }
 Result<bool> InstrumentedStore::Evict(const RecordId& id) {
   return Measure(kEvict, [&] { return target_.Evict(id); });

@@ -27,6 +27,7 @@ LeaseKeeper::~LeaseKeeper() {
   }
   cv_.notify_all();
   thread_.join();
+  pool_.Shutdown();  // the heartbeats in flight finish; they touch leases_
 }
 
 uint64_t LeaseKeeper::Start(const RecordId& id, uint64_t fence, Duration lease) {
@@ -130,58 +131,75 @@ void LeaseKeeper::RunAbandons(std::vector<std::pair<uint64_t, PendingAbandon>> w
   }
 }
 
+void LeaseKeeper::Renew(uint64_t ticket, Lease l, TimePoint round) {
+  auto r = store_.Heartbeat(l.id, l.fence, l.lease);
+  // kUnavailable: keep trying; if the store stays down the lease runs out
+  // and the fence will refuse this owner's Complete.
+  const bool gone =
+      !r && (r.error().code == ErrorCode::kAborted || r.error().code == ErrorCode::kNotFound);
+  std::lock_guard g(mu_);
+  ++heartbeats_;
+  auto it = leases_.find(ticket);
+  if (it != leases_.end()) {
+    if (gone) {
+      lost_[ticket] = true;
+      leases_.erase(it);
+    } else {
+      // From when its round started, not from now: the lease the store
+      // granted runs from about then, and a slow store must not make the
+      // schedule drift later.
+      it->second.in_flight = false;
+      it->second.next_due = round + std::max(Duration(1), l.lease / 3);
+    }
+  }
+  cv_.notify_all();  // the scheduler (a lease is due again) and AwaitHeartbeats
+}
+
 void LeaseKeeper::Loop() {
   std::unique_lock g(mu_);
   while (!stop_) {
-    if (leases_.empty() && abandons_.empty()) {
+    TimePoint due = TimePoint::max();
+    for (const auto& [ticket, l] : leases_) {
+      if (!l.in_flight) due = std::min(due, l.next_due);
+    }
+    if (!abandons_running_) {
+      for (const auto& [ticket, a] : abandons_) due = std::min(due, a.next_due);
+    }
+    if (due == TimePoint::max()) {
       wakes_at_ = TimePoint::max();
       cv_.wait(g);
       wakes_at_ = TimePoint::min();
       continue;
     }
-    TimePoint due = TimePoint::max();
-    for (const auto& [ticket, l] : leases_) due = std::min(due, l.next_due);
-    for (const auto& [ticket, a] : abandons_) due = std::min(due, a.next_due);
-    TimePoint now = clock_.Now();
+    const TimePoint now = clock_.Now();
     if (now < due) {
       wakes_at_ = due;
       clock_.WaitUntil(cv_, g, due);
       wakes_at_ = TimePoint::min();
       continue;
     }
-    std::vector<std::pair<uint64_t, Lease>> work;
-    for (const auto& [ticket, l] : leases_) {
-      if (l.next_due <= now) work.emplace_back(ticket, l);
+    // A live call's lease comes first: its heartbeats go out before the
+    // round's abandons.
+    for (auto& [ticket, l] : leases_) {
+      if (l.in_flight || l.next_due > now) continue;
+      l.in_flight = true;
+      pool_.Submit([this, ticket, l, now] { Renew(ticket, l, now); });
     }
     std::vector<std::pair<uint64_t, PendingAbandon>> abandons;
-    for (const auto& [ticket, a] : abandons_) {
-      if (a.next_due <= now) abandons.emplace_back(ticket, a);
-    }
-    g.unlock();
-    for (auto& [ticket, l] : work) {
-      auto r = store_.Heartbeat(l.id, l.fence, l.lease);
-      // kUnavailable: keep trying; if the store stays down the lease runs
-      // out and the fence will refuse this owner's Complete.
-      bool gone =
-          !r && (r.error().code == ErrorCode::kAborted || r.error().code == ErrorCode::kNotFound);
-      std::lock_guard lg(mu_);
-      ++heartbeats_;
-      auto it = leases_.find(ticket);
-      if (it == leases_.end()) continue;
-      if (gone) {
-        lost_[ticket] = true;
-        leases_.erase(it);
-      } else {
-        // From when this round started, not from now: the lease the store
-        // granted runs from about then, and a slow store must not make the
-        // schedule drift later.
-        it->second.next_due = now + std::max(Duration(1), l.lease / 3);
+    if (!abandons_running_) {
+      for (const auto& [ticket, a] : abandons_) {
+        if (a.next_due <= now) abandons.emplace_back(ticket, a);
       }
     }
-    // After the heartbeats: a live call's lease comes first.
-    RunAbandons(std::move(abandons), now);
-    g.lock();
-    cv_.notify_all();
+    if (!abandons.empty()) {
+      abandons_running_ = true;
+      pool_.Submit([this, work = std::move(abandons), now]() mutable {
+        RunAbandons(std::move(work), now);
+        std::lock_guard lg(mu_);
+        abandons_running_ = false;
+        cv_.notify_all();
+      });
+    }
   }
 }
 

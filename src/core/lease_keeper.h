@@ -1,7 +1,12 @@
-// Renews the leases of running calls: one thread for the whole process, a
-// heartbeat for each lease every lease/3 by the injected clock. The same
-// thread abandons claims whose reply was lost (Store::Abandon), retrying
-// while the store is unreachable.
+// Renews the leases of running calls: a heartbeat for each lease every
+// lease/3 by the injected clock. One thread schedules; the heartbeats run
+// concurrently on a worker pool, at most one in flight per lease, so a slow
+// answer (one Cluster node, one slow connection) delays only its own lease,
+// never the others'. Each heartbeat is bounded by the store's own command
+// timeout; one that is still in flight when its next is due is not sent
+// twice. The pool also abandons claims whose reply was lost
+// (Store::Abandon), one round at a time, retrying while the store is
+// unreachable.
 // Thread-safe.
 #pragma once
 
@@ -18,6 +23,7 @@
 #include "idem/clock.h"
 #include "idem/record.h"
 #include "idem/store.h"
+#include "core/worker_pool.h"
 
 namespace idem {
 
@@ -62,6 +68,7 @@ class LeaseKeeper {
     uint64_t fence;
     Duration lease;
     TimePoint next_due;
+    bool in_flight = false;  // its heartbeat was sent and has not answered
   };
   struct PendingAbandon {
     RecordId id;
@@ -71,6 +78,8 @@ class LeaseKeeper {
     Duration backoff;
   };
   void Loop();
+  // Sends one lease's heartbeat (on a pool thread) and applies its answer.
+  void Renew(uint64_t ticket, Lease lease, TimePoint round);
   // Runs the due abandons of one round (mu_ not held).
   void RunAbandons(std::vector<std::pair<uint64_t, PendingAbandon>> work, TimePoint now);
   // Whether an Abandon result settles the pending abandon.
@@ -92,7 +101,9 @@ class LeaseKeeper {
   // while it runs (it looks at every lease before it waits again). A new
   // lease due later needs no wake-up: the common case, one per gated call.
   TimePoint wakes_at_ = TimePoint::min();
+  bool abandons_running_ = false;  // a round of abandons is on the pool
   bool stop_ = false;
+  WorkerPool pool_;  // heartbeats and abandon rounds; shut down before the thread's state goes
   std::thread thread_;
 };
 

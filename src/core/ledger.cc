@@ -28,6 +28,14 @@ Duration RetentionOf(const Call& call) {
   return call.turn_fallback ? std::min(call.policy.window, call.policy.ttl) : call.policy.ttl;
 }
 
+// The retention a settling step applies: the one the claim decided, which the
+// record keeps, so that a step rebuilt from the record elsewhere (the ledger
+// API's complete, another instance's reconcile) cannot change it; the call's
+// own for a record written before records kept theirs.
+Duration KeptRetention(const Call& call, const Record& claimed) {
+  return claimed.retention > Duration(0) ? claimed.retention : RetentionOf(call);
+}
+
 // A new claim owner token: 128 random bits in hex (ClaimRequest::owner).
 std::string NewOwnerToken() {
   unsigned char bytes[16];
@@ -84,11 +92,9 @@ Ledger::Ledger(Store& store, Clock& clock, LedgerOptions options)
 
 Ledger::~Ledger() = default;
 
-void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint started_at,
-                        std::string detail) {
-  const Duration latency = std::max(Duration(0), clock_.Now() - started_at);
-  if (options_.on_attempt) options_.on_attempt(call, outcome, started_at, latency);
-  if (!attempts_) return;
+std::optional<Attempt> Ledger::EntryOf(const Call& call, AttemptOutcome outcome,
+                                       TimePoint started_at, std::string detail) {
+  if (!attempts_) return std::nullopt;
   Attempt a;
   a.at = started_at;
   a.tenant = call.id.tenant;
@@ -96,14 +102,38 @@ void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint star
   a.tool = call.tool;
   a.turn = call.turn;
   a.outcome = outcome;
-  a.latency = latency;
+  a.latency = std::max(Duration(0), clock_.Now() - started_at);
   a.instance = options_.instance;
   // What this attempt adds ("drift replayed", an error), then what scoped the
   // call ("turn: meta:vscode.requestId", "explicit key").
   a.detail = detail.empty() ? call.detail
              : call.detail.empty() ? std::move(detail)
                                    : std::move(detail) + "; " + call.detail;
-  attempts_->Append(std::move(a));
+  return a;
+}
+
+void Ledger::Observe(const Call& call, AttemptOutcome outcome, TimePoint started_at) {
+  if (!options_.on_attempt) return;
+  options_.on_attempt(call, outcome, started_at, std::max(Duration(0), clock_.Now() - started_at));
+}
+
+void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint started_at,
+                        std::string detail) {
+  Observe(call, outcome, started_at);
+  if (auto a = EntryOf(call, outcome, started_at, std::move(detail))) {
+    attempts_->Append(*std::move(a));
+  }
+}
+
+ClaimRequest Ledger::ClaimFor(const Call& call, TimePoint started_at) {
+  ClaimRequest req = ClaimOf(call);
+  if (store_.LogsWithRecords()) req.logged = EntryOf(call, AttemptOutcome::kClaimed, started_at);
+  return req;
+}
+
+void Ledger::Claimed(const Call& call, const ClaimRequest& req, TimePoint started_at) {
+  if (req.logged) return;  // the store wrote it with the record
+  if (auto a = EntryOf(call, AttemptOutcome::kClaimed, started_at)) attempts_->Append(*std::move(a));
 }
 
 void Ledger::Flush() {
@@ -130,7 +160,7 @@ Decision Ledger::Observed(const Call& call, TimePoint started_at, AttemptOutcome
 
 Result<Decision> Ledger::Begin(const Call& call) {
   const TimePoint started = clock_.Now();
-  const ClaimRequest req = ClaimOf(call);
+  const ClaimRequest req = ClaimFor(call, started);
   // An earlier attempt of this process whose claim reply was lost may have
   // left its claim behind: take it back first, or this attempt would wait
   // for it and then call a call that never ran "outcome unknown".
@@ -149,7 +179,7 @@ bool Ledger::BeginAsync(const Call& call,
   // AbandonNow would write, blocking, before the claim.
   if (leases_->AbandonsPending()) return false;
   const TimePoint started = clock_.Now();
-  auto req = std::make_shared<const ClaimRequest>(ClaimOf(call));
+  auto req = std::make_shared<const ClaimRequest>(ClaimFor(call, started));
   return store_.ClaimAsync(
       *req, [this, &call, started, req, done = std::move(done)](Result<ClaimResult> claim) {
         done(AfterClaim(call, *req, started, /*sent=*/true, claim));
@@ -202,6 +232,7 @@ std::optional<Result<Decision>> Ledger::AfterClaim(const Call& call, const Claim
     return std::unexpected(claim.error());
   }
   if (!claim->claimed) return std::nullopt;
+  Claimed(call, req, started);
   Decision d;
   d.kind = Decision::Kind::kExecute;
   d.fence = claim->record.fence;
@@ -305,7 +336,7 @@ Result<Decision> Ledger::Decide(const Call& call, Record record, TimePoint start
       continue;
     }
     // Released or evicted while we waited: try to become the owner.
-    const ClaimRequest req = ClaimOf(call);
+    const ClaimRequest req = ClaimFor(call, started_at);
     auto claim = store_.Claim(req);
     if (!claim) {
       leases_->Abandon(call.id, req.owner, ClaimEnd(req, clock_.Now()));  // as in Begin
@@ -313,6 +344,7 @@ Result<Decision> Ledger::Decide(const Call& call, Record record, TimePoint start
       return std::unexpected(claim.error());
     }
     if (claim->claimed) {
+      Claimed(call, req, started_at);
       d.kind = Decision::Kind::kExecute;
       d.fence = claim->record.fence;
       d.record = std::move(claim->record);
@@ -332,7 +364,7 @@ Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
   const Policy& p = call.policy;
   // Marks the record owned with `fence` unknown and answers so.
   auto unknown = [&](uint64_t fence) -> Result<Decision> {
-    auto marked = store_.MarkUnknown(call.id, fence, RetentionOf(call));
+    auto marked = store_.MarkUnknown(call.id, fence, KeptRetention(call, record));
     if (!marked) return std::unexpected(marked.error());
     Decision u;
     u.kind = Decision::Kind::kUnknown;
@@ -362,7 +394,7 @@ Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
   }();
   if (!found) return unknown(d.fence);
   if (!found->has_value()) return d;  // it never happened: execute under the new fence
-  auto completed = store_.Complete(call.id, d.fence, **found, RetentionOf(call));
+  auto completed = store_.Complete(call.id, d.fence, **found, KeptRetention(call, d.record));
   if (!completed) return std::unexpected(completed.error());
   Decision r;
   r.kind = Decision::Kind::kReplay;
@@ -382,24 +414,46 @@ Result<Record> Ledger::Complete(const Call& call, const Decision& d, Outcome out
     r.outcome = std::move(outcome);
     return r;
   }
-  return Completed(call, d.started_at,
-                   store_.Complete(call.id, d.fence, Storable(call, outcome), RetentionOf(call)));
+  const std::optional<Attempt> entry = CompletionEntry(call, d.started_at);
+  return Completed(call, d.started_at, entry.has_value(),
+                   store_.Complete(call.id, d.fence, Storable(call, outcome),
+                                   KeptRetention(call, d.record), entry ? &*entry : nullptr));
 }
 
 bool Ledger::CompleteAsync(const Call& call, const Decision& d, const Outcome& outcome,
                            std::function<void(Result<Record>)> done) {
   if (d.kind == Decision::Kind::kPassThrough) return false;
+  // Read before CompleteAsync returns (Store::CompleteAsync).
+  const std::optional<Attempt> entry = CompletionEntry(call, d.started_at);
   return store_.CompleteAsync(
-      call.id, d.fence, Storable(call, outcome), RetentionOf(call),
-      [this, &call, started_at = d.started_at, done = std::move(done)](Result<Record> r) {
-        done(Completed(call, started_at, std::move(r)));
-      });
+      call.id, d.fence, Storable(call, outcome), KeptRetention(call, d.record),
+      [this, &call, started_at = d.started_at, logged = entry.has_value(),
+       done = std::move(done)](Result<Record> r) {
+        done(Completed(call, started_at, logged, std::move(r)));
+      },
+      entry ? &*entry : nullptr);
 }
 
-Result<Record> Ledger::Completed(const Call& call, TimePoint started_at, Result<Record> r) {
-  if (r) FaultPoint("after_persist");
-  LogAttempt(call, r ? AttemptOutcome::kExecuted : AttemptOutcome::kError, started_at,
-             r ? std::string() : "outcome not stored: " + r.error().ToString());
+std::optional<Attempt> Ledger::CompletionEntry(const Call& call, TimePoint started_at) {
+  if (!store_.LogsWithRecords()) return std::nullopt;
+  return EntryOf(call, AttemptOutcome::kExecuted, started_at);
+}
+
+// `logged`: the store wrote the kExecuted entry with the record, so only
+// the observer hears of it here.
+Result<Record> Ledger::Completed(const Call& call, TimePoint started_at, bool logged,
+                                 Result<Record> r) {
+  if (!r) {
+    LogAttempt(call, AttemptOutcome::kError, started_at,
+               "outcome not stored: " + r.error().ToString());
+    return r;
+  }
+  FaultPoint("after_persist");
+  if (logged) {
+    Observe(call, AttemptOutcome::kExecuted, started_at);
+  } else {
+    LogAttempt(call, AttemptOutcome::kExecuted, started_at);
+  }
   return r;
 }
 
@@ -415,7 +469,7 @@ Result<Record> Ledger::MarkUnknown(const Call& call, const Decision& d) {
   if (d.kind == Decision::Kind::kPassThrough) {
     return MakeError(ErrorCode::kFailedPrecondition, "an unguarded call has no record");
   }
-  auto r = store_.MarkUnknown(call.id, d.fence, RetentionOf(call));
+  auto r = store_.MarkUnknown(call.id, d.fence, KeptRetention(call, d.record));
   LogAttempt(call, r ? AttemptOutcome::kUnknown : AttemptOutcome::kError, d.started_at,
              r ? std::string() : r.error().ToString());
   return r;

@@ -283,6 +283,94 @@ TEST(LeaseKeeperTest, AShorterLeaseStartedDuringALongWaitIsRenewedInTime) {
   EXPECT_EQ(counting.HeartbeatsOf("slow"), 0);
 }
 
+// A heartbeat that hangs (a Cluster node that stopped answering until its
+// command timeout) delays only its own lease: the others' renewals go out
+// on time, round after round. The keeper once sent every heartbeat from one
+// thread, one after another: the quick lease's renewal waited behind the
+// stuck one and this test never finished.
+TEST(LeaseKeeperTest, AStuckHeartbeatDelaysNoOtherLease) {
+  class StuckHeartbeats final : public testing::CountingStore {
+   public:
+    using CountingStore::CountingStore;
+    Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
+      if (id.key == "stuck") {
+        std::unique_lock g(mu_);
+        ++stuck_waiting_;
+        cv_.notify_all();
+        cv_.wait(g, [&] { return released_; });
+      }
+      return CountingStore::Heartbeat(id, fence, lease);
+    }
+    void AwaitStuck() {
+      std::unique_lock g(mu_);
+      cv_.wait(g, [&] { return stuck_waiting_ > 0; });
+    }
+    void Release() {
+      std::lock_guard g(mu_);
+      released_ = true;
+      cv_.notify_all();
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    int stuck_waiting_ = 0;
+    bool released_ = false;
+  };
+  FakeClock clock;
+  std::unique_ptr<Store> memory = NewMemoryStore(clock);
+  StuckHeartbeats store(*memory);
+  Ledger ledger(store, clock);
+  Call stuck;
+  stuck.id = RecordId{"default", "stuck"};  // started first: first in every round
+  stuck.policy.lease = 3s;
+  Call quick = stuck;
+  quick.id.key = "quick";
+  auto stuck_claim = ledger.Begin(stuck);  // real claims: a heartbeat must find its record
+  auto quick_claim = ledger.Begin(quick);
+  ASSERT_TRUE(stuck_claim && quick_claim);
+  Ledger::LeaseGuard a = ledger.KeepAlive(stuck, stuck_claim->fence);
+  Ledger::LeaseGuard b = ledger.KeepAlive(quick, quick_claim->fence);
+  clock.AwaitWaiters(1);
+  clock.Advance(1s);  // both due
+  store.AwaitStuck();
+  store.AwaitHeartbeats(1);
+  EXPECT_EQ(store.HeartbeatsOf("quick"), 1);
+  for (int round = 2; round <= 4; ++round) {
+    clock.AwaitWaiters(1);  // the keeper waits for the quick lease's next renewal
+    clock.Advance(1s);
+    store.AwaitHeartbeats(round);
+    EXPECT_EQ(store.HeartbeatsOf("quick"), round) << "the stuck heartbeat was sent twice";
+  }
+  EXPECT_EQ(store.HeartbeatsOf("stuck"), 0);  // counted once it answers
+  store.Release();
+  store.AwaitHeartbeats(5);
+  EXPECT_GE(store.HeartbeatsOf("stuck"), 1);
+  EXPECT_FALSE(a.lost());
+  EXPECT_FALSE(b.lost());
+}
+
+// The attempt that executes is in the audit log from the moment it claims,
+// and its completion from the moment the outcome is stored: both go in the
+// record's own write, not the next batch (which a crash can lose). Nothing
+// is flushed here; the store is read directly.
+TEST_F(LedgerTest, TheExecutingAttemptIsLoggedWithItsClaimAndItsCompletion) {
+  Call call = MakeCall();
+  auto logged = [&] {
+    AttemptFilter f;
+    f.key = call.id.key;
+    std::vector<AttemptOutcome> outcomes;
+    for (const Attempt& a : *store_->QueryAttempts(f)) outcomes.push_back(a.outcome);
+    return outcomes;  // newest first
+  };
+  auto d = ledger_.Begin(call);
+  ASSERT_TRUE(d && d->kind == Kind::kExecute);
+  EXPECT_EQ(logged(), std::vector<AttemptOutcome>{AttemptOutcome::kClaimed});
+  ASSERT_TRUE(ledger_.Complete(call, *d, Outcome{OutcomeClass::kSuccess, "done"}));
+  EXPECT_EQ(logged(),
+            (std::vector<AttemptOutcome>{AttemptOutcome::kExecuted, AttemptOutcome::kClaimed}));
+}
+
 TEST_F(LedgerTest, ToolErrorIsStoredAndReplayed) {
   Call call = MakeCall();
   ASSERT_TRUE(ledger_.Run(call, [] {
@@ -583,12 +671,13 @@ TEST_F(LedgerTest, EveryAttemptIsLogged) {
   ledger_.Flush();
   auto attempts = store_->QueryAttempts(AttemptFilter{});
   ASSERT_TRUE(attempts);
-  ASSERT_EQ(attempts->size(), 2u);
+  ASSERT_EQ(attempts->size(), 3u);  // newest first; the claim's entry is the oldest
   EXPECT_EQ((*attempts)[0].outcome, AttemptOutcome::kReplayed);
   EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kExecuted);
   EXPECT_EQ((*attempts)[1].key, call.id.key);
   EXPECT_EQ((*attempts)[1].tool, "charge");
   EXPECT_EQ((*attempts)[1].instance, "test");
+  EXPECT_EQ((*attempts)[2].outcome, AttemptOutcome::kClaimed);
 }
 
 // SettledAsync answers from one read exactly what Begin would when no write
@@ -639,7 +728,7 @@ TEST_F(SettledTest, AnswersFinishedCallsFromOneReadAndDefersTheRest) {
   async_ledger_.Flush();
   auto attempts = store_->QueryAttempts(AttemptFilter{});
   ASSERT_TRUE(attempts);
-  ASSERT_EQ(attempts->size(), 4u) << "executed, replayed, drift, replayed";
+  ASSERT_EQ(attempts->size(), 5u) << "claimed, executed, replayed, drift, replayed";
   EXPECT_EQ((*attempts)[0].outcome, AttemptOutcome::kReplayed);
   EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kDrift);
   EXPECT_EQ((*attempts)[2].outcome, AttemptOutcome::kReplayed);
@@ -705,7 +794,8 @@ TEST_F(AsyncWritesTest, ClaimsCompletesAndLeavesAnExistingRecordToBegin) {
   ledger_async_.Flush();
   auto attempts = store_->QueryAttempts(AttemptFilter{});
   ASSERT_TRUE(attempts);
-  ASSERT_EQ(attempts->size(), 2u) << "executed; the refused second completion";
+  ASSERT_EQ(attempts->size(), 3u) << "claimed, executed; the refused second completion";
+  EXPECT_EQ((*attempts)[2].outcome, AttemptOutcome::kClaimed);
   EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kExecuted);
   EXPECT_EQ((*attempts)[0].outcome, AttemptOutcome::kError);
 }

@@ -156,17 +156,18 @@ class Front(unittest.TestCase):
 
     def end_campaign(self, what_ran):
         """After the last case: a graceful stop, then the audit log holds only the good calls'
-        attempts (one executed and one replayed each) and the upstream ran only them."""
+        attempts (one claimed, one executed and one replayed each) and the upstream ran only
+        them."""
         self.assertEqual(self.stop(), 0, "a graceful stop exits 0")
         p = subprocess.run([BINARY, "audit", "--json", "--limit", "100000", "--store", self.store],
                            capture_output=True, timeout=DEADLINE)
         self.assertEqual(p.returncode, 0, p.stderr.decode())
         attempts = [json.loads(line) for line in p.stdout.decode().splitlines()]
         keys = [k for k, _ in self.good]
-        for outcome in ("executed", "replayed"):
+        for outcome in ("claimed", "executed", "replayed"):
             self.assertEqual(sorted(a["key"] for a in attempts if a["outcome"] == outcome),
                              sorted(keys), "one %s attempt per good call" % outcome)
-        self.assertEqual(len(attempts), 2 * len(keys),
+        self.assertEqual(len(attempts), 3 * len(keys),
                          "no attempt but the good calls': %s" %
                          [a for a in attempts if a["key"] not in keys])
         self.assertEqual(sorted(what_ran(e) for e in self.side_effects()),

@@ -161,9 +161,9 @@ class CallerClockView final : public ForwardingStore {
     return target_.Heartbeat(id, fence, lease);
   }
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
+                          Duration retention, const Attempt* logged = nullptr) override {
     As a(clock_);
-    return target_.Complete(id, fence, outcome, retention);
+    return target_.Complete(id, fence, outcome, retention, logged);
   }
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     As a(clock_);
@@ -199,7 +199,8 @@ class CallerClockView final : public ForwardingStore {
   }
   bool GetAsync(const RecordId&, GetDone) override { return false; }
   bool ClaimAsync(const ClaimRequest&, ClaimDone) override { return false; }
-  bool CompleteAsync(const RecordId&, uint64_t, const Outcome&, Duration, CompleteDone) override {
+  bool CompleteAsync(const RecordId&, uint64_t, const Outcome&, Duration, CompleteDone,
+                     const Attempt*) override {
     return false;
   }
   bool WatchEvictions(EvictionFeed on_change) override {
@@ -371,8 +372,9 @@ class FaultStore final : public testing::StoreWrapper {
     return Op<TimePoint>("Heartbeat", [&] { return target_.Heartbeat(id, fence, lease); });
   }
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
-    return Op<Record>("Complete", [&] { return target_.Complete(id, fence, outcome, retention); });
+                          Duration retention, const Attempt* logged = nullptr) override {
+    return Op<Record>("Complete",
+                      [&] { return target_.Complete(id, fence, outcome, retention, logged); });
   }
   Result<void> Release(const RecordId& id, uint64_t fence) override {
     return Op<void>("Release", [&] { return target_.Release(id, fence); });

@@ -284,6 +284,7 @@ Decision ExecutionOf(const Record& r, uint64_t fence) {
   d.kind = Decision::Kind::kExecute;
   d.fence = fence;
   d.started_at = r.created_at;
+  d.record = r;  // its retention, decided by begin, is the one complete keeps
   return d;
 }
 

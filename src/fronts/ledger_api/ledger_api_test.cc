@@ -202,6 +202,30 @@ TEST_F(LedgerApiTest, OneExplicitKeyBegunWithAnotherToolIsDrift) {
   EXPECT_EQ(cancel.body.find("refunded"), std::string::npos) << cancel.body;
 }
 
+// Begin in args mode, by request, for a tool whose configured mode is turn:
+// begin claims the record for ttl. Complete, rebuilding the call from the
+// record and the config, once took it for a turn fallback and kept the record
+// only for window: retention is decided by the claim and kept.
+TEST_F(LedgerApiTest, CompleteKeepsTheRetentionBeginClaimed) {
+  config_.defaults.ttl = std::chrono::hours(24);
+  config_.defaults.window = std::chrono::hours(1);
+  Response a =
+      Send("POST", "/v1/calls/begin", R"({"tool":"charge","mode":"args","args":{"amount":5}})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  json::object begun = Body(a);
+  const std::string key(begun["key"].as_string());
+  ASSERT_TRUE(key.starts_with("v1a.")) << key;
+  clock_.Advance(std::chrono::minutes(5));
+  Response done = Send("POST", "/v1/calls/complete",
+                       R"({"key":")" + key + R"(","fence":)" +
+                           std::to_string(begun["fence"].to_number<int64_t>()) +
+                           R"(,"outcome":{"status":"success","result":"charged"}})");
+  ASSERT_EQ(done.status, 200) << done.body;
+  EXPECT_EQ(Body(done)["expires_at"].as_string(),
+            FormatIsoTime(clock_.Now() + std::chrono::hours(24)))
+      << done.body;
+}
+
 TEST_F(LedgerApiTest, ToolErrorsAreReleasedWhenThePolicySaysSo) {
   ToolRule rule;
   rule.match = "flaky";

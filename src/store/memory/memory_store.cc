@@ -38,10 +38,14 @@ class MemoryStore final : public Store {
     r.created_at = now;
     r.lease_expires_at = now + req.lease;
     r.expires_at = now + std::max(req.retention, req.lease);
+    r.retention = req.retention;
     records_[req.id] = r;
+    if (req.logged) attempts_.push_back(*req.logged);
     Changed();
     return ClaimResult{true, std::move(r)};
   }
+
+  bool LogsWithRecords() const override { return true; }
 
   Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override {
     std::lock_guard g(mu_);
@@ -54,7 +58,7 @@ class MemoryStore final : public Store {
   }
 
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
+                          Duration retention, const Attempt* logged = nullptr) override {
     std::lock_guard g(mu_);
     auto r = Owned(id, fence, {RecordState::kInProgress, RecordState::kUnknown});
     if (!r) return std::unexpected(r.error());
@@ -63,6 +67,7 @@ class MemoryStore final : public Store {
     (*r)->outcome = outcome;
     (*r)->completed_at = now;
     (*r)->expires_at = now + retention;
+    if (logged) attempts_.push_back(*logged);
     Changed();
     return **r;
   }

@@ -91,7 +91,7 @@ Error Malformed(const Connection& conn) {
 
 }  // namespace
 
-Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attempts) {
+Result<void> BindAttempts(Params& p, std::span<const Attempt> attempts, std::string_view where) {
   // The arrays travel as text, which ends at a NUL; PostgreSQL text cannot
   // hold one anyway.
   for (const Attempt& a : attempts) {
@@ -102,7 +102,7 @@ Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attemp
         return MakeError(ErrorCode::kInvalidArgument,
                          fmt::format("postgres store {}: an attempt of key \"{}\" holds a NUL "
                                      "byte, which PostgreSQL text cannot store",
-                                     conn.where(), a.key));
+                                     where, a.key));
       }
     }
   }
@@ -119,7 +119,6 @@ Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attemp
     instance.push_back(a.instance);
     detail.push_back(a.detail);
   }
-  Params p;
   p.IntArray(IntArrayLiteral(at))
       .TextArray(TextArrayLiteral(tenant))
       .TextArray(TextArrayLiteral(key))
@@ -129,6 +128,12 @@ Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attemp
       .IntArray(IntArrayLiteral(latency))
       .TextArray(TextArrayLiteral(instance))
       .TextArray(TextArrayLiteral(detail));
+  return {};
+}
+
+Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attempts) {
+  Params p;
+  if (auto bound = BindAttempts(p, attempts, conn.where()); !bound) return bound;
   auto done = conn.Execute(kInsertAttempts, p,
                            fmt::format("appending {} attempts to the audit log", attempts.size()));
   if (!done) return std::unexpected(std::move(done.error()));

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <map>
+#include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,13 @@
 #include "pg_connection.h"
 
 namespace idem::postgres {
+
+// Appends `attempts` to `p` as the nine arrays (at_ms bigint[], tenant, key,
+// tool, turn, outcome text[], latency_ms bigint[], instance, detail text[])
+// that IDEM_LOG_ATTEMPTS unnests into rows: how a record's own statement
+// writes its audit entry in the same statement. kInvalidArgument for text
+// PostgreSQL refuses (NUL); `where` names the store in that error.
+Result<void> BindAttempts(Params& p, std::span<const Attempt> attempts, std::string_view where);
 
 // Inserts `attempts` with one statement (arrays unnested into rows), in
 // order. kInvalidArgument for text the database refuses (not UTF-8, NUL).

@@ -77,6 +77,12 @@ ALTER TABLE idemgate_records ADD COLUMN owner text NOT NULL DEFAULT '';
 -- one of them may be waiting for it. A constant default: no table rewrite.
 ALTER TABLE idemgate_records ADD COLUMN watched boolean NOT NULL DEFAULT false;
 )sql"},
+    {4, R"sql(
+-- The retention the claim decided (Record::retention), kept by completion.
+-- Rows written before it have 0: their completion's own retention. A
+-- constant default: no table rewrite.
+ALTER TABLE idemgate_records ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion);

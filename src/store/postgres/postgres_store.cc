@@ -204,7 +204,14 @@ Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
       .Int(ToUnixMillis(now + req.lease))
       .Int(ToUnixMillis(now + std::max(req.retention, req.lease)))
       .Text(ChangePayload(url_->schema, req.id))
-      .Text(req.owner);
+      .Text(req.owner)
+      .Int(req.retention.count());
+  if (auto bound = postgres::BindAttempts(
+          p, req.logged ? std::span<const Attempt>(&*req.logged, 1) : std::span<const Attempt>(),
+          url_->where);
+      !bound) {
+    return std::unexpected(bound.error());
+  }
   const std::string what = "claiming " + Describe(req.id);
 
   auto claimed = Run<ClaimResult>(Retry::kUnsafe, [&](Connection& conn) -> Result<ClaimResult> {
@@ -264,7 +271,7 @@ Result<TimePoint> PostgresStore::Heartbeat(const RecordId& id, uint64_t fence, D
 }
 
 Result<Record> PostgresStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                                       Duration retention) {
+                                       Duration retention, const Attempt* logged) {
   const TimePoint now = clock_.Now();
   bool watched = false;
   auto done = Run<Record>(Retry::kUnsafe, [&](Connection& conn) -> Result<Record> {
@@ -277,6 +284,12 @@ Result<Record> PostgresStore::Complete(const RecordId& id, uint64_t fence, const
         .Int(ToUnixMillis(now))
         .Int(ToUnixMillis(now + retention))
         .Text(ChangePayload(url_->schema, id));
+    if (auto bound = postgres::BindAttempts(
+            p, logged ? std::span<const Attempt>(logged, 1) : std::span<const Attempt>(),
+            url_->where);
+        !bound) {
+      return std::unexpected(bound.error());
+    }
     auto rows = conn.Execute(postgres::kComplete, p, "completing " + Describe(id));
     if (!rows) return std::unexpected(std::move(rows.error()));
     if (rows->size() == 0) {
@@ -461,6 +474,22 @@ Result<size_t> PostgresStore::PurgeExpired(size_t limit) {
     if (!rows) return std::unexpected(std::move(rows.error()));
     return static_cast<size_t>(rows->affected());
   });
+}
+
+// clock_timestamp(), not now(): the time of the read, not of a transaction's start.
+Result<std::optional<TimePoint>> PostgresStore::ReadServerClock() {
+  return Run<std::optional<TimePoint>>(
+      Retry::kSafe, [&](Connection& conn) -> Result<std::optional<TimePoint>> {
+        auto rows = conn.Execute(postgres::kServerClock, Params(), "reading the server's clock");
+        if (!rows) return std::unexpected(std::move(rows.error()));
+        const auto ms = rows->size() == 1 ? rows->Int(0, 0) : std::nullopt;
+        if (!ms) {
+          return MakeError(ErrorCode::kInternal,
+                           fmt::format("postgres store {}: clock_timestamp() returned no number",
+                                       url_->where));
+        }
+        return FromUnixMillis(*ms);
+      });
 }
 
 Result<uint64_t> PostgresStore::CountRecords() {

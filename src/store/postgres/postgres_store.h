@@ -56,10 +56,11 @@ class PostgresStore final : public Store {
   ~PostgresStore() override;
 
   // Store:
+  bool LogsWithRecords() const override { return true; }  // in the record's transaction
   Result<ClaimResult> Claim(const ClaimRequest& req) override;
   Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override;
+                          Duration retention, const Attempt* logged = nullptr) override;
   Result<void> Release(const RecordId& id, uint64_t fence) override;
   Result<void> Abandon(const RecordId& id, std::string_view owner) override;
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;
@@ -72,6 +73,7 @@ class PostgresStore final : public Store {
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
   Result<size_t> PurgeExpired(size_t limit) override;
   Result<uint64_t> CountRecords() override;
+  Result<std::optional<TimePoint>> ReadServerClock() override;
   Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override;
   Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override;
   Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) override;

@@ -266,9 +266,11 @@ TEST_F(PostgresStoreTest, VersionOneSchemaMigratesAndItsRecordsHaveNoOwner) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->Claim(Req("old")));
   }
-  // A version 1 table: without the columns of versions 2 (owner) and 3 (watched).
+  // A version 1 table: without the columns of versions 2 (owner), 3 (watched)
+  // and 4 (retention_ms).
   Admin(base_).Exec(
-      fmt::format("ALTER TABLE \"{0}\".idemgate_records DROP COLUMN owner, DROP COLUMN watched; "
+      fmt::format("ALTER TABLE \"{0}\".idemgate_records DROP COLUMN owner, DROP COLUMN watched, "
+                  "DROP COLUMN retention_ms; "
                   "UPDATE \"{0}\".idemgate_meta SET value = 1 "
                   "WHERE name = 'schema_version'",
                   schema_));
@@ -278,6 +280,13 @@ TEST_F(PostgresStoreTest, VersionOneSchemaMigratesAndItsRecordsHaveNoOwner) {
   EXPECT_EQ(Admin(base_).Exec(fmt::format(
                 "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
             std::to_string(postgres::kSchemaVersion));
+}
+
+// Two instances whose hosts' clocks are 25 s apart agree on a lease by the
+// server's clock (clock_timestamp(), through StoreClock).
+TEST_F(PostgresStoreTest, InstancesWithSkewedClocksJudgeLeasesByTheServersClock) {
+  ExpectSkewedInstancesAgreeOnLeases(
+      [&](Clock& clock) -> std::unique_ptr<Store> { return Open(clock); });
 }
 
 TEST_F(PostgresStoreTest, InstancesStartingTogetherMigrateOnce) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "change_listener.h"
@@ -13,7 +14,7 @@ static_assert(std::string_view(IDEM_EVICTION_CHANNEL) == idem::postgres::kEvicti
 
 #define IDEM_RECORD_COLUMNS                                                     \
   "state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, " \
-  "completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner"
+  "completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner, retention_ms"
 
 // Wraps a data-modifying statement that RETURNs the record's columns. The
 // change is announced by kAnnounceChanges in a transaction of its own after
@@ -25,25 +26,37 @@ static_assert(std::string_view(IDEM_EVICTION_CHANNEL) == idem::postgres::kEvicti
 #define IDEM_ANNOUNCE(cte, payload_param) \
   " SELECT " IDEM_RECORD_COLUMNS ", " payload_param "::text FROM " cte
 
+// Appends the attempts in `arrays` (BindAttempts' nine arrays) to the audit
+// log in the same statement as the record write `cte`, and only if it wrote:
+// a claim or a completion and its entry commit together or not at all.
+#define IDEM_LOG_ATTEMPTS(cte, arrays)                                                  \
+  ", logged AS (INSERT INTO idemgate_attempts (at_ms, tenant, key, tool, turn, outcome, " \
+  "latency_ms, instance, detail) SELECT * FROM unnest(" arrays                            \
+  ") WHERE EXISTS (SELECT 1 FROM " cte "))"
+#define IDEM_CLAIM_ATTEMPTS                                                             \
+  "$12::bigint[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], " \
+  "$18::bigint[], $19::text[], $20::text[]"
+
 namespace idem::postgres {
 
 const Statement kClaimInsert{
     "idem_claim_insert",
     "WITH claimed AS (INSERT INTO idemgate_records (tenant, key, state, fingerprint, tool, turn, "
-    "fence, created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms, owner) "
-    "VALUES ($1, $2, 'in_progress', $3, $4, $5, nextval('idemgate_fences'), $6, $7, 0, $8, "
-    "$10) "
+    "fence, created_at_ms, lease_expires_at_ms, completed_at_ms, expires_at_ms, owner, "
+    "retention_ms) VALUES ($1, $2, 'in_progress', $3, $4, $5, nextval('idemgate_fences'), $6, "
+    "$7, 0, $8, $10, $11) "
     "ON CONFLICT (tenant, key) DO NOTHING RETURNING " IDEM_RECORD_COLUMNS
-    ")" IDEM_ANNOUNCE("claimed", "$9")};
+    ")" IDEM_LOG_ATTEMPTS("claimed", IDEM_CLAIM_ATTEMPTS) IDEM_ANNOUNCE("claimed", "$9")};
 
 const Statement kClaimReplace{
     "idem_claim_replace",
     "WITH claimed AS (UPDATE idemgate_records SET state = 'in_progress', fingerprint = $3, "
     "tool = $4, turn = $5, fence = nextval('idemgate_fences'), created_at_ms = $6, "
     "lease_expires_at_ms = $7, completed_at_ms = 0, expires_at_ms = $8, outcome_class = NULL, "
-    "outcome_body = NULL, owner = $10, watched = false "
+    "outcome_body = NULL, owner = $10, retention_ms = $11, watched = false "
     "WHERE tenant = $1 AND key = $2 AND expires_at_ms <= $6 "
-    "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_ANNOUNCE("claimed", "$9")};
+    "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_LOG_ATTEMPTS("claimed", IDEM_CLAIM_ATTEMPTS)
+        IDEM_ANNOUNCE("claimed", "$9")};
 
 const Statement kSelectRecord{"idem_select_record",
                               "SELECT " IDEM_RECORD_COLUMNS
@@ -62,9 +75,12 @@ const Statement kComplete{
     "WITH done AS (UPDATE idemgate_records SET state = 'completed', outcome_class = $4, "
     "outcome_body = $5, completed_at_ms = $6, expires_at_ms = $7 "
     "WHERE tenant = $1 AND key = $2 AND fence = $3 AND state IN ('in_progress', 'unknown') "
-    "AND expires_at_ms > $6 RETURNING " IDEM_RECORD_COLUMNS ", watched) SELECT " IDEM_RECORD_COLUMNS
+    "AND expires_at_ms > $6 RETURNING " IDEM_RECORD_COLUMNS ", watched)" IDEM_LOG_ATTEMPTS(
+        "done",
+        "$9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], "
+        "$15::bigint[], $16::text[], $17::text[]") " SELECT " IDEM_RECORD_COLUMNS
     ", $8::text, watched FROM done"};
-static_assert(kCompleteWatchedColumn == 13);  // 12 record columns, the payload, watched
+static_assert(kCompleteWatchedColumn == 14);  // 13 record columns, the payload, watched
 
 // Row locks order this against kComplete: either the completion sees the
 // mark, or the mark finds the record no longer in the state the waiter saw.
@@ -130,6 +146,9 @@ const Statement kPurgeExpired{
 
 const Statement kCountRecords{"idem_count_records", "SELECT count(*) FROM idemgate_records"};
 
+const Statement kServerClock{
+    "idem_server_clock", "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"};
+
 namespace {
 
 Error Undecodable(std::string_view where, const RecordId& id, std::string_view column,
@@ -171,6 +190,7 @@ Result<Record> DecodeRecord(const Rows& rows, int row, const RecordId& id, std::
     r.outcome = Outcome{*cls, std::string(rows.Bytes(row, 10))};
   }
   r.owner = rows.Bytes(row, 11);
+  r.retention = Duration(std::max<int64_t>(0, rows.Int(row, 12).value_or(0)));
   return r;
 }
 

@@ -34,7 +34,7 @@ extern const Statement kHeartbeat;
 // waits for the record (kMarkWatched), so that the completion must be
 // announced.
 extern const Statement kComplete;
-inline constexpr int kCompleteWatchedColumn = 13;
+inline constexpr int kCompleteWatchedColumn = 14;
 // tenant, key, fence, state → marks the record watched if it still has
 // that fence and state; affected() is 0 if it had not, or was marked already.
 extern const Statement kMarkWatched;
@@ -62,6 +62,8 @@ extern const Statement kAnnounceChanges;
 extern const Statement kPurgeExpired;
 // → count(*) of idemgate_records.
 extern const Statement kCountRecords;
+// The server's clock now, in Unix milliseconds (StoreClock).
+extern const Statement kServerClock;
 
 // The record in row `row` of `rows` (columns as the statements above return
 // them). kDataLoss, naming the key and `where`, for a row that does not

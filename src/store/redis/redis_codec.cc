@@ -67,7 +67,7 @@ std::string AttemptStreamKey(std::string_view prefix) {
 }
 
 std::vector<std::string> RecordFieldNames() {
-  return {"st", "fp", "tool", "turn", "fence", "cr", "le", "co", "ex", "oc", "ow"};
+  return {"st", "fp", "tool", "turn", "fence", "cr", "le", "co", "ex", "oc", "ow", "rt"};
 }
 
 namespace {
@@ -77,7 +77,7 @@ constexpr std::string_view kSplitSuffix = "/fields";
 // The values of one record's fields, as RecordFieldNames orders them, and
 // its body: 'ob', or the o1, o2, … fields of a split one.
 struct RecordFields {
-  std::optional<std::string_view> named[11];
+  std::optional<std::string_view> named[12];
   std::optional<std::string_view> whole_body;
   std::vector<std::pair<size_t, std::string_view>> body_parts;  // (n of "o<n>", value)
 };
@@ -108,6 +108,8 @@ Result<std::optional<Record>> Decode(const RecordId& id, RecordFields f, bool wi
   r.completed_at = FromUnixMillis(ms[2]);
   r.expires_at = FromUnixMillis(ms[3]);
   r.owner = std::string(at(10));  // none in a record older than owner tokens
+  int64_t retention_ms = 0;        // none in a record older than kept retention
+  if (f.named[11] && ToNumber(*f.named[11], &retention_ms)) r.retention = Duration(retention_ms);
   if (!f.named[9]) return std::optional<Record>(std::move(r));
   std::string_view cls_name = *f.named[9];
   const bool split = cls_name.ends_with(kSplitSuffix);
@@ -231,6 +233,18 @@ Result<Attempt> DecodeAttempt(const redisReply& fields) {
     }
   }
   return a;
+}
+
+Result<TimePoint> DecodeTime(const redisReply& reply) {
+  int64_t seconds = 0;
+  int64_t micros = 0;
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 ||
+      !ToNumber(Bytes(*reply.element[0]), &seconds) ||
+      !ToNumber(Bytes(*reply.element[1]), &micros)) {
+    return MakeError(ErrorCode::kInternal,
+                     "redis store: TIME did not answer seconds and microseconds");
+  }
+  return FromUnixMillis(seconds * 1000 + micros / 1000);
 }
 
 }  // namespace idem::redis

@@ -66,4 +66,8 @@ std::vector<std::string> EncodeAttempt(const Attempt& a);
 // Decodes the field list of one stream entry. kDataLoss if unreadable.
 Result<Attempt> DecodeAttempt(const redisReply& fields);
 
+// Decodes the reply of TIME (seconds and microseconds, as text) to the
+// millisecond. kInternal if it has another shape.
+Result<TimePoint> DecodeTime(const redisReply& reply);
+
 }  // namespace idem::redis

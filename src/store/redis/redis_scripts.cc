@@ -17,7 +17,7 @@ local margin, tombstone_keep = tonumber(ARGV[2]), tonumber(ARGV[3])
 local function n2s(x) return string.format('%.0f', x) end
 local function fields()
   return redis.call('HMGET', rec, 'st', 'fp', 'tool', 'turn', 'fence', 'cr', 'le', 'co', 'ex', 'oc',
-                    'ow')
+                    'ow', 'rt')
 end
 local function whole()
   return redis.call('HGETALL', rec)
@@ -42,6 +42,17 @@ local function bury(fence)
   redis.call('HSET', rec, 'fence', fence)
   redis.call('PEXPIRE', rec, n2s(tombstone_keep))
 end
+-- Appends one attempt to KEYS[2], the audit stream, if the caller sent it:
+-- ARGV[at] the stream's MAXLEN, then EncodeAttempt's nine values. Inside the
+-- record's own script, so the record and its entry are one write; before the
+-- record's HSET, so an XADD that fails leaves the record untouched.
+local function log_attempt(at)
+  if not KEYS[2] then return end
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[at], '*',
+             'at', ARGV[at + 1], 'tenant', ARGV[at + 2], 'key', ARGV[at + 3], 'tool', ARGV[at + 4],
+             'turn', ARGV[at + 5], 'outcome', ARGV[at + 6], 'latency', ARGV[at + 7],
+             'instance', ARGV[at + 8], 'detail', ARGV[at + 9])
+end
 -- The live record's st, fence, ex, le if it carries `fence` and its state is
 -- in `states`; else nil and the refusal to return.
 local function owned(fence, states)
@@ -59,10 +70,11 @@ local cur = redis.call('HMGET', rec, 'st', 'ex', 'fence')
 if cur[1] and tonumber(cur[2]) > now then return {'exists', whole()} end
 local fence = next_fence(cur[3])
 local expires = now + math.max(retention, lease)
+log_attempt(10)
 redis.call('DEL', rec)
 redis.call('HSET', rec, 'st', 'in_progress', 'fp', ARGV[6], 'tool', ARGV[7], 'turn', ARGV[8],
            'fence', n2s(fence), 'cr', n2s(now), 'le', n2s(now + lease), 'co', '0',
-           'ex', n2s(expires), 'ow', ARGV[9])
+           'ex', n2s(expires), 'ow', ARGV[9], 'rt', ARGV[5])
 keep(expires)
 changed('in_progress ' .. n2s(fence))
 return {'claimed', whole()}
@@ -82,9 +94,15 @@ constexpr char kComplete[] = R"lua(
 local r, refusal = owned(ARGV[4], {in_progress = true, unknown = true})
 if not r then return refusal end
 local ex = now + tonumber(ARGV[5])
--- ARGV[7] on: the body's field/value pairs (redis_codec.h EncodeOutcome).
+-- ARGV[7]: '1' if the attempt follows (ARGV[8..17]); then the body's
+-- field/value pairs (redis_codec.h EncodeOutcome).
+local body_at = 8
+if ARGV[7] == '1' then
+  log_attempt(8)
+  body_at = 18
+end
 redis.call('HSET', rec, 'st', 'completed', 'oc', ARGV[6], 'co', n2s(now), 'ex', n2s(ex),
-           unpack(ARGV, 7))
+           unpack(ARGV, body_at))
 keep(ex)
 changed('completed ' .. r[2])
 return {'ok', fields()}

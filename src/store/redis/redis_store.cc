@@ -64,9 +64,14 @@ class RedisStore final : public Store {
   }
 
   // Store:
+  // One server: in the record's script. A cluster's audit stream lives in
+  // another slot than the record, which one script cannot write.
+  bool LogsWithRecords() const override { return !client_->config().cluster; }
+
   Result<ClaimResult> Claim(const ClaimRequest& req) override {
     const auto keys = redis::KeysOf(prefix_, req.id);
-    auto reply = RunScript(redis::ClaimScript(), keys, clock_.Now(), ClaimArgs(req));
+    auto reply = client_->Eval(redis::ClaimScript(), ScriptKeys(keys, Logs(req.logged)),
+                               ScriptArgs(clock_.Now(), ClaimArgs(req)), /*write=*/true);
     if (!reply) return std::unexpected(reply.error());
     return Claimed(req, keys, **reply);
   }
@@ -74,7 +79,8 @@ class RedisStore final : public Store {
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
     if (!PipelinedWrites()) return false;
     const auto keys = redis::KeysOf(prefix_, req.id);
-    SubmitScript(redis::ClaimScript(), keys.record, clock_.Now(), ClaimArgs(req),
+    SubmitScript(redis::ClaimScript(), ScriptKeys(keys, Logs(req.logged)), clock_.Now(),
+                 ClaimArgs(req),
                  [this, req, keys, done = std::move(done)](Result<Reply> reply) {
                    if (!reply) return done(std::unexpected(reply.error()));
                    done(Claimed(req, keys, **reply));
@@ -97,20 +103,22 @@ class RedisStore final : public Store {
   }
 
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override {
+                          Duration retention, const Attempt* logged = nullptr) override {
     const auto keys = redis::KeysOf(prefix_, id);
-    auto reply = RunScript(redis::CompleteScript(), keys, clock_.Now(),
-                           CompleteArgs(fence, outcome, retention));
+    auto reply = client_->Eval(redis::CompleteScript(), ScriptKeys(keys, Logs(logged)),
+                               ScriptArgs(clock_.Now(), CompleteArgs(fence, outcome, retention,
+                                                                     logged)),
+                               /*write=*/true);
     if (!reply) return std::unexpected(reply.error());
     return Completed(id, fence, outcome, keys, **reply);
   }
 
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
-                     CompleteDone done) override {
+                     CompleteDone done, const Attempt* logged = nullptr) override {
     if (!PipelinedWrites()) return false;
     const auto keys = redis::KeysOf(prefix_, id);
-    SubmitScript(redis::CompleteScript(), keys.record, clock_.Now(),
-                 CompleteArgs(fence, outcome, retention),
+    SubmitScript(redis::CompleteScript(), ScriptKeys(keys, Logs(logged)), clock_.Now(),
+                 CompleteArgs(fence, outcome, retention, logged),
                  [this, id, fence, outcome, keys, done = std::move(done)](Result<Reply> reply) {
                    if (!reply) return done(std::unexpected(reply.error()));
                    done(Completed(id, fence, outcome, keys, **reply));
@@ -250,6 +258,18 @@ class RedisStore final : public Store {
     return purged;
   }
 
+  // TIME of the node that holds the audit stream: one node for every
+  // instance, so that all of them correct their clocks towards the same one
+  // (a cluster's nodes may disagree among themselves; the scripts take their
+  // time from the caller, so only the instances' agreement matters).
+  Result<std::optional<TimePoint>> ReadServerClock() override {
+    auto reply = client_->Execute(redis::AttemptStreamKey(prefix_), {"TIME"}, /*resend_safe=*/true);
+    if (!reply) return std::unexpected(reply.error());
+    auto t = redis::DecodeTime(**reply);
+    if (!t) return std::unexpected(t.error());
+    return *t;
+  }
+
   Result<uint64_t> CountRecords() override {
     // O(records): a SCAN of every master; tombstones do not count.
     uint64_t count = 0;
@@ -349,8 +369,18 @@ class RedisStore final : public Store {
     return ClaimResult{status == "claimed", std::move(**record)};
   }
 
-  static std::vector<std::string> ClaimArgs(const ClaimRequest& req) {
-    return {Ms(req.lease), Ms(req.retention), req.fingerprint, req.tool, req.turn, req.owner};
+  std::vector<std::string> ClaimArgs(const ClaimRequest& req) const {
+    std::vector<std::string> args = {Ms(req.lease), Ms(req.retention), req.fingerprint,
+                                     req.tool,      req.turn,           req.owner};
+    if (Logs(req.logged)) AddAttempt(args, *req.logged);
+    return args;
+  }
+
+  // Whether a script writes `entry` with its record: given, and this store
+  // can (LogsWithRecords); otherwise it is ignored (Store::Complete).
+  template <typename Entry>
+  bool Logs(const Entry& entry) const {
+    return static_cast<bool>(entry) && LogsWithRecords();
   }
 
   // The complete script's reply as Complete's result.
@@ -363,13 +393,28 @@ class RedisStore final : public Store {
     return record;
   }
 
-  std::vector<std::string> CompleteArgs(uint64_t fence, const Outcome& outcome,
-                                        Duration retention) const {
+  std::vector<std::string> CompleteArgs(uint64_t fence, const Outcome& outcome, Duration retention,
+                                        const Attempt* logged) const {
     redis::OutcomeFields stored = redis::EncodeOutcome(outcome, client_->config().body_field_bytes);
-    std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls)};
+    std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls),
+                                     Logs(logged) ? "1" : "0"};
+    if (Logs(logged)) AddAttempt(args, *logged);
     args.insert(args.end(), std::make_move_iterator(stored.pairs.begin()),
                 std::make_move_iterator(stored.pairs.end()));
     return args;
+  }
+
+  // The stream's MAXLEN and the attempt's values, as the scripts' log_attempt reads them.
+  void AddAttempt(std::vector<std::string>& args, const Attempt& a) const {
+    args.push_back(std::to_string(client_->config().attempts_maxlen));
+    for (std::string& v : redis::EncodeAttempt(a)) args.push_back(std::move(v));
+  }
+
+  // A record script's keys: the record, and the audit stream when the
+  // script appends the attempt (LogsWithRecords).
+  std::vector<std::string> ScriptKeys(const redis::RecordKeys& keys, bool logged) const {
+    if (!logged) return {keys.record};
+    return {keys.record, redis::AttemptStreamKey(prefix_)};
   }
 
   static redis::Command ReadRecord(const redis::RecordKeys& keys) {
@@ -427,9 +472,11 @@ class RedisStore final : public Store {
   // Eval through the pipeline: EVALSHA, then EVAL once if the server does not
   // have the script yet. `done` (on the pipeline's thread) gets the reply, or
   // the error that an error reply means.
-  void SubmitScript(const redis::Script& script, const std::string& record_key, TimePoint now,
-                    std::vector<std::string> extra, std::function<void(Result<Reply>)> done) {
-    redis::Command command = {"EVALSHA", script.sha1, "1", record_key};
+  void SubmitScript(const redis::Script& script, const std::vector<std::string>& keys,
+                    TimePoint now, std::vector<std::string> extra,
+                    std::function<void(Result<Reply>)> done) {
+    redis::Command command = {"EVALSHA", script.sha1, std::to_string(keys.size())};
+    command.insert(command.end(), keys.begin(), keys.end());
     std::vector<std::string> args = ScriptArgs(now, std::move(extra));
     command.insert(command.end(), std::make_move_iterator(args.begin()),
                    std::make_move_iterator(args.end()));

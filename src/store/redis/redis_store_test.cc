@@ -355,6 +355,23 @@ TEST(RedisClusterTest, AnEvictionReachesEveryInstancesReplayCache) {
   EvictionReachesEveryCache(url, "cluster");
 }
 
+// Two instances on one Redis whose hosts' clocks are 25 s apart agree on a
+// lease by the server's clock (TIME, through StoreClock).
+void SkewedInstancesAgree(const char* env) {
+  const std::string server = ServerUrl(env);
+  ASSERT_FALSE(server.empty());
+  const std::string url = WithOptions(server, "prefix=" + UniquePrefix("skew"));
+  ExpectSkewedInstancesAgreeOnLeases([&](Clock& clock) { return OpenOrFail(url, clock); });
+}
+
+TEST(RedisSingleTest, InstancesWithSkewedClocksJudgeLeasesByTheServersClock) {
+  SkewedInstancesAgree("IDEM_REDIS_URL_FILE");
+}
+
+TEST(RedisClusterTest, InstancesWithSkewedClocksJudgeLeasesByTheServersClock) {
+  SkewedInstancesAgree("IDEM_REDIS_CLUSTER_URL_FILE");
+}
+
 // While the subscriber connection is down an eviction could go unheard, so
 // the cache empties, and fills again once it is subscribed again. (That it
 // keeps nothing in between is CachingStoreTest's.)

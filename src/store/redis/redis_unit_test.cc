@@ -236,10 +236,12 @@ TEST(RedisCodecTest, SplitBodyWithAGapIsCorruptAndHmgetLeavesItOut) {
   // The scripts' HMGET of the fields without the body: the class is read
   // through the suffix.
   FlatReply hmget(
-      {"completed", "f", "charge", "t", "7", "1", "2", "3", "4", "success/fields", "o"});
+      {"completed", "f", "charge", "t", "7", "1", "2", "3", "4", "success/fields", "o",
+       "86400000"});
   auto h = DecodeRecord({"t", "k"}, hmget.get());
   ASSERT_TRUE(h && h->has_value() && (*h)->outcome) << (h ? "" : h.error().ToString());
   EXPECT_EQ((*h)->outcome->cls, OutcomeClass::kSuccess);
+  EXPECT_EQ((*h)->retention, Duration(86'400'000));
   // A tombstone holds only the fence: no record.
   FlatReply tombstone({"fence", "9"});
   auto t = DecodeRecordHash({"t", "k"}, tombstone.get());

@@ -10,20 +10,20 @@ namespace {
 
 constexpr char kSelectRecord[] =
     "SELECT state, fingerprint, tool, turn, fence, created_at_ms, lease_expires_at_ms, "
-    "completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner "
+    "completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner, retention_ms "
     "FROM records WHERE tenant = ?1 AND key = ?2";
 
 constexpr char kUpsertRecord[] =
     "INSERT INTO records (tenant, key, state, fingerprint, tool, turn, fence, created_at_ms, "
-    "lease_expires_at_ms, completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) "
+    "lease_expires_at_ms, completed_at_ms, expires_at_ms, outcome_class, outcome_body, owner, "
+    "retention_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) "
     "ON CONFLICT (tenant, key) DO UPDATE SET state = excluded.state, "
     "fingerprint = excluded.fingerprint, tool = excluded.tool, turn = excluded.turn, "
     "fence = excluded.fence, created_at_ms = excluded.created_at_ms, "
     "lease_expires_at_ms = excluded.lease_expires_at_ms, "
     "completed_at_ms = excluded.completed_at_ms, expires_at_ms = excluded.expires_at_ms, "
     "outcome_class = excluded.outcome_class, outcome_body = excluded.outcome_body, "
-    "owner = excluded.owner";
+    "owner = excluded.owner, retention_ms = excluded.retention_ms";
 
 constexpr char kDeleteRecord[] =
     "DELETE FROM records WHERE tenant = ?1 AND key = ?2 RETURNING fence";
@@ -132,6 +132,7 @@ Result<std::optional<Record>> ReadRecord(Connection& conn, const RecordId& id) {
     r.outcome = Outcome{*cls, std::string(st->ColumnBlob(10))};
   }
   r.owner = st->ColumnText(11);
+  r.retention = Duration(std::max<int64_t>(0, st->ColumnInt(12)));
   return r;
 }
 
@@ -157,6 +158,7 @@ Result<void> WriteRecord(Connection& conn, const Record& r) {
     st->BindNull(13);
   }
   st->BindText(14, r.owner);
+  st->BindInt(15, r.retention.count());
   return st->Run();
 }
 

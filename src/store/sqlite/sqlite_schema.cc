@@ -68,6 +68,12 @@ PRAGMA user_version = 1;
 ALTER TABLE records ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 PRAGMA user_version = 2;
 )sql"},
+    {3, R"sql(
+-- The retention the claim decided (Record::retention), kept by completion.
+-- Records written before it have 0: their completion's own retention.
+ALTER TABLE records ADD COLUMN retention_ms INTEGER NOT NULL DEFAULT 0;
+PRAGMA user_version = 3;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion);

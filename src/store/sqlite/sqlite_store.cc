@@ -227,7 +227,13 @@ Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
     r.created_at = now;
     r.lease_expires_at = now + req.lease;
     r.expires_at = now + std::max(req.retention, req.lease);
+    r.retention = req.retention;
     if (auto ok = sqlite::WriteRecord(ctx.conn, r); !ok) return std::unexpected(ok.error());
+    if (req.logged) {
+      if (auto ok = sqlite::InsertAttempt(ctx.conn, *req.logged); !ok) {
+        return std::unexpected(ok.error());
+      }
+    }
     ctx.changed.push_back(req.id);
     return ClaimResult{true, std::move(r)};
   });
@@ -249,7 +255,7 @@ Result<TimePoint> SqliteStore::Heartbeat(const RecordId& id, uint64_t fence, Dur
 }
 
 Result<Record> SqliteStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                                     Duration retention) {
+                                     Duration retention, const Attempt* logged) {
   return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
     const TimePoint now = clock_.Now();
     auto r = ReadOwned(ctx.conn, id, fence, now);
@@ -262,6 +268,11 @@ Result<Record> SqliteStore::Complete(const RecordId& id, uint64_t fence, const O
     r->completed_at = now;
     r->expires_at = now + retention;
     if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
+    if (logged) {
+      if (auto ok = sqlite::InsertAttempt(ctx.conn, *logged); !ok) {
+        return std::unexpected(ok.error());
+      }
+    }
     ctx.changed.push_back(id);
     return r;
   });

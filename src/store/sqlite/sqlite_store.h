@@ -48,10 +48,11 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   // Store:
+  bool LogsWithRecords() const override { return true; }  // in the record's transaction
   Result<ClaimResult> Claim(const ClaimRequest& req) override;
   Result<TimePoint> Heartbeat(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
-                          Duration retention) override;
+                          Duration retention, const Attempt* logged = nullptr) override;
   Result<void> Release(const RecordId& id, uint64_t fence) override;
   Result<void> Abandon(const RecordId& id, std::string_view owner) override;
   Result<Record> MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) override;

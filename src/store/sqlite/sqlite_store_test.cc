@@ -230,6 +230,7 @@ TEST_F(SqliteStoreTest, VersionOneFileMigratesAndItsRecordsHaveNoOwner) {
   }
   {
     RawDb raw(path_);  // back to version 1's layout
+    ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN retention_ms"), SQLITE_OK);
     ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN owner"), SQLITE_OK);
     ASSERT_EQ(raw.Exec("PRAGMA user_version = 1"), SQLITE_OK);
   }
@@ -238,6 +239,30 @@ TEST_F(SqliteStoreTest, VersionOneFileMigratesAndItsRecordsHaveNoOwner) {
   ExpectOwnerlessRecordAndOwnedClaims(*store);
   RawDb raw(path_);
   EXPECT_EQ(raw.Exec("SELECT owner FROM records"), SQLITE_OK);
+}
+
+// A file written before records kept their claim's retention (schema version
+// 2) is migrated in place: its records read with no retention of their own
+// (the completing step's applies), new claims store theirs.
+TEST_F(SqliteStoreTest, VersionTwoFileMigratesAndItsRecordsKeepNoRetention) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Claim(Req("old")));
+  }
+  {
+    RawDb raw(path_);  // back to version 2's layout
+    ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN retention_ms"), SQLITE_OK);
+    ASSERT_EQ(raw.Exec("PRAGMA user_version = 2"), SQLITE_OK);
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto old = store->Get({"default", "old"});
+  ASSERT_TRUE(old && old->has_value());
+  EXPECT_EQ((*old)->retention, Duration(0));
+  auto fresh = store->Claim(Req("new"));
+  ASSERT_TRUE(fresh && fresh->claimed);
+  EXPECT_EQ(fresh->record.retention, Req("new").retention);
 }
 
 TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndData) {

@@ -381,7 +381,8 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
         self.assertEqual(http("GET", s.url + "/v1/attempts?tenant=bob", token="t-alice")[0], 403)
         status, _, body = http("GET", s.url + "/v1/attempts?key=k-1", token="t-alice")
         self.assertEqual(status, 200)
-        self.assertEqual([a["outcome"] for a in body["attempts"]], ["executed"])
+        # Newest first: the claim's entry, written with the claim, then the outcome's.
+        self.assertEqual([a["outcome"] for a in body["attempts"]], ["executed", "claimed"])
 
         # An unknown record, settled by the admin.
         with self.assertRaises(RuntimeError):
