@@ -68,6 +68,9 @@ enum class AttemptOutcome {
   // replayed it, refused it as drift, made it wait for a running owner, or
   // answered outcome unknown.
   kWouldReplay, kWouldDrift, kWouldWait, kWouldUnknown,
+  // Executed, and the same turn had run this tool with other arguments just
+  // before (a re-planned retry, docs/hosts.md); the detail names that key.
+  kExecutedAgain,
 };
 std::string_view AttemptOutcomeName(AttemptOutcome o);
 Result<AttemptOutcome> ParseAttemptOutcome(std::string_view s);

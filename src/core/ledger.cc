@@ -87,6 +87,10 @@ Ledger::~Ledger() = default;
 void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint started_at,
                         std::string detail) {
   const Duration latency = std::max(Duration(0), clock_.Now() - started_at);
+  if (outcome == AttemptOutcome::kExecuted && !call.replanned_from.empty()) {
+    outcome = AttemptOutcome::kExecutedAgain;  // a re-planned retry: it ran once more
+    detail = "re-planned: earlier key " + call.replanned_from + (detail.empty() ? "" : "; " + detail);
+  }
   if (options_.on_attempt) options_.on_attempt(call, outcome, started_at, latency);
   if (!attempts_) return;
   Attempt a;
