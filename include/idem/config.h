@@ -78,6 +78,23 @@ struct ToolRule {
   PolicyOverrides overrides;
 };
 
+// What one vendor's public documentation says of its idempotency: where it
+// reads the key and how long it keeps one ([[route]] profile; README,
+// "Vendor profiles").
+struct VendorProfile {
+  std::string_view name;        // as written in profile = "..."
+  std::string_view vendor;      // for people: "Checkout.com"
+  std::string_view key_header;  // the request header it dedupes on; empty: a body field
+  std::string_view key_field;   // the top-level JSON body member it dedupes on; empty: a header
+  // How long it keeps a key, as documented; nullopt where no period is published.
+  std::optional<Duration> window;
+  std::string_view source;  // the documentation it is read from
+};
+// Every profile, by name.
+const std::vector<VendorProfile>& VendorProfiles();
+// The profile called `name`, or nullptr.
+const VendorProfile* FindVendorProfile(std::string_view name);
+
 // One [[route]] table: how requests through the HTTP reverse proxy are keyed.
 struct RouteRule {
   // Required. A path prefix ("/v1/charges" matches "/v1/charges" and
@@ -92,9 +109,22 @@ struct RouteRule {
   std::optional<KeyMode> mode;
   // JSON Pointers into the request body for mode = "fields".
   std::vector<std::string> fields;
-  // The header in which the key is forwarded upstream. Default
-  // "Idempotency-Key".
+  // The header in which the key is forwarded upstream; a client may also send
+  // its key in it. Default "Idempotency-Key"; empty (profile "square"): no
+  // header.
   std::string key_header = "Idempotency-Key";
+  // The top-level member of a JSON object body in which the key is forwarded
+  // when the body has none (Square's "idempotency_key"). Empty: none.
+  std::string key_field;
+  // The vendor profile (VendorProfiles: "adyen", "checkout", "paypal",
+  // "square", "stripe") that set key_header or key_field, and vendor_window,
+  // from the vendor's documentation. Unset: none.
+  std::optional<std::string> profile;
+  // How long the vendor keeps a key: after it, a retry idemgate forwards
+  // again (an unknown outcome under on_unknown = "retry", a dead owner's
+  // takeover) runs again at the vendor, so a ttl longer than this is warned
+  // about at start. Unset: the profile's documented window, if any.
+  std::optional<Duration> vendor_window;
   // A read-only route (path, GET) that looks an outcome up when
   // on_unknown = "reconcile". Required with on_unknown = "reconcile".
   std::optional<std::string> reconcile;
@@ -116,6 +146,14 @@ struct AlertConfig {
   std::string webhook;             // http(s) URL POSTed on an alert; empty: none
 };
 
+// [metrics]: the /metrics exposition (docs/DESIGN.md §7).
+struct MetricsConfig {
+  // Distinct agent hosts (MCP clientInfo names) given a host label of their
+  // own; later ones are counted as "other", so that clients cannot grow the
+  // series without bound. Default 16.
+  size_t max_hosts = 16;
+};
+
 // [listen]: HTTP listeners of `serve`, `http` and `mcp --listen`.
 struct ListenConfig {
   // HOST:PORT of the front. Empty: the command's flag or its default.
@@ -131,10 +169,16 @@ struct ListenConfig {
 //   "meta:NAME#POINTER"   inside the _meta member NAME, a JSON object or JSON
 //                         text, the RFC 6901 POINTER: a string or a number
 //   "env:VAR"             the proxy's environment variable VAR
+//   "header:NAME"         the request header NAME of a Streamable HTTP client
+//                         (`idemgate mcp --listen`), such as
+//                         "header:Mcp-Param-TurnId": the tool argument a
+//                         tool marks with x-mcp-header "TurnId", which the
+//                         client mirrors (MCP 2026-07-28, SEP-2243); never
+//                         present over stdio
 struct IdSource {
-  enum class Kind { kMeta, kEnv };
+  enum class Kind { kMeta, kEnv, kHeader };
   Kind kind = Kind::kMeta;
-  std::string name;     // the _meta member or the environment variable
+  std::string name;     // the _meta member, the environment variable or the header
   std::string pointer;  // kMeta: into the member's value; empty: the member itself
   std::string text;     // as written, for logs and the attempt log
   bool operator==(const IdSource&) const = default;
@@ -174,8 +218,23 @@ struct McpConfig {
   std::vector<IdSource> call_id = {
       {IdSource::Kind::kMeta, "claudecode/toolUseId", "", "meta:claudecode/toolUseId"},
   };
+  // Where a caller's own idempotency key is read, first present wins; it
+  // wins over every derived key. Default idemgate's _meta member; add
+  // "header:Mcp-Param-NAME" for a tool whose key argument is marked
+  // x-mcp-header "NAME".
+  std::vector<IdSource> key = {
+      {IdSource::Kind::kMeta, "dev.idemgate/idempotencyKey", "", "meta:dev.idemgate/idempotencyKey"},
+  };
   // Call ids remembered per session, oldest forgotten first. Default 4096.
   size_t max_call_ids = 4096;
+  // A gated call in turn mode whose turn (or session) called the same tool
+  // with other arguments at most this long before is a re-planned retry:
+  // it runs, and its attempt is logged executed_again naming the earlier
+  // key (docs/hosts.md). Default 5 min; zero switches it off.
+  Duration replan_window{5 * 60 * 1000};
+  // (turn, tool) pairs remembered per session for replan_window, oldest
+  // forgotten first. Default 1024.
+  size_t max_replan_pairs = 1024;
   // The extra optional argument gated tools get for deliberate repeats.
   // Default "repeat_nonce"; nullopt (repeat_nonce = false) switches it off.
   std::optional<std::string> repeat_nonce = "repeat_nonce";
@@ -248,6 +307,7 @@ struct Config {
   std::vector<RouteRule> routes;  // [[route]], in file order
   std::vector<Tenant> tenants;    // [[tenant]]; none: one "default" tenant, loopback only
   AlertConfig alert;
+  MetricsConfig metrics;
   ListenConfig listen;
   McpConfig mcp;
   HttpConfig http;

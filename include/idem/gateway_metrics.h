@@ -1,7 +1,7 @@
 // idemgate's own metrics and the replay-spike alert (docs/DESIGN.md §7), on top
 // of a MetricsRegistry it owns:
 //
-//   idemgate_attempts_total{front,tool,outcome}            counter
+//   idemgate_attempts_total{front,tool,outcome,host}       counter
 //   idemgate_call_duration_seconds{front,tool,decision}    histogram
 //   idemgate_in_flight_calls{front}                        gauge
 //   idemgate_replay_ratio{tool}                            gauge, over alert.window
@@ -22,6 +22,10 @@
 // POSTed to alert.webhook (if set) from a background thread. When the ratio
 // drops back, one "resolved" line, the gauge returns to 0 and a "resolved"
 // document is POSTed.
+//
+// The host label is Call::host (the MCP client's clientInfo.name) made a
+// bounded label: HostLabel's characters and length, "unknown" when empty,
+// and past max_hosts distinct named hosts in the process, "other".
 //
 // Thread-safe. The hot path (one attempt) takes shared locks only and does
 // not allocate once its tool has been seen.
@@ -57,7 +61,15 @@ struct GatewayMetricsOptions {
   bool webhook_verify_tls = true;
   // Extra CA bundle (PEM) for the webhook. Default none.
   std::string webhook_ca_file;
+  // Distinct host labels ([metrics] max_hosts); later hosts count as
+  // "other". Default 16.
+  size_t max_hosts = 16;
 };
+
+// `host` as a metrics label: letters, digits, '.', '_' and '-' kept
+// (others become '_'), at most 32 bytes, "unknown" when empty. Hosts name
+// themselves, so the label is bounded here, not trusted.
+std::string HostLabel(std::string_view host);
 
 class GatewayMetrics {
  public:

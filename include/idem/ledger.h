@@ -31,6 +31,13 @@ struct Call {
   Policy policy;
   bool turn_fallback = false;  // no turn id in turn mode: retained for policy.window
   std::string detail;          // note for the attempt log (never arguments)
+  // The key of the call this one re-plans (the same turn ran the tool with
+  // other arguments just before; the front decides): its execution is
+  // logged kExecutedAgain naming that key instead of kExecuted. Empty: none.
+  std::string replanned_from;
+  // The agent host the call came from (MCP clientInfo.name), for the host
+  // label of the metrics (GatewayMetrics bounds it). Empty: unknown.
+  std::string host;
 };
 
 // What Begin decided. Exactly one owner gets kExecute for a live key.

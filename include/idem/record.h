@@ -73,6 +73,9 @@ enum class AttemptOutcome {
   // replayed it, refused it as drift, made it wait for a running owner, or
   // answered outcome unknown.
   kWouldReplay, kWouldDrift, kWouldWait, kWouldUnknown,
+  // Executed, and the same turn had run this tool with other arguments just
+  // before (a re-planned retry, docs/hosts.md); the detail names that key.
+  kExecutedAgain,
   // The attempt claimed the key and runs the call: written with the claim
   // itself (ClaimRequest::logged), so the trail names it even if it never
   // finished. Audit only: not an answer, never counted in the metrics.

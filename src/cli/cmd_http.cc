@@ -25,6 +25,7 @@
 #include "listener_flags.h"
 #include "fronts/http_proxy/reverse_proxy.h"
 #include "fronts/http_proxy/route_reconcile.h"
+#include "fronts/http_proxy/route_summary.h"
 #include "fronts/http_proxy/upstream_pool.h"
 
 namespace idem::cli {
@@ -54,6 +55,8 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   if (!config) return Fail("http", config.error());
   Result<ListenerSetup> setup = ListenerSetupFor(flags.listener, *config, "http", kDefaultListen);
   if (!setup) return UsageError("http", setup.error().message);
+  // What is gated, where each key goes, and the vendors' windows.
+  for (const std::string& line : proxy::DescribeRoutes(*config)) LogLine(line);
   const Duration drain = setup->drain_timeout;
 
   proxy::UpstreamOptions upstream_options;

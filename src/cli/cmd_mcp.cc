@@ -51,6 +51,25 @@ struct McpFlags {
 // Writes one log line to stderr (never stdout: it carries MCP messages).
 void LogLine(std::string_view line) { fmt::print(stderr, "idemgate mcp: {}\n", line); }
 
+// Prints what idemgate gates once the upstream's tools are known
+// (SessionOptions::on_tools_listed), once per distinct list: every session
+// of --listen asks the same upstream, and a client may list tools often.
+class GatingAnnouncer {
+ public:
+  void Announce(const std::vector<std::string>& lines) {
+    std::string text;
+    for (const std::string& line : lines) text += line + '\n';
+    std::lock_guard g(mu_);
+    if (text == last_) return;
+    last_ = std::move(text);
+    for (const std::string& line : lines) LogLine(line);
+  }
+
+ private:
+  std::mutex mu_;
+  std::string last_;
+};
+
 // Makes the upstream of one session: a new child process, or a new session
 // with the upstream URL.
 using UpstreamFactory = std::function<Result<std::shared_ptr<mcp::Channel>>()>;
@@ -173,6 +192,12 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
   server_options.max_json_depth = config.limits.max_depth + mcp::kEnvelopeDepth;
   server_options.insecure_no_auth = flags.insecure_no_auth;
   server_options.read_timeout = read_timeout;
+  for (const auto* sources : {&config.mcp.turn_id, &config.mcp.session_id, &config.mcp.call_id,
+                              &config.mcp.key}) {
+    for (const IdSource& source : *sources) {
+      if (source.kind == IdSource::Kind::kHeader) server_options.carried_headers.push_back(source.name);
+    }
+  }
   if (!config.tenants.empty()) {
     server_options.authenticate = [&config](std::string_view token) -> std::optional<std::string> {
       const Tenant* tenant = config.TenantForToken(token);
@@ -255,6 +280,10 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   options.verbose = flags.verbose;
   options.log = LogLine;
   options.budget = std::make_shared<mcp::CallBudget>(256);
+  auto announcer = std::make_shared<GatingAnnouncer>();
+  options.on_tools_listed = [announcer](const std::vector<std::string>& lines) {
+    announcer->Announce(lines);
+  };
   // Records are scoped to the upstream (docs/DESIGN.md §3): two servers
   // behind one host, on the default store, never answer from each other's.
   if (config->mcp.scope) {
@@ -267,7 +296,8 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     options.scope = ScopeOfUpstream(flags.upstream_url);
   }
   // The environment the env: id sources read, once (docs/hosts.md).
-  for (const auto* sources : {&config->mcp.turn_id, &config->mcp.session_id, &config->mcp.call_id}) {
+  for (const auto* sources : {&config->mcp.turn_id, &config->mcp.session_id, &config->mcp.call_id,
+                              &config->mcp.key}) {
     for (const IdSource& source : *sources) {
       if (source.kind != IdSource::Kind::kEnv) continue;
       if (const char* value = std::getenv(source.name.c_str())) options.env[source.name] = value;

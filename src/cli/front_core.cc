@@ -91,6 +91,7 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
   const std::string instance = fmt::format("{}-{}", front, ::getpid());
   GatewayMetricsOptions metrics_options;
   metrics_options.alert = config.alert;
+  metrics_options.max_hosts = config.metrics.max_hosts;
   metrics_options.instance = instance;
   metrics_options.log = std::move(log);
   Result<std::unique_ptr<GatewayMetrics>> metrics =

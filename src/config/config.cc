@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -145,7 +147,8 @@ Result<IdSource> ParseIdSource(std::string_view text) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "id source \"" + std::string(text.substr(0, 120)) + "\" " +
                          std::string(why) +
-                         "; write \"meta:NAME\", \"meta:NAME#/json/pointer\" or \"env:VAR\"");
+                         "; write \"meta:NAME\", \"meta:NAME#/json/pointer\", \"env:VAR\" or "
+                         "\"header:NAME\"");
   };
   IdSource source;
   source.text = std::string(text);
@@ -160,6 +163,14 @@ Result<IdSource> ParseIdSource(std::string_view text) {
   } else if (text.starts_with("env:")) {
     source.kind = IdSource::Kind::kEnv;
     rest = text.substr(4);
+  } else if (text.starts_with("header:")) {
+    source.kind = IdSource::Kind::kHeader;
+    rest = text.substr(7);
+    const bool token = std::all_of(rest.begin(), rest.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    });
+    if (!token) return refuse("names no HTTP header (letters, digits and !#$%&'*+-.^_`|~)");
   } else {
     return refuse("names no kind of source");
   }

@@ -72,12 +72,60 @@ TEST(ConfigTest, ObserveIsAPolicyKey) {
   EXPECT_FALSE(Config{}.defaults.observe);
 }
 
+TEST(ConfigTest, AVendorProfileSetsWhereTheKeyGoesAndTheVendorsWindow) {
+  auto c = ParseConfig(R"([[route]]
+match = "/v1/orders"
+profile = "paypal"
+[[route]]
+match = "/v2/payments"
+profile = "square"
+vendor_window = "30d"
+[[route]]
+match = "/v1/charges"
+profile = "stripe"
+key_header = "Idempotency-Key"
+)",
+                       "t.toml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->routes[0].key_header, "PayPal-Request-Id");
+  EXPECT_EQ(c->routes[0].vendor_window, Duration(6 * 3'600'000));
+  EXPECT_EQ(c->routes[1].key_header, "");
+  EXPECT_EQ(c->routes[1].key_field, "idempotency_key");
+  EXPECT_EQ(c->routes[1].vendor_window, Duration(30LL * 24 * 3'600'000)) << "explicit wins";
+  EXPECT_EQ(c->routes[2].profile, "stripe");
+  EXPECT_FALSE(Config{}.routes.size());
+  for (const VendorProfile& p : VendorProfiles()) {
+    EXPECT_TRUE(p.source.starts_with("https://")) << p.name;
+    EXPECT_NE(p.key_header.empty(), p.key_field.empty()) << p.name << ": a header or a field";
+  }
+  auto unknown = ParseConfig("[[route]]\nmatch = \"/x\"\nprofile = \"strip\"\n", "t.toml");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("\"stripe\""), std::string::npos)
+      << unknown.error().message;
+  auto clash = ParseConfig(
+      "[[route]]\nmatch = \"/x\"\nprofile = \"checkout\"\nkey_header = \"X-Key\"\n", "t.toml");
+  ASSERT_FALSE(clash);
+  EXPECT_NE(clash.error().message.find("Cko-Idempotency-Key"), std::string::npos)
+      << clash.error().message;
+}
+
+TEST(ConfigTest, MetricsMaxHosts) {
+  EXPECT_EQ(Config{}.metrics.max_hosts, 16u);
+  auto c = ParseConfig("[metrics]\nmax_hosts = 3\n", "t.toml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->metrics.max_hosts, 3u);
+  EXPECT_FALSE(ParseConfig("[metrics]\nmax_hosts = -1\n", "t.toml"));
+}
+
 TEST(ConfigTest, IdSourcesAreReadInOrderAndBadOnesNamed) {
   auto c = ParseConfig(R"([mcp]
 turn_id = ["meta:acme/turn", "meta:acme/meta#/turn/id", "env:ACME_TURN"]
 session_id = []
 call_id = ["meta:acme/call"]
+key = ["header:Mcp-Param-Key", "meta:dev.idemgate/idempotencyKey"]
 max_call_ids = 10
+replan_window = "90s"
+max_replan_pairs = 7
 )",
                        "t.toml");
   ASSERT_TRUE(c) << c.error().message;
@@ -87,8 +135,14 @@ max_call_ids = 10
   EXPECT_EQ(c->mcp.turn_id[2].kind, IdSource::Kind::kEnv);
   EXPECT_EQ(c->mcp.turn_id[2].name, "ACME_TURN");
   EXPECT_TRUE(c->mcp.session_id.empty());
+  ASSERT_EQ(c->mcp.key.size(), 2u);
+  EXPECT_EQ(c->mcp.key[0].kind, IdSource::Kind::kHeader);
+  EXPECT_EQ(c->mcp.key[0].name, "Mcp-Param-Key");
   EXPECT_EQ(c->mcp.max_call_ids, 10u);
-  for (const char* bad : {"header:x", "meta:", "env:", "meta:a#b"}) {
+  EXPECT_EQ(c->mcp.replan_window, Duration(90'000));
+  EXPECT_EQ(c->mcp.max_replan_pairs, 7u);
+  EXPECT_EQ(Config{}.mcp.replan_window, Duration(5 * 60'000));
+  for (const char* bad : {"cookie:x", "header:", "header:a b", "meta:", "env:", "meta:a#b"}) {
     auto r = ParseConfig(std::string("[mcp]\nturn_id = [\"") + bad + "\"]\n", "t.toml");
     ASSERT_FALSE(r) << bad;
     EXPECT_NE(r.error().message.find("turn_id"), std::string::npos) << r.error().message;

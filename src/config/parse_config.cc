@@ -46,8 +46,8 @@ std::vector<std::string_view> WithPolicyKeys(std::initializer_list<std::string_v
 
 const Section& TopSection() {
   static const Section s{"",
-                         {"store", "defaults", "tool", "route", "tenant", "alert", "listen", "mcp",
-                          "http", "limits", "replay_cache"}};
+                         {"store", "defaults", "tool", "route", "tenant", "alert", "metrics",
+                          "listen", "mcp", "http", "limits", "replay_cache"}};
   return s;
 }
 const Section& DefaultsSection() {
@@ -60,8 +60,9 @@ const Section& ToolSection() {
   return s;
 }
 const Section& RouteSection() {
-  static const Section s{"[[route]]", WithPolicyKeys({"match", "methods", "mode", "fields",
-                                                      "key_header", "reconcile"})};
+  static const Section s{"[[route]]",
+                         WithPolicyKeys({"match", "methods", "mode", "fields", "key_header",
+                                         "key_field", "profile", "vendor_window", "reconcile"})};
   return s;
 }
 const Section& TenantSection() {
@@ -72,6 +73,10 @@ const Section& AlertSection() {
   static const Section s{"[alert]", {"window", "min_attempts", "replay_ratio", "webhook"}};
   return s;
 }
+const Section& MetricsSection() {
+  static const Section s{"[metrics]", {"max_hosts"}};
+  return s;
+}
 const Section& ListenSection() {
   static const Section s{"[listen]", {"address", "admin"}};
   return s;
@@ -79,7 +84,8 @@ const Section& ListenSection() {
 const Section& McpSection() {
   static const Section s{"[mcp]",
                          {"turn_id", "session_id", "call_id", "max_call_ids", "turn_id_meta",
-                          "repeat_nonce", "replay_text", "tenant", "scope"}};
+                          "repeat_nonce", "replay_text", "tenant", "scope", "key", "replan_window",
+                          "max_replan_pairs"}};
   return s;
 }
 const Section& HttpSection() {
@@ -102,7 +108,8 @@ const Section& ReplayCacheSection() {
 const std::vector<const Section*>& AllSections() {
   static const std::vector<const Section*> all = {
       &TopSection(),    &DefaultsSection(), &ToolSection(),        &RouteSection(),
-      &TenantSection(), &AlertSection(),    &ListenSection(),      &McpSection(),
+      &TenantSection(), &AlertSection(),    &MetricsSection(),     &ListenSection(),
+      &McpSection(),
       &HttpSection(),   &LimitsSection(),   &ReplayCacheSection(),
   };
   return all;
@@ -250,6 +257,44 @@ bool IsHttpToken(std::string_view s) {
   return true;
 }
 
+// profile, key_field and vendor_window of a [[route]]. A profile sets where
+// the key goes and the vendor's window; key_header or key_field beside it
+// must agree with it (one place for the vendor to find the key).
+void ReadProfile(TableReader& r, RouteRule& rule) {
+  if (std::optional<std::string> field = r.String("key_field", /*allow_empty=*/false)) {
+    rule.key_field = *field;
+  }
+  if (std::optional<std::string> name = r.String("profile", /*allow_empty=*/false)) {
+    const VendorProfile* profile = FindVendorProfile(*name);
+    if (profile == nullptr) {
+      std::string names;
+      for (const VendorProfile& p : VendorProfiles()) {
+        names += (names.empty() ? "" : ", ") + Quote(p.name);
+      }
+      r.Error(*r.Find("profile"), "profile", "must be one of " + names + "; got " + Quote(*name));
+    } else {
+      const bool header_differs = r.Find("key_header") && rule.key_header != profile->key_header;
+      const bool field_differs = r.Find("key_field") && rule.key_field != profile->key_field;
+      if (header_differs || field_differs) {
+        const std::string where = profile->key_header.empty()
+                                      ? "the body field " + Quote(profile->key_field)
+                                      : "the header " + Quote(profile->key_header);
+        r.Error(*r.Find(header_differs ? "key_header" : "key_field"),
+                header_differs ? "key_header" : "key_field",
+                "disagrees with profile " + Quote(*name) + ", which sends the key in " + where +
+                    "; remove it or the profile");
+      }
+      rule.profile = *name;
+      rule.key_header = std::string(profile->key_header);
+      rule.key_field = std::string(profile->key_field);
+      rule.vendor_window = profile->window;
+    }
+  }
+  if (auto window = r.DurationValue("vendor_window", /*allow_zero=*/false)) {
+    rule.vendor_window = *window;
+  }
+}
+
 std::optional<RouteRule> ReadRouteRule(const toml::table& t, Diagnostics& diag) {
   TableReader r = Reader(t, RouteSection(), diag);
   RouteRule rule;
@@ -286,6 +331,7 @@ std::optional<RouteRule> ReadRouteRule(const toml::table& t, Diagnostics& diag) 
     }
     rule.key_header = *header;
   }
+  ReadProfile(r, rule);
   rule.reconcile = r.String("reconcile", /*allow_empty=*/false);
   if (rule.reconcile && !rule.reconcile->starts_with('/')) {
     r.Error(*r.Find("reconcile"), "reconcile",
@@ -365,6 +411,12 @@ void ReadAlert(const toml::table& t, Diagnostics& diag, AlertConfig& alert) {
   r.CheckUnknown();
 }
 
+void ReadMetrics(const toml::table& t, Diagnostics& diag, MetricsConfig& metrics) {
+  TableReader r = Reader(t, MetricsSection(), diag);
+  if (auto v = r.Integer("max_hosts", 0, 1024)) metrics.max_hosts = static_cast<size_t>(*v);
+  r.CheckUnknown();
+}
+
 void ReadListen(const toml::table& t, Diagnostics& diag, ListenConfig& listen) {
   TableReader r = Reader(t, ListenSection(), diag);
   auto host_port = [&](std::string_view key, std::string& out) {
@@ -404,6 +456,7 @@ void ReadMcp(const toml::table& t, Diagnostics& diag, McpConfig& mcp) {
   sources("turn_id", mcp.turn_id);
   sources("session_id", mcp.session_id);
   sources("call_id", mcp.call_id);
+  sources("key", mcp.key);
   if (auto v = r.String("turn_id_meta", /*allow_empty=*/false)) {
     if (r.Find("turn_id")) {
       r.Error(*r.Find("turn_id_meta"), "turn_id_meta",
@@ -412,6 +465,10 @@ void ReadMcp(const toml::table& t, Diagnostics& diag, McpConfig& mcp) {
     mcp.turn_id = {IdSource{IdSource::Kind::kMeta, *v, "", "meta:" + *v}};
   }
   if (auto v = r.Integer("max_call_ids", 0, 1 << 20)) mcp.max_call_ids = static_cast<size_t>(*v);
+  if (auto v = r.DurationValue("replan_window", /*allow_zero=*/true)) mcp.replan_window = *v;
+  if (auto v = r.Integer("max_replan_pairs", 0, 1 << 20)) {
+    mcp.max_replan_pairs = static_cast<size_t>(*v);
+  }
   if (const toml::node* node = r.Find("repeat_nonce")) {
     if (node->is_boolean()) {
       // false switches the argument off; true keeps the default name.
@@ -514,6 +571,7 @@ Result<Config> ParseConfig(std::string_view toml_text, std::string_view source_n
   }
   ReadTenants(top, diag, config.tenants);
   if (const toml::table* t = top.Table("alert")) ReadAlert(*t, diag, config.alert);
+  if (const toml::table* t = top.Table("metrics")) ReadMetrics(*t, diag, config.metrics);
   if (const toml::table* t = top.Table("listen")) ReadListen(*t, diag, config.listen);
   if (const toml::table* t = top.Table("mcp")) ReadMcp(*t, diag, config.mcp);
   if (const toml::table* t = top.Table("http")) ReadHttp(*t, diag, config.http);

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -16,8 +17,10 @@
 namespace idem {
 namespace {
 
-// AttemptOutcome's answers, kExecuted .. kWouldUnknown; kClaimed is audit only.
-constexpr size_t kOutcomes = 12;
+constexpr size_t kHostLabelBytes = 32;  // HostLabel keeps this much of a host's name
+// AttemptOutcome's answers, kExecuted .. kExecutedAgain; kClaimed (after them)
+// is audit only.
+constexpr size_t kOutcomes = 13;
 
 size_t IndexOf(AttemptOutcome o) { return static_cast<size_t>(o); }
 
@@ -44,6 +47,16 @@ V& FindOrMake(std::shared_mutex& mu, StringMap<V>& map, std::string_view key, Ma
 
 }  // namespace
 
+std::string HostLabel(std::string_view host) {
+  std::string out;
+  for (char c : host.substr(0, kHostLabelBytes)) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+    out.push_back(keep ? c : '_');
+  }
+  return out.empty() ? "unknown" : out;
+}
+
 struct GatewayMetrics::Impl {
   // One tool's sliding window and the metrics judged from it.
   struct ToolWindow {
@@ -54,7 +67,7 @@ struct GatewayMetrics::Impl {
     Gauge& alert;
     Counter& alerts;
   };
-  // The series of one (front, tool): what an attempt touches.
+  // The series of one (front, host, tool): what an attempt touches.
   struct ToolSeries {
     std::array<Counter*, kOutcomes> attempts{};
     std::array<std::atomic<Histogram*>, kOutcomes> durations{};  // made on first use
@@ -75,8 +88,10 @@ struct GatewayMetrics::Impl {
         attempts(registry.AddCounter(
             "idemgate_attempts_total",
             "Tool-call attempts by front, tool and outcome (executed, replayed, attached, "
-            "in_progress, drift, unknown, released, error).",
-            {"front", "tool", "outcome"})),
+            "in_progress, drift, unknown, released, error, the observe mode's would_*, and "
+            "executed_again: a re-planned retry that ran), and the agent host (the MCP "
+            "client's name; unknown, or other past [metrics] max_hosts).",
+            {"front", "tool", "outcome", "host"})),
         durations(registry.AddHistogram(
             "idemgate_call_duration_seconds",
             "Latency of tool-call attempts in seconds (arrival to answer, millisecond "
@@ -130,12 +145,29 @@ struct GatewayMetrics::Impl {
     });
   }
 
-  ToolSeries& SeriesFor(Front& front, std::string_view tool) {
-    return FindOrMake(front.mu, front.tools, tool, [&] {
+  // The label of `host`: HostLabel, or "other" once max_hosts distinct
+  // names are in use ("unknown" is always there, uncounted).
+  std::string LabelOfHost(std::string_view host) {
+    std::string label = HostLabel(host);
+    if (host.empty()) return label;
+    std::lock_guard lock(hosts_mu);
+    if (hosts.contains(label)) return label;
+    if (hosts.size() >= options.max_hosts) return "other";
+    hosts.insert(label);
+    return label;
+  }
+
+  // The series of `tool` from the host labelled `host_label` (LabelOfHost):
+  // at most max_hosts + 1 per tool.
+  ToolSeries& SeriesFor(Front& front, std::string_view tool, std::string_view host_label) {
+    std::string key(host_label);
+    key.push_back('/');  // a label holds no '/'
+    key.append(tool);
+    return FindOrMake(front.mu, front.tools, key, [&] {
       auto s = std::make_unique<ToolSeries>();
       for (size_t i = 0; i < kOutcomes; ++i) {
-        s->attempts[i] =
-            &attempts.With({front.name, tool, AttemptOutcomeName(static_cast<AttemptOutcome>(i))});
+        s->attempts[i] = &attempts.With(
+            {front.name, tool, AttemptOutcomeName(static_cast<AttemptOutcome>(i)), host_label});
       }
       s->window = &WindowFor(tool);
       return s;
@@ -145,25 +177,29 @@ struct GatewayMetrics::Impl {
   // SeriesFor through a small per-thread cache: a hit costs a hash and a
   // string compare, and touches no shared cache line (the shared lock's
   // reader count would bounce between cores at high rates).
-  ToolSeries& CachedSeriesFor(Front& front, std::string_view tool) {
+  // `host` as it came: only the bytes HostLabel reads key the cache.
+  ToolSeries& CachedSeriesFor(Front& front, std::string_view tool, std::string_view host) {
+    host = host.substr(0, kHostLabelBytes);
     struct Entry {
       uint64_t front_id = 0;
       std::string tool;
+      std::string host;
       ToolSeries* series = nullptr;
     };
     thread_local std::array<Entry, 64> cache;
     Entry& e = cache[std::hash<std::string_view>{}(tool) % cache.size()];
-    if (e.front_id == front.id && e.tool == tool) return *e.series;
-    ToolSeries& s = SeriesFor(front, tool);
+    if (e.front_id == front.id && e.tool == tool && e.host == host) return *e.series;
+    ToolSeries& s = SeriesFor(front, tool, LabelOfHost(host));
     e.front_id = front.id;
     e.tool.assign(tool);
+    e.host.assign(host);
     e.series = &s;
     return s;
   }
 
-  void Observe(Front& front, std::string_view tool, AttemptOutcome outcome, TimePoint now,
-               Duration latency) {
-    ToolSeries& s = CachedSeriesFor(front, tool);
+  void Observe(Front& front, std::string_view tool, std::string_view host, AttemptOutcome outcome,
+               TimePoint now, Duration latency) {
+    ToolSeries& s = CachedSeriesFor(front, tool, host);
     const size_t i = IndexOf(outcome);
     if (i >= kOutcomes) return;
     s.attempts[i]->Inc();
@@ -229,6 +265,9 @@ struct GatewayMetrics::Impl {
   ReplayAlerter alerter;
   std::unique_ptr<WebhookSender> webhook;
 
+  std::mutex hosts_mu;
+  std::set<std::string, std::less<>> hosts;  // host labels in use, at most max_hosts
+
   std::shared_mutex windows_mu;
   StringMap<ToolWindow> windows;
   std::mutex fronts_mu;
@@ -279,7 +318,7 @@ AttemptHook GatewayMetrics::ObserverFor(std::string front) {
   }
   return [impl = impl_.get(), f](const Call& call, AttemptOutcome outcome, TimePoint started_at,
                                  Duration latency) {
-    impl->Observe(*f, call.tool, outcome, started_at + latency, latency);
+    impl->Observe(*f, call.tool, call.host, outcome, started_at + latency, latency);
   };
 }
 

@@ -28,6 +28,7 @@ class GatewayMetricsTest : public ::testing::Test {
     o.alert.replay_ratio = 0.5;
     o.evaluate_every = Duration(0);  // the test evaluates
     o.log = [this](std::string_view line) { log_.emplace_back(line); };
+    o.max_hosts = 2;
     auto m = GatewayMetrics::Create(clock_, o);
     ASSERT_TRUE(m) << m.error().ToString();
     metrics_ = std::move(*m);
@@ -65,10 +66,10 @@ TEST_F(GatewayMetricsTest, CountsAttemptsByOutcomeAndTimesThem) {
   RunOk(call);  // a retry: replayed
   const std::string text = metrics_->Render();
   EXPECT_TRUE(
-      Has(text, R"(idemgate_attempts_total{front="mcp",tool="charge",outcome="executed"} 1)"));
+      Has(text, R"(idemgate_attempts_total{front="mcp",tool="charge",outcome="executed",host="unknown"} 1)"));
   EXPECT_TRUE(
-      Has(text, R"(idemgate_attempts_total{front="mcp",tool="charge",outcome="replayed"} 1)"));
-  EXPECT_TRUE(Has(text, R"(idemgate_attempts_total{front="mcp",tool="charge",outcome="error"} 0)"));
+      Has(text, R"(idemgate_attempts_total{front="mcp",tool="charge",outcome="replayed",host="unknown"} 1)"));
+  EXPECT_TRUE(Has(text, R"(idemgate_attempts_total{front="mcp",tool="charge",outcome="error",host="unknown"} 0)"));
   EXPECT_TRUE(Has(
       text,
       R"(idemgate_call_duration_seconds_bucket{front="mcp",tool="charge",decision="executed",le="0.01"} 0)"));
@@ -138,7 +139,26 @@ TEST_F(GatewayMetricsTest, FreshExecutionsDoNotFire) {
 TEST_F(GatewayMetricsTest, AttemptsBeforeBeginAreCountedToo) {
   ledger_->LogAttempt(MakeCall("k1", "deploy"), AttemptOutcome::kError, clock_.Now(), "refused");
   EXPECT_TRUE(Has(metrics_->Render(),
-                  R"(idemgate_attempts_total{front="mcp",tool="deploy",outcome="error"} 1)"));
+                  R"(idemgate_attempts_total{front="mcp",tool="deploy",outcome="error",host="unknown"} 1)"));
+}
+
+// The host label: what a host calls itself, bounded: its characters and
+// length, "unknown" when it said nothing, "other" past max_hosts (2 here).
+TEST_F(GatewayMetricsTest, TheHostIsABoundedLabel) {
+  for (const char* host : {"claude-code", "Visual Studio Code", "third", ""}) {
+    Call call = MakeCall(std::string("k-") + host);
+    call.host = host;
+    RunOk(call);
+  }
+  const std::string text = metrics_->Render();
+  const std::string series = R"(idemgate_attempts_total{front="mcp",tool="charge",outcome="executed",host=")";
+  EXPECT_TRUE(Has(text, series + R"(claude-code"} 1)")) << text;
+  EXPECT_TRUE(Has(text, series + R"(Visual_Studio_Code"} 1)")) << text;
+  EXPECT_TRUE(Has(text, series + R"(other"} 1)")) << "a third host: " << text;
+  EXPECT_TRUE(Has(text, series + R"(unknown"} 1)")) << "one that gave no name: " << text;
+  EXPECT_EQ(HostLabel(""), "unknown");
+  EXPECT_EQ(HostLabel("a\"b}\n"), "a_b__");
+  EXPECT_EQ(HostLabel(std::string(100, 'x')), std::string(32, 'x'));
 }
 
 TEST(GatewayMetricsCreateTest, RejectsABadWebhookUrl) {

@@ -92,9 +92,26 @@ Ledger::Ledger(Store& store, Clock& clock, LedgerOptions options)
 
 Ledger::~Ledger() = default;
 
+namespace {
+
+// An execution whose turn ran this tool with other arguments just before (a
+// re-planned retry, docs/hosts.md) is logged and counted as executed_again,
+// with the earlier key in its detail.
+AttemptOutcome Relabeled(const Call& call, AttemptOutcome outcome, std::string* detail) {
+  if (outcome != AttemptOutcome::kExecuted || call.replanned_from.empty()) return outcome;
+  if (detail) {
+    *detail =
+        "re-planned: earlier key " + call.replanned_from + (detail->empty() ? "" : "; " + *detail);
+  }
+  return AttemptOutcome::kExecutedAgain;
+}
+
+}  // namespace
+
 std::optional<Attempt> Ledger::EntryOf(const Call& call, AttemptOutcome outcome,
                                        TimePoint started_at, std::string detail) {
   if (!attempts_) return std::nullopt;
+  outcome = Relabeled(call, outcome, &detail);
   Attempt a;
   a.at = started_at;
   a.tenant = call.id.tenant;
@@ -114,7 +131,8 @@ std::optional<Attempt> Ledger::EntryOf(const Call& call, AttemptOutcome outcome,
 
 void Ledger::Observe(const Call& call, AttemptOutcome outcome, TimePoint started_at) {
   if (!options_.on_attempt) return;
-  options_.on_attempt(call, outcome, started_at, std::max(Duration(0), clock_.Now() - started_at));
+  options_.on_attempt(call, Relabeled(call, outcome, nullptr), started_at,
+                      std::max(Duration(0), clock_.Now() - started_at));
 }
 
 void Ledger::LogAttempt(const Call& call, AttemptOutcome outcome, TimePoint started_at,

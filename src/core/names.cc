@@ -43,7 +43,7 @@ constexpr std::array<std::pair<OutcomeClass, std::string_view>, 3> kOutcomeClass
     {OutcomeClass::kToolError, "tool_error"},
     {OutcomeClass::kTooLarge, "too_large"},
 }};
-constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 13> kAttemptOutcomes{{
+constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 14> kAttemptOutcomes{{
     {AttemptOutcome::kExecuted, "executed"},
     {AttemptOutcome::kReplayed, "replayed"},
     {AttemptOutcome::kAttached, "attached"},
@@ -56,6 +56,7 @@ constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 13> kAttemptOu
     {AttemptOutcome::kWouldDrift, "would_drift"},
     {AttemptOutcome::kWouldWait, "would_wait"},
     {AttemptOutcome::kWouldUnknown, "would_unknown"},
+    {AttemptOutcome::kExecutedAgain, "executed_again"},
     {AttemptOutcome::kClaimed, "claimed"},
 }};
 constexpr std::array<std::pair<OnUnknown, std::string_view>, 3> kOnUnknown{{

@@ -173,7 +173,8 @@ def test_metrics(args, workdir):
               "promtool check metrics: exit 0, no problems" +
               (f"\n{lint.stdout}{lint.stderr}" if lint.returncode or lint.stdout or lint.stderr
                else ""))
-        labels = '{front="mcp",tool="charge",outcome="%s"}'
+        # The host label is the client's clientInfo.name.
+        labels = '{front="mcp",tool="charge",outcome="%s",host="metrics_test"}'
         check(sample(text, "idemgate_attempts_total" + labels % "executed") == "1",
               "attempts_total executed = 1")
         check(sample(text, "idemgate_attempts_total" + labels % "replayed") == "1",

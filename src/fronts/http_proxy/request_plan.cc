@@ -1,6 +1,7 @@
 #include "fronts/http_proxy/request_plan.h"
 
 #include "idem/canonical_json.h"
+#include "json/json_text.h"
 #include "fronts/http_proxy/idempotency_key.h"
 #include "fronts/http_proxy/stored_response.h"
 
@@ -103,12 +104,18 @@ RequestPlan PlanRequest(const http::Request& request, const Config& config,
   const std::string tool = RouteCallName(request.method, request.path);
   std::optional<std::string> explicit_key;
   std::optional<std::string_view> key_value;
-  if (size_t n = request.CountHeader(kKeyHeader); n > 1) {
+  // The client's key: Idempotency-Key, else the vendor's own header.
+  std::string_view client_header = kKeyHeader;
+  if (request.CountHeader(kKeyHeader) == 0 && !rule->key_header.empty() &&
+      request.CountHeader(rule->key_header) > 0) {
+    client_header = rule->key_header;
+  }
+  if (size_t n = request.CountHeader(client_header); n > 1) {
     return Refuse(400, "invalid-idempotency-key", "Invalid Idempotency-Key",
-                  "the request has " + std::to_string(n) +
-                      " Idempotency-Key headers; send exactly one key per request");
+                  "the request has " + std::to_string(n) + " " + std::string(client_header) +
+                      " headers; send exactly one key per request");
   } else if (n == 1) {
-    key_value = request.FindHeader(kKeyHeader);
+    key_value = request.FindHeader(client_header);
     Result<std::string> key = ParseIdempotencyKey(*key_value, {.max_bytes = options.max_key_bytes});
     if (!key) {
       return Refuse(400, "invalid-idempotency-key", "Invalid Idempotency-Key", key.error().message);
@@ -177,9 +184,20 @@ RequestPlan PlanRequest(const http::Request& request, const Config& config,
   plan.call.turn_fallback = key->turn_fallback;
   plan.call.detail = explicit_key ? "http: client key" : "http: derived key";
   plan.key_header = rule->key_header;
+  plan.key_field = rule->key_field;
   plan.client_key = explicit_key.has_value();
-  plan.forward_key = explicit_key ? std::string(*key_value) : key->key;
+  // A vendor profile's header or field gets the bare key its vendor documents.
+  plan.forward_key = explicit_key && !rule->profile ? std::string(*key_value) : key->key;
   return plan;
+}
+
+std::string BodyWithKeyField(std::string body, std::string_view field, std::string_view key) {
+  auto members = json_text::ObjectMembers(body);
+  if (!members) return body;
+  auto member = json_text::FindMember(*members, field);
+  if (!member || *member != nullptr) return body;
+  auto with_key = json_text::SetMember(body, field, json_text::Quote(key));
+  return with_key ? std::move(*with_key) : body;
 }
 
 }  // namespace idem::proxy

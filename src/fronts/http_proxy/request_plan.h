@@ -10,7 +10,9 @@
 //    forwarded as Idempotency-Key. Other methods pass through.
 //  - A route with mode = "off" passes through.
 //  - An Idempotency-Key header (exactly one) always wins; a malformed one
-//    → 400. mode = "explicit" without one → 400.
+//    → 400. mode = "explicit" without one → 400. A client that already
+//    speaks the vendor's header (the route's key_header, e.g. a profile's
+//    PayPal-Request-Id) may send its key there instead.
 //  - Otherwise the key is derived like DeriveKey: mode unset or "turn" needs
 //    the turn header ([http] turn_header) and passes through ungated without
 //    it, as the IETF draft treats a request without a key; "args" and
@@ -54,9 +56,10 @@ struct RequestPlan {
   };
   Kind kind = Kind::kPassThrough;
   Call call;                // kGated
-  std::string key_header;   // kGated: the header the key is forwarded in
-  std::string forward_key;  // kGated: its value (the client's header value as sent, or
-                            // the derived key)
+  std::string key_header;   // kGated: the header the key is forwarded in; empty: none
+  std::string key_field;    // kGated: the body member it is forwarded in, if absent; empty: none
+  std::string forward_key;  // kGated: its value (the client's header value as sent, the bare
+                            // key for a vendor profile, or the derived key)
   bool client_key = false;  // kGated: the key came from Idempotency-Key
   Refusal refusal;          // kRefuse
 };
@@ -70,6 +73,12 @@ RequestPlan PlanRequest(const http::Request& request, const Config& config,
 // one proxy never answer from each other's records. Empty with tenants
 // (the tenant scopes) or without a credential.
 std::string CredentialScope(const http::Request& request, const Config& config);
+
+// `body` with the member `field` set to `key` (a JSON string) when `body` is
+// a JSON object that has no such member: Square reads its key from the body.
+// Any other body, and one that already names its own key, is returned as
+// it is (a client's own key is the vendor's to see).
+std::string BodyWithKeyField(std::string body, std::string_view field, std::string_view key);
 
 // "POST /v1/charges": the tool name of a route call in keys and the audit log.
 std::string RouteCallName(std::string_view method, std::string_view path);

@@ -51,6 +51,39 @@ TEST(RequestPlanTest, ClientKeyWinsAndIsForwardedAsSent) {
   EXPECT_TRUE(p.client_key);
 }
 
+// A vendor profile: the key goes where the vendor reads it, bare; a client
+// that already speaks the vendor's header is read there.
+TEST(RequestPlanTest, AProfileForwardsTheBareKeyWhereTheVendorReadsIt) {
+  Config c = WithRoutes(R"([[route]]
+match = "/v2/checkout/orders"
+profile = "paypal"
+[[route]]
+match = "/v2/payments"
+profile = "square"
+)");
+  RequestPlan p =
+      PlanRequest(Post("/v2/checkout/orders", "{}", {{"Idempotency-Key", "\"k-1\""}}), c, {});
+  ASSERT_EQ(p.kind, RequestPlan::Kind::kGated);
+  EXPECT_EQ(p.key_header, "PayPal-Request-Id");
+  EXPECT_EQ(p.forward_key, "k-1");
+  RequestPlan own = PlanRequest(Post("/v2/checkout/orders", "{}", {{"paypal-request-id", "pp-7"}}), c, {});
+  ASSERT_EQ(own.kind, RequestPlan::Kind::kGated) << "the vendor's header is a client key too";
+  EXPECT_EQ(own.call.id.key, "pp-7");
+  RequestPlan square = PlanRequest(Post("/v2/payments", "{}", {{"Idempotency-Key", "sq-1"}}), c, {});
+  EXPECT_EQ(square.key_header, "");
+  EXPECT_EQ(square.key_field, "idempotency_key");
+}
+
+TEST(RequestPlanTest, TheKeyFieldIsAddedToAJsonObjectThatHasNone) {
+  EXPECT_EQ(BodyWithKeyField(R"({"amount":1})", "idempotency_key", "k"),
+            R"({"amount":1,"idempotency_key":"k"})");
+  EXPECT_EQ(BodyWithKeyField(R"({"idempotency_key":"own"})", "idempotency_key", "k"),
+            R"({"idempotency_key":"own"})")
+      << "a client's own key is kept";
+  EXPECT_EQ(BodyWithKeyField("[1]", "idempotency_key", "k"), "[1]");
+  EXPECT_EQ(BodyWithKeyField("a=1", "idempotency_key", "k"), "a=1");
+}
+
 TEST(RequestPlanTest, RecordsAreScopedByTenant) {
   http::Request r = Post("/v1/charges", "{}", {{"Idempotency-Key", "k"}});
   r.principal.tenant = "acme";

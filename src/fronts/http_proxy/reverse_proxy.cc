@@ -226,7 +226,12 @@ UpstreamRequest ReverseProxy::Forwarded(http::Request& request, const RequestPla
   // Named by Connection: hop-by-hop too. Checked after the moves above only
   // against names, which were not moved from kept headers.
   if (!connection.empty()) out.headers = EndToEndHeaders(std::move(out.headers), connection);
-  if (plan != nullptr) out.headers.push_back({plan->key_header, plan->forward_key});
+  if (plan != nullptr && !plan->key_header.empty()) {
+    out.headers.push_back({plan->key_header, plan->forward_key});
+  }
+  if (plan != nullptr && !plan->key_field.empty()) {
+    out.body = BodyWithKeyField(std::move(out.body), plan->key_field, plan->forward_key);
+  }
   const std::string client = ClientAddress(request.remote);
   if (!client.empty()) {
     if (!forwarded_for.empty()) forwarded_for.append(", ");

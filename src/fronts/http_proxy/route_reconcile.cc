@@ -55,7 +55,9 @@ ReconcileHook MakeRouteReconcileHook(const Config& config, UpstreamPool& upstrea
     UpstreamRequest request;
     request.method = "GET";
     request.target = std::move(*target);
-    request.headers.push_back({RuleOf(config, call)->key_header, call.id.key});
+    if (const std::string& header = RuleOf(config, call)->key_header; !header.empty()) {
+      request.headers.push_back({header, call.id.key});
+    }
     auto promise = std::make_shared<std::promise<UpstreamResult>>();
     std::future<UpstreamResult> answer = promise->get_future();
     upstream.Send(std::move(request),

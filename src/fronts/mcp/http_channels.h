@@ -152,6 +152,11 @@ struct HttpServerOptions {
   std::function<std::string()> metrics;
   std::function<bool(std::string_view token)> is_admin;
 
+  // Request headers handed to the session with each tools/call besides
+  // Mcp-Param-* (the header: id sources of [mcp]), case-insensitive.
+  // Default none.
+  std::vector<std::string> carried_headers;
+
   // Print "idemgate: listening on http://HOST:PORT/mcp" to stderr once bound.
   bool announce = true;
 };

@@ -4,6 +4,7 @@
 
 #include "fronts/mcp/http_protocol.h"
 #include "fronts/mcp/json_rpc.h"  // DescribeJsonError, JsonRpcEnvelopeProblem
+#include "json/json_text.h"
 
 namespace idem::mcp {
 namespace {
@@ -262,6 +263,33 @@ void CollectMirrored(const json::object& schema, std::vector<std::string>& path,
 
 }  // namespace
 
+std::vector<MirroredParam> MirroredParamsOfSchema(const json::object& input_schema) {
+  std::vector<MirroredParam> params;
+  std::vector<std::string> path;
+  CollectMirrored(input_schema, path, params);
+  return params;
+}
+
+std::optional<std::string> MirroredText(const json::value* v) {
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) return std::string(v->as_string());
+  if (v->is_int64()) return std::to_string(v->as_int64());
+  if (v->is_uint64()) return std::to_string(v->as_uint64());
+  if (v->is_bool()) return std::string(v->as_bool() ? "true" : "false");
+  return std::nullopt;
+}
+
+Result<std::string> WithRequestHeaders(
+    std::string_view message, const std::vector<std::pair<std::string, std::string>>& headers) {
+  std::string object = "{";
+  for (const auto& [name, value] : headers) {
+    if (object.size() > 1) object += ',';
+    object += JsonQuote(name) + ":" + JsonQuote(value);
+  }
+  object += '}';
+  return json_text::SetMember(message, kRequestHeadersMember, object);
+}
+
 std::map<std::string, std::vector<MirroredParam>> ParseMirroredParams(
     std::string_view tools_list_response, size_t max_depth) {
   std::map<std::string, std::vector<MirroredParam>> out;
@@ -278,9 +306,7 @@ std::map<std::string, std::vector<MirroredParam>> ParseMirroredParams(
     if (name == nullptr || !name->is_string() || schema == nullptr || !schema->is_object()) {
       continue;
     }
-    std::vector<MirroredParam> params;
-    std::vector<std::string> path;
-    CollectMirrored(schema->as_object(), path, params);
+    std::vector<MirroredParam> params = MirroredParamsOfSchema(schema->as_object());
     if (!params.empty()) out[std::string(name->as_string())] = std::move(params);
   }
   return out;
@@ -300,20 +326,9 @@ std::vector<std::pair<std::string, std::string>> MirroredParamHeaders(
     for (const std::string& key : param.path) {
       v = v != nullptr && v->is_object() ? Member(v->as_object(), key) : nullptr;
     }
-    if (v == nullptr) continue;
-    std::string text;
-    if (v->is_string()) {
-      text = std::string(v->as_string());
-    } else if (v->is_int64()) {
-      text = std::to_string(v->as_int64());
-    } else if (v->is_uint64()) {
-      text = std::to_string(v->as_uint64());
-    } else if (v->is_bool()) {
-      text = v->as_bool() ? "true" : "false";
-    } else {
-      continue;
-    }
-    out.emplace_back("Mcp-Param-" + param.header, EncodeMirroredHeaderValue(text));
+    std::optional<std::string> text = MirroredText(v);
+    if (!text) continue;
+    out.emplace_back("Mcp-Param-" + param.header, EncodeMirroredHeaderValue(*text));
   }
   return out;
 }

@@ -19,6 +19,11 @@
 
 #include "idem/error.h"
 
+namespace boost::json {
+class object;
+class value;
+}  // namespace boost::json
+
 namespace idem::mcp {
 
 enum class MessageKind {
@@ -97,6 +102,25 @@ struct MirroredParam {
 // ignored (they could inject headers). Empty for anything else.
 std::map<std::string, std::vector<MirroredParam>> ParseMirroredParams(
     std::string_view tools_list_response, size_t max_depth);
+
+// The mirrored parameters of one tool's inputSchema (as ParseMirroredParams).
+std::vector<MirroredParam> MirroredParamsOfSchema(const boost::json::object& input_schema);
+
+// The value a client mirrors into the header of one parameter: a string as
+// it is, an integer in decimal, a boolean as true / false; nullopt for an
+// absent or null value, or one of any other type (it gets no header).
+std::optional<std::string> MirroredText(const boost::json::value* value);
+
+// The Streamable HTTP server hands the request headers idemgate reads with
+// a tools/call to the session inside the message: the top-level member
+// kRequestHeadersMember, an object of lowercase header name → value as
+// received. The session takes it out before anything is forwarded
+// (TakeRequestHeaders, tool_gate.h).
+inline constexpr std::string_view kRequestHeadersMember = "dev.idemgate/requestHeaders";
+// `message` with that member set to `headers`, every other byte unchanged.
+// kInvalidArgument if `message` is not a JSON object.
+Result<std::string> WithRequestHeaders(
+    std::string_view message, const std::vector<std::pair<std::string, std::string>>& headers);
 
 // The Mcp-Param-* headers (name, encoded value) of a tools/call message for
 // its tool's mirrored parameters. A value that is absent, null, or not a

@@ -7,6 +7,7 @@
 // ServerSession; this file is HTTP: limits, checks, status codes, framing.
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <cctype>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <deque>
@@ -168,7 +169,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     net::post(stream_.get_executor(), [self = shared_from_this(), serial, b = std::move(body)] {
       if (serial != self->serial_ || self->state_ != State::kWaitingJson) return;
       self->state_ = State::kFinishing;
-      http::response<http::string_body> res{http::status::ok, 11};
+      // A header that does not match the body is a 400 in every dialect
+      // (SEP-2243); other errors keep 200 outside 2026-07-28.
+      const bool mismatch = StatelessHttpStatus(b) == 400;
+      http::response<http::string_body> res{
+          mismatch ? http::status::bad_request : http::status::ok, 11};
       res.set(http::field::content_type, "application/json");
       self->AddCommonHeaders(res);
       res.body() = b;
@@ -376,6 +381,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
+  // The request's Mcp-Param-* headers and those options_.carried_headers
+  // names, lowercase, the first of each name.
+  std::vector<std::pair<std::string, std::string>> CarriedHeaders() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& field : request_) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const bool wanted =
+          name.starts_with("mcp-param-") ||
+          std::any_of(options_.carried_headers.begin(), options_.carried_headers.end(),
+                      [&](const std::string& h) { return beast::iequals(h, name); });
+      const bool seen = std::any_of(out.begin(), out.end(),
+                                    [&](const auto& kv) { return kv.first == name; });
+      if (wanted && !seen) out.emplace_back(std::move(name), std::string(field.value()));
+    }
+    return out;
+  }
+
   // Looks up the session named by Mcp-Session-Id; answers the error itself
   // and returns null when there is none.
   std::shared_ptr<ServerSession> SessionFromHeader(std::string_view id) {
@@ -494,6 +517,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return SendError(http::status::bad_request, kJsonRpcInvalidRequest,
                        "idemgate: missing Mcp-Session-Id header; start a session with initialize "
                        "(or speak protocol version 2026-07-28, which has no sessions)");
+    }
+    // The headers the session reads (SEP-2243's Mcp-Param-*, header: id
+    // sources) ride with each tools/call; in the 2026-07-28 dialect always,
+    // so that a mirror header the client left out is noticed.
+    const std::vector<std::pair<std::string, std::string>> carried = CarriedHeaders();
+    for (MessageInfo& m : batch->messages) {
+      if (!m.is_request() || m.method != "tools/call") continue;
+      if (carried.empty() && !stateless_dialect) continue;
+      if (Result<std::string> with = WithRequestHeaders(m.raw, carried)) m.raw = std::move(*with);
     }
     if (!has_request) {
       if (!session->Deliver(*batch)) {

@@ -97,6 +97,43 @@ class CallKeys {
   std::deque<std::string> order_;
 };
 
+// The last key each (scope, tool) of a session was called with, and when:
+// a call in the same turn (or session) to the same tool with another key
+// soon after is a re-planned retry (the agent changed the arguments, so the
+// key differs and it runs again; crewAI#5802). At most `limit` pairs, the
+// oldest forgotten first. Not thread-safe: the session's mutex guards it.
+class RecentKeys {
+ public:
+  // The key (scope, tool) was last called with, if that was another key
+  // at or after now - window; then remembers `key` for the pair.
+  std::optional<std::string> Note(const std::string& scope, const std::string& tool,
+                                  const std::string& key, TimePoint now, Duration window,
+                                  size_t limit) {
+    const std::string pair = scope + '\n' + tool;  // a turn id has no newline worth keeping apart
+    auto [it, fresh] = last_.try_emplace(pair, Last{key, now});
+    std::optional<std::string> earlier;
+    if (!fresh) {
+      if (it->second.key != key && now - it->second.at <= window) earlier = it->second.key;
+      it->second = Last{key, now};
+      return earlier;
+    }
+    order_.push_back(pair);
+    while (order_.size() > limit) {
+      last_.erase(order_.front());
+      order_.pop_front();
+    }
+    return earlier;
+  }
+
+ private:
+  struct Last {
+    std::string key;
+    TimePoint at{};
+  };
+  std::map<std::string, Last, std::less<>> last_;
+  std::deque<std::string> order_;  // insertion order of last_'s pairs
+};
+
 std::string RetryableData(std::string_view condition) {
   return "{" + Quote(kMetaCondition) + ":" + Quote(condition) + R"(,"retryable":true})";
 }
@@ -201,6 +238,9 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   void ForwardRequest(std::string text, const Message& msg, Pending::Kind kind);
   void HandleToolCall(std::string text, const Message& msg);
   bool HandleCancel(const Message& msg);  // true: forward the notification
+  // Marks `p` as re-planning the earlier call of its turn and tool, if it
+  // is one (RecentKeys). Under mu_, before `p` is shared.
+  void NoteReplan(PreparedCall& p);
   void OnClientClosed(std::string reason);
 
   // ---- upstream → client
@@ -257,8 +297,10 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   }
   std::map<std::string, Pending> pending_;                      // by client id key
   CallKeys call_keys_;                                          // the call ids seen
+  RecentKeys recent_keys_;  // the last key of each (turn, tool), for re-planned retries
   std::map<std::string, std::shared_ptr<ProxyRequest>> proxy_;  // by proxy id key
   std::map<std::string, ToolInfo> tools_;  // what tools/list said, by tool name
+  std::string host_;  // the client's clientInfo.name from initialize, for the metrics
   uint64_t next_proxy_id_ = 1;
   int active_calls_ = 0;  // gated calls and late settlements not finished
   // Gated calls admitted but not yet forwarded or settled: the upstream's
@@ -328,6 +370,10 @@ void McpSession::Core::OnClientMessage(std::string text) {
       HandleClientBatch(std::move(text), msg);
       return;
     case Message::Kind::kRequest:
+      if (msg.method == "initialize") {
+        std::lock_guard g(mu_);
+        host_ = ClientNameOf(msg);
+      }
       if (msg.method == "tools/call") {
         HandleToolCall(std::move(text), msg);
       } else {
@@ -406,6 +452,9 @@ void McpSession::Core::ForwardRequest(std::string text, const Message& msg, Pend
 }
 
 void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
+  // What the HTTP front carried in from the request's headers, out of the
+  // bytes before anything is forwarded.
+  const std::optional<RequestHeaders> headers = TakeRequestHeaders(text, msg);
   std::optional<ToolInfo> info;
   {
     const auto* params = msg.json.get_object().if_contains("params");
@@ -418,7 +467,13 @@ void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
       }
     }
   }
-  PlanContext context{tenant_, options_.scope, &options_.env, nullptr};
+  std::string host;
+  {
+    std::lock_guard g(mu_);
+    host = host_;
+  }
+  PlanContext context{tenant_, options_.scope, &options_.env, host, nullptr,
+                      headers ? &*headers : nullptr};
   if (config_.mcp.max_call_ids > 0) {
     context.key_of_call = [this](std::string_view call_id, std::string_view tool) {
       std::lock_guard g(mu_);
@@ -463,6 +518,7 @@ void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
       client_.Send(std::move(*refusal));
       return;
     }
+    NoteReplan(gc->prepared);
     pending_[msg.id_key] = Pending{Pending::Kind::kGatedCall, msg.id_text, gc};
     if (!gc->prepared.call_id.empty()) {
       call_keys_.Remember(gc->prepared.call_id, gc->prepared.call.tool, gc->prepared.derived_key,
@@ -473,6 +529,18 @@ void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
   }
   if (!pool_.Submit([self = shared_from_this(), gc] { self->RunGatedCall(gc); })) {
     FinishCall(gc, true);  // shutting down: nothing was claimed
+  }
+}
+
+void McpSession::Core::NoteReplan(PreparedCall& p) {
+  if (!p.replan_candidate || config_.mcp.replan_window.count() <= 0 ||
+      config_.mcp.max_replan_pairs == 0) {
+    return;
+  }
+  if (auto earlier =
+          recent_keys_.Note(p.call.turn, p.call.tool, p.call.id.key, ledger_.clock().Now(),
+                            config_.mcp.replan_window, config_.mcp.max_replan_pairs)) {
+    p.call.replanned_from = std::move(*earlier);
   }
 }
 
@@ -637,6 +705,7 @@ std::string McpSession::Core::RewriteToolsList(std::string text, const Message& 
     std::lock_guard g(mu_);
     for (auto& [name, info] : learned) tools_[name] = info;
   }
+  if (options_.on_tools_listed) options_.on_tools_listed(DescribeGating(config_, learned));
   std::string out = text.substr(0, span.begin);
   out += *rewritten;
   out.append(text, span.end);

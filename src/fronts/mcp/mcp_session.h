@@ -42,6 +42,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/clock.h"
 #include "idem/config.h"
@@ -107,6 +108,10 @@ struct SessionOptions {
   // Called once when the session has ended (from one of its threads, so it
   // must not block or destroy the session; it may wake whoever will).
   std::function<void()> on_ended;
+  // Called with DescribeGating's lines (tool_gate.h) each time the upstream
+  // answers a tools/list, from a channel thread; it must not block. The CLI
+  // prints them once per distinct list. Null: not called.
+  std::function<void(const std::vector<std::string>& lines)> on_tools_listed;
   // Log sink, one line per call without newline (the CLI writes to stderr;
   // stdout carries only MCP messages). Called from any thread. Null: silent.
   std::function<void(std::string_view line)> log;

@@ -198,7 +198,11 @@ constexpr std::string_view kToolsList =
     R"({"name":"create_ticket","description":"Opens a ticket.","inputSchema":{"type":"object","properties":{"title":{"type":"string"}}}},)"
     R"( {"name":"search", "description":"Searches.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},)"
     R"({"name":"delete_all","description":"Deletes everything.","inputSchema":{"type":"object"},"annotations":{"destructiveHint":true}},)"
-    R"({"name":"own_nonce","inputSchema":{"type":"object","properties":{"repeat_nonce":{"type":"integer"}}}})"
+    R"({"name":"own_nonce","inputSchema":{"type":"object","properties":{"repeat_nonce":{"type":"integer"}}}},)"
+    // MCP 2026-07-28: arguments a Streamable HTTP client mirrors into Mcp-Param-* headers.
+    R"({"name":"charge","inputSchema":{"type":"object","properties":{)"
+    R"("turn":{"type":"string","x-mcp-header":"TurnId"},"key":{"type":"string","x-mcp-header":"Key"},)"
+    R"("order":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}}})"
     R"(],"nextCursor":"page2"})";
 
 // The upstream MCP server: answers tools/list and tools/call, counts
@@ -307,7 +311,7 @@ class McpSessionTest : public ::testing::Test {
 
   void StartSession(Store* store = nullptr, SessionOptions options = {}) {
     ledger_ = std::make_unique<Ledger>(store ? *store : *store_, clock_,
-                                       LedgerOptions{"test", MakeReconcileHook(), true});
+                                       LedgerOptions{"test", MakeReconcileHook(), true, on_attempt_});
     options.log = [this](std::string_view line) {
       std::lock_guard g(log_mu_);
       log_.emplace_back(line);
@@ -363,6 +367,7 @@ class McpSessionTest : public ::testing::Test {
 
   FakeClock clock_;
   std::unique_ptr<Store> store_ = NewMemoryStore(clock_);
+  AttemptHook on_attempt_;  // set before StartSession
   std::unique_ptr<Ledger> ledger_;
   Config config_;
   FakeChannel client_;
@@ -484,7 +489,7 @@ TEST_F(McpSessionTest, ToolsListIsRewrittenSoTheModelKnowsWhatIsSafeToRetry) {
   const json::object& result = r.at("result").as_object();
   EXPECT_EQ(result.at("nextCursor"), "page2");
   const json::array& tools = result.at("tools").as_array();
-  ASSERT_EQ(tools.size(), 4u);
+  ASSERT_EQ(tools.size(), 5u);
 
   const json::value& create = tools[0];
   EXPECT_EQ(create.at("annotations").at("idempotentHint"), true);
@@ -513,6 +518,40 @@ TEST_F(McpSessionTest, ToolsListIsRewrittenSoTheModelKnowsWhatIsSafeToRetry) {
   EXPECT_EQ(own.at("inputSchema").at("properties").at("repeat_nonce").at("type"), "integer");
   EXPECT_EQ(own.at("annotations").at("idempotentHint"), true);
   EXPECT_EQ(std::string(own.at("description").as_string()).find("repeat_nonce"), std::string::npos);
+}
+
+// Once the upstream's tools are known, the operator is told what is gated,
+// how each key is scoped, and which mutating tools are left ungated.
+TEST_F(McpSessionTest, TheGatingOfEachListedToolIsAnnounced) {
+  config_.tools.push_back(ToolRule{.match = "delete_all", .gated = false});
+  config_.tools.push_back(
+      ToolRule{.match = "own_nonce", .mode = KeyMode::kFields, .fields = {"/order"}});
+  std::mutex mu;
+  std::vector<std::string> lines;
+  SessionOptions options;
+  options.on_tools_listed = [&](const std::vector<std::string>& l) {
+    std::lock_guard g(mu);
+    lines = l;
+  };
+  StartSession(nullptr, options);
+  Request(R"({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{}})");
+  std::lock_guard g(mu);
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "ids: turn from meta:dev.idemgate/turnId, meta:vscode.requestId, "
+                       "meta:x-codex-turn-metadata#/turn_id; session from "
+                       "meta:vscode.conversationId, meta:x-codex-turn-metadata#/thread_id, "
+                       "meta:threadId, meta:ai.opencode/sessionID, env:CLAUDE_CODE_SESSION_ID; "
+                       "call id from meta:claudecode/toolUseId; a caller's key from "
+                       "meta:dev.idemgate/idempotencyKey",
+                       "gates charge: mode turn, scoped by the turn id (else the session id, kept "
+                       "1h; else none), results kept 24h",
+                       "gates create_ticket: mode turn, scoped by the turn id (else the session "
+                       "id, kept 1h; else none), results kept 24h",
+                       "NOT gated: delete_all is not read-only, but the config leaves it ungated "
+                       "([[tool]] gated = false or mode = \"off\"): its retries run again",
+                       "gates own_nonce: mode fields, keyed by /order alone, results kept 24h",
+                       "passes 1 read-only tool(s) through: search",
+                   }));
 }
 
 TEST_F(McpSessionTest, ReadOnlyToolCallsPassThroughUnchanged) {
@@ -1028,6 +1067,131 @@ TEST_F(McpSessionTest, ObserveModeRunsEveryCallAndLogsWhatEnforcingWouldHaveDone
   ASSERT_TRUE(record && record->has_value());
   EXPECT_NE((*record)->outcome->body.find("ticket #1"), std::string::npos)
       << "the record keeps the first call's outcome";
+}
+
+// Keys from headers (MCP 2026-07-28, SEP-2243): over Streamable HTTP the
+// turn id and the key may come from the Mcp-Param-* headers that mirror the
+// arguments a tool marks x-mcp-header; a header that disagrees with the body
+// is refused with -32020 and nothing runs.
+class HeaderSourcesTest : public McpSessionTest {
+ protected:
+  void SetUp() override {
+    config_.mcp.turn_id = {*ParseIdSource("header:Mcp-Param-TurnId")};
+    config_.mcp.key = {*ParseIdSource("header:mcp-param-key")};
+    StartSession();
+    Request(R"({"jsonrpc":"2.0","id":"list","method":"tools/list","params":{}})");
+  }
+  // A tools/call of charge as the HTTP front hands it on: with the headers.
+  static std::string Charge(int id, std::string_view args, std::string_view headers,
+                            std::string_view meta = "{}") {
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(id) +
+           R"(,"method":"tools/call","params":{"name":"charge","arguments":)" + std::string(args) +
+           R"(,"_meta":)" + std::string(meta) + R"(},"dev.idemgate/requestHeaders":)" +
+           std::string(headers) + "}";
+  }
+  static int ErrorCode(const json::value& r) {
+    const auto* e = r.as_object().if_contains("error");
+    return e ? static_cast<int>(e->at("code").as_int64()) : 0;
+  }
+};
+
+TEST_F(HeaderSourcesTest, TheTurnIdComesFromItsMirrorHeaderAndIsNotForwarded) {
+  const std::string args = R"({"turn":"t-9","order":{"region":"eu"}})";
+  json::value r = Request(
+      Charge(1, args, R"({"Mcp-Param-TurnId":"t-9","mcp-param-region":"=?base64?ZXU=?="})"));
+  ASSERT_EQ(ErrorCode(r), 0) << json::serialize(r);
+  auto record = store_->Get(RecordId{"default", KeyOf("charge", args, "t-9")});
+  ASSERT_TRUE(record && record->has_value()) << "keyed by the turn of Mcp-Param-TurnId";
+  Request(Charge(2, args, R"({"mcp-param-turnid":"t-9","mcp-param-region":"eu"})"));
+  EXPECT_EQ(server_.executions("charge"), 1) << "the retry in turn t-9 replays";
+  for (const json::value& call : server_.calls("charge")) {
+    EXPECT_FALSE(call.as_object().contains("dev.idemgate/requestHeaders"));
+  }
+}
+
+TEST_F(HeaderSourcesTest, TheKeyComesFromItsMirrorHeader) {
+  json::value r = Request(Charge(1, R"({"key":"k-77"})", R"({"mcp-param-key":"k-77"})"));
+  ASSERT_EQ(ErrorCode(r), 0) << json::serialize(r);
+  auto record = store_->Get(RecordId{"default", "k-77"});
+  ASSERT_TRUE(record && record->has_value()) << "the caller's key, from Mcp-Param-Key";
+}
+
+TEST_F(HeaderSourcesTest, AHeaderThatDisagreesWithTheBodyIsRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"mcp-param-turnid":"t-1","mcp-param-region":"us"})",
+       R"(Header mismatch: Mcp-Param-Region header value "us" does not match body value "eu" of arguments.order.region)"},
+      {R"({"mcp-param-turnid":"t-1","mcp-param-region":"eu","mcp-param-key":"k"})",
+       "Mcp-Param-Key was sent, but arguments.key is not in the body"},
+      {R"({"mcp-param-turnid":"=?base64?!!?=","mcp-param-region":"eu"})",
+       "Mcp-Param-TurnId cannot be decoded"},
+  };
+  int id = 0;
+  for (const auto& [headers, why] : cases) {
+    json::value r = Request(Charge(++id, R"({"turn":"t-1","order":{"region":"eu"}})", headers));
+    ASSERT_EQ(ErrorCode(r), kMcpHeaderMismatch) << headers;
+    const std::string message(r.at("error").at("message").as_string());
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+  }
+  // 2026-07-28: a client must mirror every marked argument it sends.
+  json::value missing =
+      Request(Charge(9, R"({"turn":"t-1"})", "{}",
+                     R"({"io.modelcontextprotocol/protocolVersion":"2026-07-28"})"));
+  EXPECT_EQ(ErrorCode(missing), kMcpHeaderMismatch) << json::serialize(missing);
+  EXPECT_EQ(server_.executions("charge"), 0);
+}
+
+// The metrics' host label comes from the client's clientInfo: the session's
+// initialize, or a 2026-07-28 request's own _meta.
+TEST_F(McpSessionTest, CallsCarryTheHostTheClientNamed) {
+  std::mutex mu;
+  std::vector<std::string> hosts;
+  on_attempt_ = [&](const Call& call, AttemptOutcome, TimePoint, Duration) {
+    std::lock_guard g(mu);
+    hosts.push_back(call.host);
+  };
+  StartSession();
+  Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  client_.Inject(
+      R"({"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"claude-code","version":"2"}}})");
+  Request(ToolCall(2, "create_ticket", R"({"title":"b"})"));
+  Request(ToolCall(3, "create_ticket", R"({"title":"c"})", "turn-1",
+                   R"(,"io.modelcontextprotocol/clientInfo":{"name":"Visual Studio Code"})"));
+  std::lock_guard g(mu);
+  EXPECT_EQ(hosts, (std::vector<std::string>{"", "claude-code", "Visual Studio Code"}));
+}
+
+// A re-planned retry (crewAI#5802): the same turn calls the tool again with
+// other arguments, so the key differs and it runs; its attempt says so.
+TEST_F(McpSessionTest, AReplannedCallInTheSameTurnRunsAndIsLoggedExecutedAgain) {
+  StartSession();
+  Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  json::value replanned = Request(ToolCall(2, "create_ticket", R"({"title":"a!"})"));
+  EXPECT_EQ(Text(replanned, 0), "ticket #2") << "a re-planned call still runs";
+  Request(ToolCall(3, "create_ticket", R"({"title":"b"})", "turn-2"));  // another turn
+  Request(ToolCall(4, "create_ticket", R"({"title":"c","repeat_nonce":"n1"})", "turn-2"));
+  clock_.Advance(config_.mcp.replan_window + Duration(1));
+  Request(ToolCall(5, "create_ticket", R"({"title":"d"})", "turn-2"));  // past the window
+  EXPECT_EQ(server_.executions("create_ticket"), 5);
+  ledger_->Flush();
+  auto again = store_->QueryAttempts(AttemptFilter{.outcome = AttemptOutcome::kExecutedAgain});
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->size(), 1u) << "a new turn, a repeat_nonce and a late call are no re-plans";
+  EXPECT_EQ(again->front().key, KeyOf("create_ticket", R"({"title":"a!"})", "turn-1"));
+  EXPECT_NE(again->front().detail.find("re-planned: earlier key " +
+                                       KeyOf("create_ticket", R"({"title":"a"})", "turn-1")),
+            std::string::npos)
+      << again->front().detail;
+}
+
+TEST_F(McpSessionTest, ReplanWindowZeroSwitchesTheSignalOff) {
+  config_.mcp.replan_window = Duration(0);
+  StartSession();
+  Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  Request(ToolCall(2, "create_ticket", R"({"title":"b"})"));
+  ledger_->Flush();
+  auto again = store_->QueryAttempts(AttemptFilter{.outcome = AttemptOutcome::kExecutedAgain});
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->empty());
 }
 
 TEST_F(McpSessionTest, TooManyCallsInFlightAreRefusedRetryably) {

@@ -1,9 +1,11 @@
 #include "fronts/mcp/tool_gate.h"
 
 #include <boost/json.hpp>
+#include <cctype>
 #include <ctime>
 
 #include "idem/canonical_json.h"
+#include "fronts/mcp/http_protocol.h"
 #include "json/json_text.h"
 
 namespace idem::mcp {
@@ -38,8 +40,33 @@ std::string PointerTo(std::string_view name) {
 // The value `source` reads from a call's _meta (or the environment), or
 // nullopt when it is absent or not usable: a host's members are read as
 // they come, so a shape idemgate does not expect is skipped, never refused.
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A header's value as the argument it mirrors: an Mcp-Param-* value is
+// decoded (=?base64?...?=); nullopt if it cannot be.
+std::optional<std::string> HeaderValue(const RequestHeaders& headers, std::string_view name) {
+  const std::string lower = Lower(name);
+  auto it = headers.find(lower);
+  if (it == headers.end()) return std::nullopt;
+  if (!lower.starts_with("mcp-param-")) return it->second;
+  Result<std::string> decoded = DecodeMirroredHeaderValue(it->second);
+  if (!decoded) return std::nullopt;
+  return std::move(*decoded);
+}
+
 std::optional<std::string> ReadIdSource(const IdSource& source, const json::object* meta,
-                                        const SourceEnvironment* env) {
+                                        const SourceEnvironment* env,
+                                        const RequestHeaders* headers) {
+  if (source.kind == IdSource::Kind::kHeader) {
+    if (headers == nullptr) return std::nullopt;
+    std::optional<std::string> value = HeaderValue(*headers, source.name);
+    if (!value || value->empty()) return std::nullopt;
+    return value;
+  }
   if (source.kind == IdSource::Kind::kEnv) {
     if (env == nullptr) return std::nullopt;
     auto it = env->find(source.name);
@@ -72,9 +99,54 @@ struct FoundId {
   const IdSource* source = nullptr;
 };
 std::optional<FoundId> FirstId(const std::vector<IdSource>& sources, const json::object* meta,
-                               const SourceEnvironment* env) {
+                               const PlanContext& context) {
   for (const IdSource& source : sources) {
-    if (auto value = ReadIdSource(source, meta, env)) return FoundId{std::move(*value), &source};
+    if (auto value = ReadIdSource(source, meta, context.env, context.headers)) {
+      return FoundId{std::move(*value), &source};
+    }
+  }
+  return std::nullopt;
+}
+
+// "arguments.a.b" for a mirrored parameter's path, for messages.
+std::string ArgumentPath(const MirroredParam& param) {
+  std::string out = "arguments";
+  for (const std::string& p : param.path) out += "." + p;
+  return out;
+}
+
+// SEP-2243's checks of the Mcp-Param-* headers of one tools/call against
+// the arguments they mirror: what is wrong, or nullopt. `required`: the
+// 2026-07-28 dialect, in which a client must send a header for every
+// marked argument it passes.
+std::optional<std::string> HeaderMismatch(const std::vector<MirroredParam>& params,
+                                          const json::value* arguments,
+                                          const RequestHeaders& headers, bool required) {
+  for (const MirroredParam& param : params) {
+    const json::value* v = arguments;
+    for (const std::string& key : param.path) v = Member(ObjectAt(v), key);
+    const std::optional<std::string> body = MirroredText(v);
+    const std::string name = "Mcp-Param-" + param.header;
+    auto sent = headers.find(Lower(name));
+    if (sent == headers.end()) {
+      if (body && required) {
+        return "Header mismatch: " + name + " is missing, but " + ArgumentPath(param) +
+               " is in the body; a client mirrors every x-mcp-header argument it sends";
+      }
+      continue;
+    }
+    Result<std::string> decoded = DecodeMirroredHeaderValue(sent->second);
+    if (!decoded) {
+      return "Header mismatch: " + name + " cannot be decoded: " + decoded.error().message;
+    }
+    if (!body) {
+      return "Header mismatch: " + name + " was sent, but " + ArgumentPath(param) +
+             " is not in the body; send the header only with the argument";
+    }
+    if (*decoded != *body) {
+      return "Header mismatch: " + name + " header value " + Quote(*decoded) +
+             " does not match body value " + Quote(*body) + " of " + ArgumentPath(param);
+    }
   }
   return std::nullopt;
 }
@@ -132,6 +204,38 @@ std::string NonceSchema() {
          R"(a new unique value only to deliberately perform the action again."})";
 }
 
+// "meta:a, env:B", or "nothing" for an empty list.
+std::string SourceList(const std::vector<IdSource>& sources) {
+  std::string out;
+  for (const IdSource& s : sources) out += (out.empty() ? "" : ", ") + s.text;
+  return out.empty() ? "nothing" : out;
+}
+
+// What scopes the key of a gated tool in `mode`, for DescribeGating.
+std::string ScopeText(const Config& config, std::string_view tool, KeyMode mode) {
+  const Policy policy = config.PolicyFor(tool);
+  switch (mode) {
+    case KeyMode::kTurn:
+      return "scoped by the turn id (else the session id, kept " + RetentionText(policy.window) +
+             "; else none)";
+    case KeyMode::kArgs:
+      return "no scope: identical arguments within " + RetentionText(policy.window) +
+             " are one call";
+    case KeyMode::kFields: {
+      std::string fields;
+      if (const ToolRule* rule = config.RuleFor(tool)) {
+        for (const std::string& f : rule->fields) fields += (fields.empty() ? "" : ", ") + f;
+      }
+      return "keyed by " + fields + " alone";
+    }
+    case KeyMode::kExplicit:
+      return "keyed by the caller's key alone (" + SourceList(config.mcp.key) + ")";
+    case KeyMode::kOff:
+      break;
+  }
+  return {};
+}
+
 // One tool object of a tools/list result, rewritten.
 Result<std::string> RewriteTool(std::string_view tool_text, const Config& config,
                                 std::map<std::string, ToolInfo>& tools) {
@@ -149,6 +253,7 @@ Result<std::string> RewriteTool(std::string_view tool_text, const Config& config
     info.read_only = ro->get_bool();
   }
   const json::object* schema = ObjectAt(obj.if_contains("inputSchema"));
+  if (schema != nullptr) info.mirrored = MirroredParamsOfSchema(*schema);
   const json::object* properties = ObjectAt(Member(schema, "properties"));
   if (config.mcp.repeat_nonce && properties != nullptr &&
       properties->contains(*config.mcp.repeat_nonce)) {
@@ -248,6 +353,37 @@ std::string CompleteResult(std::string result, bool stateless) {
   return out ? std::move(*out) : result;
 }
 
+std::vector<std::string> DescribeGating(const Config& config,
+                                        const std::map<std::string, ToolInfo>& tools) {
+  std::vector<std::string> lines = {
+      "ids: turn from " + SourceList(config.mcp.turn_id) + "; session from " +
+      SourceList(config.mcp.session_id) + "; call id from " + SourceList(config.mcp.call_id) +
+      "; a caller's key from " + SourceList(config.mcp.key)};
+  std::string read_only;
+  size_t read_only_count = 0;
+  for (const auto& [name, info] : tools) {
+    const Gate gate = GateFor(config, name, &info);
+    if (gate.gated) {
+      const Policy policy = config.PolicyFor(name);
+      lines.push_back("gates " + name + ": mode " + std::string(KeyModeName(gate.mode)) + ", " +
+                      ScopeText(config, name, gate.mode) + ", results kept " +
+                      RetentionText(policy.ttl) + (policy.observe ? ", observe mode" : ""));
+    } else if (gate.mutating) {
+      lines.push_back("NOT gated: " + name +
+                      " is not read-only, but the config leaves it ungated ([[tool]] gated = "
+                      "false or mode = \"off\"): its retries run again");
+    } else {
+      read_only += (read_only.empty() ? "" : ", ") + name;
+      ++read_only_count;
+    }
+  }
+  if (read_only_count > 0) {
+    lines.push_back("passes " + std::to_string(read_only_count) +
+                    " read-only tool(s) through: " + read_only);
+  }
+  return lines;
+}
+
 Gate GateFor(const Config& config, std::string_view tool, const ToolInfo* info) {
   Gate gate;
   gate.mutating = info == nullptr || !info->read_only;
@@ -315,6 +451,31 @@ std::string ScopeDetail(bool explicit_key, bool call_seen, const std::optional<F
 
 }  // namespace
 
+std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, const Message& parsed) {
+  const json::object* carried =
+      ObjectAt(Member(ObjectAt(&parsed.json), kRequestHeadersMember));
+  if (carried == nullptr) return std::nullopt;
+  RequestHeaders headers;
+  for (const auto& [name, value] : *carried) {
+    if (value.is_string()) headers[Lower(name)] = std::string(value.get_string());
+  }
+  if (auto without = json_text::RemoveMember(request, kRequestHeadersMember)) {
+    request = std::move(*without);
+  }
+  return headers;
+}
+
+std::string ClientNameOf(const Message& request) {
+  const json::object* params = ObjectAt(Member(ObjectAt(&request.json), "params"));
+  const json::value* info = Member(params, "clientInfo");
+  if (info == nullptr) {
+    info = Member(ObjectAt(Member(params, "_meta")), "io.modelcontextprotocol/clientInfo");
+  }
+  const json::value* name = Member(ObjectAt(info), "name");
+  if (name == nullptr || !name->is_string()) return {};
+  return std::string(std::string_view(name->get_string()).substr(0, kMaxHostBytes));
+}
+
 CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
                       const PlanContext& context, const ToolInfo* info) {
   CallPlan plan;
@@ -322,6 +483,18 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   const json::value* name = Member(params, "name");
   if (name == nullptr || !name->is_string()) return plan;  // the upstream will refuse it
   plan.tool = std::string(name->get_string());
+  // SEP-2243: every server that reads the body checks the headers that
+  // mirror it, whether or not it gates the tool (the headers are what an
+  // intermediary routed on).
+  if (context.headers != nullptr && info != nullptr && !info->mirrored.empty()) {
+    const json::value* v = Member(ObjectAt(Member(params, "_meta")),
+                                  "io.modelcontextprotocol/protocolVersion");
+    const bool required = v && v->is_string() && v->get_string() >= "2026-07-28";
+    if (auto wrong = HeaderMismatch(info->mirrored, Member(params, "arguments"),
+                                    *context.headers, required)) {
+      return Refuse(std::move(plan), parsed, kMcpHeaderMismatch, *wrong);
+    }
+  }
   const Gate gate = GateFor(config, plan.tool, info);
   if (!gate.gated) return plan;
 
@@ -364,7 +537,8 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
 
   // idemgate's own members are a caller's promise: one of the wrong type is
   // refused (a host's members are read as they come, and skipped).
-  for (const auto* sources : {&config.mcp.turn_id, &config.mcp.session_id, &config.mcp.call_id}) {
+  for (const auto* sources :
+       {&config.mcp.turn_id, &config.mcp.session_id, &config.mcp.call_id, &config.mcp.key}) {
     for (const IdSource& source : *sources) {
       const json::value* own = source.kind == IdSource::Kind::kMeta && source.pointer.empty() &&
                                        source.name.starts_with("dev.idemgate/")
@@ -372,25 +546,32 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
                                    : nullptr;
       if (own != nullptr && !own->is_string()) {
         return Refuse(std::move(plan), parsed,
-                      "tools/call refused: _meta[\"" + source.name + "\"] (the turn id) must be a string");
+                      "tools/call refused: _meta[\"" + source.name + "\"] (" +
+                          (sources == &config.mcp.key ? "the idempotency key" : "the turn id") +
+                          ") must be a string");
       }
     }
   }
   // The turn, else the session (a turn fallback kept for `window`), and the
   // call id, from the first source of each that the host sent (docs/hosts.md).
-  const std::optional<FoundId> turn_id = FirstId(config.mcp.turn_id, meta, context.env);
+  const std::optional<FoundId> turn_id = FirstId(config.mcp.turn_id, meta, context);
   const std::optional<FoundId> session_id =
-      turn_id ? std::nullopt : FirstId(config.mcp.session_id, meta, context.env);
-  const std::optional<FoundId> call_id = FirstId(config.mcp.call_id, meta, context.env);
+      turn_id ? std::nullopt : FirstId(config.mcp.session_id, meta, context);
+  const std::optional<FoundId> call_id = FirstId(config.mcp.call_id, meta, context);
   const std::string turn = turn_id ? turn_id->value : session_id ? session_id->value : "";
+  // A caller's own key: the first of [mcp] key present (an empty one is
+  // refused by DeriveKey as it always was).
   std::optional<std::string> explicit_key;
-  if (const json::value* k = Member(meta, kMetaIdempotencyKey)) {
-    if (!k->is_string()) {
-      return Refuse(std::move(plan), parsed,
-                    "tools/call refused: _meta[\"" + std::string(kMetaIdempotencyKey) +
-                        "\"] (the idempotency key) must be a string");
+  for (const IdSource& source : config.mcp.key) {
+    if (source.kind == IdSource::Kind::kMeta && source.pointer.empty()) {
+      if (const json::value* k = Member(meta, source.name); k && k->is_string()) {
+        explicit_key = std::string(k->get_string());
+        break;
+      }
+    } else if (auto value = ReadIdSource(source, meta, context.env, context.headers)) {
+      explicit_key = std::move(*value);
+      break;
     }
-    explicit_key = std::string(k->get_string());
   }
 
   // The fingerprint is taken over the arguments' original bytes, so numbers
@@ -465,10 +646,14 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   p.forward_key = explicit_key ? derived->key : p.call.id.key;
   p.derived_key = derived->key;
   if (call_id) p.call_id = call_id->value;
+  p.replan_candidate = gate.mode == KeyMode::kTurn && !turn.empty() && !explicit_key &&
+                       !seen_key && !nonce_present;
   p.call.fingerprint = std::move(*fingerprint);
   p.call.tool = plan.tool;
   p.call.turn = turn;
   p.call.policy = config.PolicyFor(plan.tool);
+  p.call.host = ClientNameOf(parsed);
+  if (p.call.host.empty()) p.call.host = std::string(context.host);
   p.call.turn_fallback = derived->turn_fallback || (!turn_id && session_id);
   p.call.detail = ScopeDetail(explicit_key.has_value(), seen_key.has_value(), turn_id, session_id,
                               call_id, derived->turn_fallback);

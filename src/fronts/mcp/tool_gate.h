@@ -13,12 +13,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/clock.h"
 #include "idem/config.h"
 #include "idem/key.h"
 #include "gate/upstream_class.h"
 #include "idem/ledger.h"
+#include "fronts/mcp/http_jsonrpc.h"
 #include "fronts/mcp/json_rpc.h"
 
 namespace idem::mcp {
@@ -38,7 +40,21 @@ inline constexpr std::string_view kMetaRetryAfter = "dev.idemgate/retryAfterSeco
 struct ToolInfo {
   bool read_only = false;       // annotations.readOnlyHint == true
   bool declares_nonce = false;  // the tool has its own argument named like repeat_nonce
+  // Its x-mcp-header arguments, which a Streamable HTTP client mirrors into
+  // Mcp-Param-* headers (MCP 2026-07-28, SEP-2243).
+  std::vector<MirroredParam> mirrored;
 };
+
+// The request headers a Streamable HTTP client sent with a tools/call that
+// idemgate reads (its Mcp-Param-* headers and those header: id sources
+// name), by lowercase name, values as received.
+using RequestHeaders = std::map<std::string, std::string, std::less<>>;
+
+// The headers the HTTP server put into `request` (kRequestHeadersMember,
+// http_jsonrpc.h), taken out of `request` so that nothing of them is
+// forwarded; nullopt when it carries none (stdio, or an HTTP client that
+// sent none in a dialect before 2026-07-28). `parsed` is its parse.
+std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, const Message& parsed);
 
 // How calls to one tool are handled.
 struct Gate {
@@ -65,6 +81,16 @@ Gate GateFor(const Config& config, std::string_view tool, const ToolInfo* info);
 Result<std::string> RewriteToolsListResult(std::string_view result, const Config& config,
                                            std::map<std::string, ToolInfo>& tools);
 
+// What idemgate does with each tool of a tools/list, for the operator (the
+// CLI prints it once the upstream's list is known): one line naming where
+// turn, session and call ids are read, one line per gated tool with its key
+// mode, what scopes its key and how long results are kept, one per
+// mutating tool left ungated (its retries run again), and one line for the
+// read-only tools passed through. `tools` as RewriteToolsListResult learned
+// them. Lines without a newline.
+std::vector<std::string> DescribeGating(const Config& config,
+                                        const std::map<std::string, ToolInfo>& tools);
+
 // A gated tools/call, ready for the ledger.
 struct PreparedCall {
   Call call;
@@ -74,6 +100,11 @@ struct PreparedCall {
   std::string forward_key;        // the key sent upstream: the record's, or the caller's own as sent
   std::string derived_key;        // the key before its scope, for PlanContext::key_of_call
   std::string call_id;            // the host's per-call id, if it sent one
+  // Keyed in turn mode by the turn (or session) the host sent, with no
+  // explicit key, call id seen or repeat_nonce: another key for the same
+  // turn and tool soon after means the agent re-planned the call
+  // (McpConfig::replan_window).
+  bool replan_candidate = false;
   std::optional<std::string> reconcile_tool;  // rule.reconcile
   // The request speaks the stateless dialect (2026-07-28: _meta carries
   // io.modelcontextprotocol/protocolVersion), whose results all carry
@@ -99,11 +130,24 @@ struct PlanContext {
   std::string_view tenant;  // the record's tenant
   std::string_view scope;   // records are keyed ScopedKey(scope, key)
   const SourceEnvironment* env = nullptr;  // for env: id sources; null: none
+  // The agent host the session's initialize named (ClientNameOf); a call's
+  // own _meta["io.modelcontextprotocol/clientInfo"] (2026-07-28) wins.
+  std::string_view host;
   // The key (before its scope) of a call id the session has seen with
   // `tool`, or nullopt. Null function: no call ids are remembered.
   std::function<std::optional<std::string>(std::string_view call_id, std::string_view tool)>
       key_of_call;
+  // The request headers of a call over Streamable HTTP (TakeRequestHeaders),
+  // for header: id sources and SEP-2243's checks. Null: none (stdio).
+  const RequestHeaders* headers = nullptr;
 };
+
+// The agent host's name in an initialize request's params.clientInfo.name,
+// or in a request's _meta["io.modelcontextprotocol/clientInfo"].name (the
+// 2026-07-28 dialect sends it with every request), at most kMaxHostBytes;
+// empty if there is none. For the host label of the metrics.
+inline constexpr size_t kMaxHostBytes = 64;
+std::string ClientNameOf(const Message& request);
 
 // Plans `request` (the text of a tools/call request and its parse). The key
 // is scoped by the first turn id of config.mcp.turn_id the call carries,
@@ -112,7 +156,12 @@ struct PlanContext {
 // ScopedKey(context.scope, key) in context.tenant, and the upstream is sent
 // that key (a caller's explicit key as it was sent). `info` as for GateFor.
 // Refusals (arguments not an I-JSON object, a bad explicit key, explicit
-// mode without a key) come back as kAnswer.
+// mode without a key) come back as kAnswer, and so, for any tool, does a
+// call over Streamable HTTP whose Mcp-Param-* headers disagree with the
+// arguments the tool marks x-mcp-header (SEP-2243: a header that does not
+// match or cannot be decoded, one for an argument that is absent, and in
+// the 2026-07-28 dialect a missing one): JSON-RPC error -32020
+// (kMcpHeaderMismatch), which the HTTP front answers with 400.
 CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
                       const PlanContext& context, const ToolInfo* info);
 

@@ -574,6 +574,52 @@ class HttpsUpstreamTest(ProxyTest):
         self.assertEqual(self.ledger_lines(), [])
 
 
+class VendorProfileTest(ProxyTest):
+    """Each vendor profile forwards the key where that vendor dedupes on it."""
+
+    # profile -> (header the vendor sees, body field the vendor sees); one of them.
+    PROFILES = {
+        "stripe": ("idempotency-key", None),
+        "paypal": ("paypal-request-id", None),
+        "adyen": ("idempotency-key", None),
+        "checkout": ("cko-idempotency-key", None),
+        "square": (None, "idempotency_key"),
+    }
+
+    def test_each_profile_forwards_the_key_where_its_vendor_reads_it(self):
+        for profile, (want_header, want_field) in self.PROFILES.items():
+            with self.subTest(profile=profile):
+                config = '[[route]]\nmatch = "/v1/tickets"\nprofile = "%s"\n' % profile
+                self.proxy = self.start_proxy(self.vendor.url, config)
+                key = "%s-1" % profile
+                first = self.post("/v1/tickets", {"title": profile}, key='"%s"' % key)
+                self.assertEqual(first[0], 201, first[2])
+                self.assertEqual(self.post("/v1/tickets", {"title": profile}, key=key)[0], 201)
+                line = self.ledger_lines()[-1]
+                self.assertEqual(line["body"]["title"], profile, "one execution per key")
+                headers = line["headers"]
+                if want_header:
+                    self.assertEqual(headers.get(want_header), key, headers)  # bare, not "..."
+                else:
+                    self.assertEqual(line["body"].get(want_field), key, line["body"])
+                    self.assertNotIn("idempotency-key", headers)
+                for other in ("idempotency-key", "paypal-request-id", "cko-idempotency-key"):
+                    if other != want_header:
+                        self.assertNotIn(other, headers, profile)
+        self.assertEqual(len(self.ledger_lines()), len(self.PROFILES))
+
+    def test_a_ttl_longer_than_the_vendors_window_is_warned_about_at_start(self):
+        proxy = self.start_proxy(self.vendor.url,
+                                 '[[route]]\nmatch = "/v2/orders"\nprofile = "paypal"\n')
+        log = "".join(proxy.log)
+        self.assertIn("route POST,PATCH /v2/orders:", log)
+        self.assertIn("warning: route /v2/orders keeps records for 1d, but PayPal keeps a key for "
+                      "6h", log)
+        quiet = self.start_proxy(self.vendor.url, '[[route]]\nmatch = "/v2/orders"\n'
+                                 'profile = "paypal"\nttl = "6h"\n')
+        self.assertNotIn("warning: route", "".join(quiet.log))
+
+
 class SharedRedisTest(ProxyTest):
     VENDOR_ARGS = None
 

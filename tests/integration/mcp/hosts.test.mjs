@@ -150,3 +150,27 @@ test('Gemini CLI and Zed: no turn or session id, so identical calls are one call
   assert.equal(h.executions(), 1);
   await h.hasDetail('turn fallback: no turn id');
 });
+
+test('start-up: once the tools are listed, idemgate says what it gates and how', async (t) => {
+  const h = await host(t, tempDir(t));
+  await h.client.listTools();
+  await h.stderr.waitFor(/idemgate mcp: ids: turn from meta:dev\.idemgate\/turnId/);
+  await h.stderr.waitFor(/idemgate mcp: gates charge: mode turn, scoped by the turn id/);
+});
+
+test('a re-planned retry (other arguments, same turn) runs again and is counted', async (t) => {
+  const dir = tempDir(t);
+  const h = await host(t, dir);
+  const meta = { 'vscode.requestId': 'turn-r' };
+  await h.charge(meta);
+  // crewAI#5802: the agent re-plans and the model rounds the amount: a new key, so it runs.
+  const replanned = await h.charge(meta, { ...ARGS, amount_cents: 1000 });
+  assert.ok(!replanned.isError && !isReplay(replanned), JSON.stringify(replanned));
+  assert.equal(h.executions(), 2);
+  await h.hasDetail('re-planned: earlier key ');
+  const store = `sqlite:${path.join(dir, 'idem.db')}`;
+  const { stdout } = await run(IDEMGATE, ['stats', '--json', '--store', store, '--tool', 'charge']);
+  const stats = JSON.parse(stdout.trim().split('\n')[0]);
+  assert.equal(stats.executed_again, 1, stdout);
+  assert.equal(stats.executed, 1, stdout);
+});

@@ -33,6 +33,19 @@ const TOOLS = [
     inputSchema: { type: 'object', properties: { repo: { type: 'string' } }, required: ['repo'] },
     annotations: { readOnlyHint: true },
   },
+  {
+    // SEP-2243: a Streamable HTTP client mirrors `turn` into Mcp-Param-TurnId.
+    name: 'transfer',
+    description: 'Moves money.',
+    inputSchema: {
+      type: 'object',
+      properties: {
+        turn: { type: 'string', 'x-mcp-header': 'TurnId' },
+        amount: { type: 'integer' },
+      },
+      required: ['amount'],
+    },
+  },
 ];
 
 const deleted = new Set();
@@ -58,6 +71,9 @@ function callTool(params) {
       resultType: 'complete',
       content: [{ type: 'text', text: deleted.has(args.repo) ? 'deleted' : 'exists' }],
     };
+  }
+  if (name === 'transfer') {
+    return { resultType: 'complete', content: [{ type: 'text', text: `Moved ${args.amount}.` }] };
   }
   if (name !== 'delete_repo') return null;
   const answer = inputResponses?.confirm;
