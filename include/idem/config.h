@@ -227,6 +227,9 @@ struct McpConfig {
   };
   // Call ids remembered per session, oldest forgotten first. Default 4096.
   size_t max_call_ids = 4096;
+  // Gated calls one process runs at once, across its sessions; past it a
+  // call is refused with a retryable error. Default 256.
+  size_t max_in_flight = 256;
   // A gated call in turn mode whose turn (or session) called the same tool
   // with other arguments at most this long before is a re-planned retry:
   // it runs, and its attempt is logged executed_again naming the earlier

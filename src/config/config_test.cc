@@ -124,6 +124,7 @@ session_id = []
 call_id = ["meta:acme/call"]
 key = ["header:Mcp-Param-Key", "meta:dev.idemgate/idempotencyKey"]
 max_call_ids = 10
+max_in_flight = 7
 replan_window = "90s"
 max_replan_pairs = 7
 )",
@@ -139,6 +140,7 @@ max_replan_pairs = 7
   EXPECT_EQ(c->mcp.key[0].kind, IdSource::Kind::kHeader);
   EXPECT_EQ(c->mcp.key[0].name, "Mcp-Param-Key");
   EXPECT_EQ(c->mcp.max_call_ids, 10u);
+  EXPECT_EQ(c->mcp.max_in_flight, 7u);
   EXPECT_EQ(c->mcp.replan_window, Duration(90'000));
   EXPECT_EQ(c->mcp.max_replan_pairs, 7u);
   EXPECT_EQ(Config{}.mcp.replan_window, Duration(5 * 60'000));

@@ -181,6 +181,8 @@ def test_metrics(args, workdir):
               "attempts_total replayed = 1")
         check(sample(text, 'idemgate_replay_ratio{tool="charge"}') == "0.5", "replay_ratio = 0.5")
         check(sample(text, 'idemgate_in_flight_calls{front="mcp"}') == "0", "nothing in flight")
+        check(sample(text, 'idemgate_in_flight_limit{front="mcp"}') == "256",
+              "the in-flight limit is [mcp] max_in_flight's default")
         check(sample(text, 'idemgate_store_operation_duration_seconds_count{op="claim"}') not in
               (None, "0"), "store claims are timed")
     finally:
