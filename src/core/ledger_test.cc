@@ -359,8 +359,12 @@ TEST_F(LedgerTest, TheExecutingAttemptIsLoggedWithItsClaimAndItsCompletion) {
   auto logged = [&] {
     AttemptFilter f;
     f.key = call.id.key;
+    auto attempts = store_->QueryAttempts(f);
+    EXPECT_TRUE(attempts);
     std::vector<AttemptOutcome> outcomes;
-    for (const Attempt& a : *store_->QueryAttempts(f)) outcomes.push_back(a.outcome);
+    if (attempts) {
+      for (const Attempt& a : *attempts) outcomes.push_back(a.outcome);
+    }
     return outcomes;  // newest first
   };
   auto d = ledger_.Begin(call);
