@@ -1,12 +1,18 @@
 // idemgate: flags and wiring only. Each command family registers itself
 // (cmd_*.cc); parsing records the chosen command and main() runs it.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <string>
 
 #include "cli_common.h"
 #include "core/fault_point.h"
 
 int main(int argc, char** argv) {
+#ifdef IDEM_FAULT_POINTS
+  // The test build's binary (CMake IDEM_FAULT_POINTS); the packaged one,
+  // linked from the same objects, leaves them unarmed (src/cli/CMakeLists.txt).
+  idem::ArmFaultPoints();
+#endif
   using namespace idem::cli;
   Cli cli;
   CLI::App app{
@@ -51,7 +57,8 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (auto faults = idem::CheckFaultPointSetting(); !faults) {
-    return Fail("idemgate", faults.error());
+    std::fprintf(stderr, "idemgate: %s\n", faults.error().message.c_str());
+    return kExitFailure;
   }
   return cli.action ? cli.action() : kExitUsage;
 }

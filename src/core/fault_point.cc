@@ -55,10 +55,16 @@ const Setting& TheSetting() {
   return setting;
 }
 
+std::atomic<bool> armed{false};
+
 }  // namespace
 
-#ifdef IDEM_FAULT_POINTS
+void ArmFaultPoints() { armed.store(true, std::memory_order_relaxed); }
+
+bool FaultPointsArmed() { return armed.load(std::memory_order_relaxed); }
+
 void FaultPoint(std::string_view name) {
+  if (!FaultPointsArmed()) return;
   static std::atomic<long> passages{0};
   const Setting& s = TheSetting();
   if (s.point.empty() || !s.error.empty() || s.point != name) return;
@@ -67,20 +73,18 @@ void FaultPoint(std::string_view name) {
   (void)::write(STDERR_FILENO, line.data(), line.size());
   ::kill(::getpid(), SIGKILL);
 }
-#endif
 
 Result<void> CheckFaultPointSetting() {
   const Setting& s = TheSetting();
   if (s.point.empty()) return {};
-#ifndef IDEM_FAULT_POINTS
-  return MakeError(ErrorCode::kInvalidArgument,
-                   std::string(kVariable) +
-                       " is set, but this build has no fault points (they are for the crash "
-                       "tests: configure with -DIDEM_FAULT_POINTS=ON); unset it");
-#else
+  if (!FaultPointsArmed()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     std::string(kVariable) +
+                         " is set, but this build has no fault points (they are for the crash "
+                         "tests: configure with -DIDEM_FAULT_POINTS=ON); unset it");
+  }
   if (!s.error.empty()) return MakeError(ErrorCode::kInvalidArgument, s.error);
   return {};
-#endif
 }
 
 }  // namespace idem

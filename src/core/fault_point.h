@@ -25,9 +25,12 @@
 //                  /v1/calls/complete (src/fronts/ledger_api/ledger_api.cc). No after_send
 //                  or after_answer: the runtime, not idemgate, calls the tool.
 //
-// Compiled in only with the CMake option IDEM_FAULT_POINTS (the test build);
-// elsewhere FaultPoint is empty and CheckFaultPointSetting refuses to start
-// with the variable set, so a release binary never silently ignores it.
+// Armed only in the test build's binary: with the CMake option
+// IDEM_FAULT_POINTS, main() calls ArmFaultPoints() (src/cli/main.cc, the one
+// file the option compiles differently), so that binary and the one the
+// package installs link the same objects. Unarmed, FaultPoint returns at
+// once and CheckFaultPointSetting refuses to start with the variable set, so
+// a packaged binary never silently ignores it.
 // Thread-safe.
 #pragma once
 
@@ -37,15 +40,14 @@
 
 namespace idem {
 
-#ifdef IDEM_FAULT_POINTS
-inline constexpr bool kFaultPoints = true;
-// SIGKILLs the process if IDEMGATE_FAULT_POINT selects this passage of `name`.
+// Lets IDEMGATE_FAULT_POINT act in this process. Call before any other
+// thread starts (main()).
+void ArmFaultPoints();
+// Whether ArmFaultPoints ran: for a hook that exists only to pass a point.
+bool FaultPointsArmed();
+// SIGKILLs the process if the points are armed and IDEMGATE_FAULT_POINT
+// selects this passage of `name`; otherwise returns at once.
 void FaultPoint(std::string_view name);
-#else
-// For a hook that exists only to pass a point: `if constexpr (kFaultPoints)`.
-inline constexpr bool kFaultPoints = false;
-inline void FaultPoint(std::string_view) {}
-#endif
 
 // For main(): kInvalidArgument if IDEMGATE_FAULT_POINT is set but this build
 // has no fault points, or it names no known point or a bad count.

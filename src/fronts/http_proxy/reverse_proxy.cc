@@ -350,7 +350,7 @@ void ReverseProxy::Execute(const std::shared_ptr<Gated>& g) {
     g->lease = std::make_shared<Ledger::LeaseGuard>(ledger_.KeepAlive(call, g->decision.fence));
   }
   UpstreamRequest forward = Forwarded(g->request, &g->plan);
-  if constexpr (kFaultPoints) forward.on_written = [] { FaultPoint("after_send"); };
+  if (FaultPointsArmed()) forward.on_written = [] { FaultPoint("after_send"); };
   upstream_.Send(std::move(forward), [this, g](UpstreamResult result) {
     // On an upstream I/O thread. An answer to store goes to the store's
     // non-blocking write where it has one; any other store write may block,
