@@ -1,6 +1,7 @@
 #include "store_contract.h"
 
 #include "idem/ledger.h"
+#include "idem/resolve.h"
 #include "idem/store_clock.h"
 
 #include <atomic>
@@ -630,6 +631,60 @@ TEST_P(StoreContractTest, AttemptsAreQueriedNewestFirstWithFilters) {
   EXPECT_EQ(stats->at("deploy").attempts, 3u);
   EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kReplayed), 1u);
   EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kExecuted), 2u);
+}
+
+// An operator's acts (idem/resolve.h) on every backend: fence-conditional,
+// and each logged with who did it, under the audit-only outcomes.
+TEST_P(StoreContractTest, OperatorResolveAndEvictAreFencedAndLogged) {
+  auto policy_for = [](const std::string&) { return Policy{}; };
+  const Operator ops{"ops", "console", "serve-1"};
+  for (const std::string key : {"released", "stored"}) {
+    auto c = store_->Claim(Req(key));
+    ASSERT_TRUE(c && c->claimed);
+    ASSERT_TRUE(store_->MarkUnknown(c->record.id, c->record.fence, kTtl));
+  }
+  ResolveRequest stale{RecordId{"default", "released"}};
+  stale.expect_fence = 99;
+  auto refused = ResolveRecord(*store_, clock_, policy_for, stale, ops);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->kind, Resolution::Kind::kChanged);
+
+  ResolveRequest release{RecordId{"default", "released"}};
+  auto released = ResolveRecord(*store_, clock_, policy_for, release, ops);
+  ASSERT_TRUE(released) << released.error().ToString();
+  EXPECT_EQ(released->kind, Resolution::Kind::kReleased);
+  EXPECT_FALSE(*store_->Get(release.id));
+  clock_.Advance(1s);  // the log lists newest first
+
+  ResolveRequest set{RecordId{"default", "stored"}};
+  set.outcome = Outcome{OutcomeClass::kSuccess, "{\"id\":1}"};
+  auto stored = ResolveRecord(*store_, clock_, policy_for, set, ops);
+  ASSERT_TRUE(stored) << stored.error().ToString();
+  EXPECT_EQ(stored->kind, Resolution::Kind::kStored);
+  EXPECT_EQ((*store_->Get(set.id))->outcome->body, "{\"id\":1}");
+  // Completed now: nothing to resolve.
+  EXPECT_EQ(ResolveRecord(*store_, clock_, policy_for, set, ops)->kind,
+            Resolution::Kind::kCompleted);
+  auto evicted = EvictRecord(*store_, clock_, set.id, ops);
+  ASSERT_TRUE(evicted && *evicted);
+  EXPECT_FALSE(*EvictRecord(*store_, clock_, set.id, ops));
+
+  AttemptFilter resolved;
+  resolved.outcome = AttemptOutcome::kResolved;
+  auto log = store_->QueryAttempts(resolved);
+  ASSERT_TRUE(log);
+  ASSERT_EQ(log->size(), 2u);
+  EXPECT_EQ(log->back().detail, "released by ops (console)");
+  EXPECT_EQ(log->back().tool, "charge");
+  EXPECT_EQ(log->front().detail, "outcome set (success, 8 bytes) by ops (console)");
+  AttemptFilter gone;
+  gone.outcome = AttemptOutcome::kEvicted;
+  log = store_->QueryAttempts(gone);
+  ASSERT_TRUE(log);
+  ASSERT_EQ(log->size(), 1u);
+  EXPECT_EQ(log->front().detail, "evicted (was completed, fence " +
+                                     std::to_string(stored->record.fence) + ") by ops (console)");
+  EXPECT_EQ(log->front().instance, "serve-1");
 }
 
 // Abandon: a claim whose reply was lost is taken back by the token of the

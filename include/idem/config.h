@@ -154,6 +154,25 @@ struct MetricsConfig {
   size_t max_hosts = 16;
 };
 
+// [console]: the operator console at /console on `serve`, `http` and
+// `mcp --listen` (docs/DESIGN.md §6.4). Every list it shows is bounded here.
+struct ConsoleConfig {
+  bool enabled = true;  // false: /console answers 404
+  // Records waiting as unknown listed at most. Default 100.
+  size_t max_records = 100;
+  // The list is found from the audit log's `unknown` entries, newest first:
+  // at most this many are read to find them. Default 5000.
+  size_t scan_attempts = 5000;
+  // Most attempts the attempt log page may ask for at once (its limit;
+  // the page asks 100 unless told). Default 1000.
+  size_t max_attempts = 1000;
+  // Points of the replay-ratio chart per tool (the period is cut in this
+  // many buckets, one audit log summary each). Default 24.
+  size_t chart_buckets = 24;
+  // Most tools the chart draws (those with the most attempts). Default 8.
+  size_t chart_tools = 8;
+};
+
 // [listen]: HTTP listeners of `serve`, `http` and `mcp --listen`.
 struct ListenConfig {
   // HOST:PORT of the front. Empty: the command's flag or its default.
@@ -311,6 +330,7 @@ struct Config {
   std::vector<Tenant> tenants;    // [[tenant]]; none: one "default" tenant, loopback only
   AlertConfig alert;
   MetricsConfig metrics;
+  ConsoleConfig console;
   ListenConfig listen;
   McpConfig mcp;
   HttpConfig http;

@@ -231,6 +231,8 @@ class Ledger {
 
   Store& store() { return store_; }
   Clock& clock() { return clock_; }
+  // Names this process in the audit log (LedgerOptions::instance).
+  const std::string& instance() const { return options_.instance; }
 
  private:
   // The audit entry of one attempt of `call`, its latency measured now;

@@ -80,6 +80,10 @@ enum class AttemptOutcome {
   // itself (ClaimRequest::logged), so the trail names it even if it never
   // finished. Audit only: not an answer, never counted in the metrics.
   kClaimed,
+  // An operator settled the record (released it, or stored the outcome that
+  // happened: idem/resolve.h) or evicted it; the detail names who and how.
+  // Audit only, like kClaimed.
+  kResolved, kEvicted,
 };
 std::string_view AttemptOutcomeName(AttemptOutcome o);
 Result<AttemptOutcome> ParseAttemptOutcome(std::string_view s);

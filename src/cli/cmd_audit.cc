@@ -15,13 +15,15 @@
 namespace idem::cli {
 namespace {
 
-constexpr std::array<AttemptOutcome, 14> kAllOutcomes = {
+constexpr std::array<AttemptOutcome, 16> kAllOutcomes = {
     AttemptOutcome::kExecuted,    AttemptOutcome::kReplayed,    AttemptOutcome::kAttached,
     AttemptOutcome::kInProgress,  AttemptOutcome::kDrift,       AttemptOutcome::kUnknown,
     AttemptOutcome::kReleased,    AttemptOutcome::kError,       AttemptOutcome::kWouldReplay,
     AttemptOutcome::kWouldDrift,  AttemptOutcome::kWouldWait,   AttemptOutcome::kWouldUnknown,
     AttemptOutcome::kExecutedAgain,
     AttemptOutcome::kClaimed,
+    AttemptOutcome::kResolved,
+    AttemptOutcome::kEvicted,
 };
 
 std::string OutcomeList() {

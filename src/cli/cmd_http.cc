@@ -20,6 +20,7 @@
 #include "cli_common.h"
 #include "core/worker_pool.h"
 #include "front_core.h"
+#include "fronts/console/console.h"
 #include "net/http_listener.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"
@@ -107,11 +108,17 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   proxy_options.log = LogLine;
   proxy::ReverseProxy reverse_proxy(ledger, *config, **upstream, pool, proxy_options);
 
+  // /console: the operator console, its page public, its API admin-only.
+  console::Console console(ledger, *config);
+  for (const std::string& path : console::Console::PublicPaths()) {
+    setup->options.public_paths.push_back(path);
+  }
   http::AdminEndpoints admin;
   admin.ready = [&core] { return (*core)->probe->Check(); };
   admin.metrics = [&core] { return (*core)->metrics->Render(); };
   auto listener =
-      http::HttpListener::Start(setup->options, http::WithAdmin(admin, reverse_proxy.AsHandler()));
+      http::HttpListener::Start(setup->options,
+                                http::WithAdmin(admin, console.Wrap(reverse_proxy.AsHandler())));
   if (!listener) {
     if (listener.error().code == ErrorCode::kInvalidArgument) {
       return UsageError("http", listener.error().message);

@@ -27,6 +27,7 @@
 
 #include "cli_common.h"
 #include "front_core.h"
+#include "fronts/console/console.h"
 #include "idem/key.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"  // ParsePositiveDuration
@@ -211,6 +212,11 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
   }
   server_options.ready = [&probe] { return probe.Check(); };
   server_options.metrics = [&metrics] { return metrics.Render(); };
+  // /console: the operator console, its page public, its API admin-only.
+  console::Console console(ledger, config);
+  server_options.console = [&console](http::Request request, http::Responder respond) {
+    console.Handle(std::move(request), std::move(respond));
+  };
   auto server = mcp::HttpMcpServer::Start(
       server_options,
       [&sessions](std::shared_ptr<mcp::Channel> client, const mcp::HttpSessionInfo& info) {

@@ -7,13 +7,17 @@
 // overwrites an owner or a reconcile that got there first.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "cli_common.h"
 #include "idem/record.h"
+#include "idem/resolve.h"
 #include "idem/store.h"
 
 namespace idem::cli {
@@ -46,6 +50,20 @@ Result<Record> GetRecord(Store& store, const RecordFlags& flags) {
   if (!got) return std::unexpected(got.error());
   if (!*got) return MakeError(ErrorCode::kNotFound, NoRecord(flags));
   return std::move(**got);
+}
+
+// Who acts from the command line, for the audit log: the user running it.
+Operator CliOperator() {
+  const char* user = std::getenv("USER");
+  return Operator{user && *user ? user : "uid " + std::to_string(::getuid()), "cli",
+                  "cli-" + std::to_string(::getpid())};
+}
+
+// The act was done but its audit entry could not be written.
+void WarnAudit(const std::optional<Error>& audit_error) {
+  if (!audit_error) return;
+  fmt::print(stderr, "warning: the audit log entry could not be written: {}\n",
+             audit_error->message);
 }
 
 // ---------------------------------------------------------------------------
@@ -187,11 +205,14 @@ int RunInspect(const GlobalOptions& globals, const InspectFlags& flags) {
 int RunEvict(const GlobalOptions& globals, const RecordFlags& flags) {
   Result<StoreSession> session = OpenSession(globals);
   if (!session) return Fail("evict", session.error());
-  Result<bool> evicted = session->store->Evict(IdOf(flags));
+  std::optional<Error> audit_error;
+  Result<bool> evicted =
+      EvictRecord(*session->store, StoreTime(), IdOf(flags), CliOperator(), &audit_error);
   if (!evicted) return Fail("evict", evicted.error());
   if (!*evicted) return Fail("evict", NoRecord(flags) + "; nothing was evicted");
   fmt::print("evicted {} (tenant \"{}\"): the next attempt of this call will execute\n", flags.key,
              flags.tenant);
+  WarnAudit(audit_error);
   return kExitOk;
 }
 
@@ -206,44 +227,42 @@ struct ResolveFlags : RecordFlags {
   bool force = false;
 };
 
-// Checks that the record may be resolved, in words an operator can act on,
-// and returns it as it must be written: with its own fence, or with a new one
-// after taking over a forced in-progress record.
-Result<Record> ClaimForResolve(Store& store, const Record& r, const ResolveFlags& flags,
-                               const Policy& policy, TimePoint now) {
-  switch (r.state) {
-    case RecordState::kCompleted:
-      return MakeError(
-          ErrorCode::kFailedPrecondition,
-          fmt::format("record {} is completed (at {}): retries replay its outcome and there is "
-                      "nothing to resolve. To forget it so that the next attempt executes, run "
-                      "`idemgate evict {}`",
-                      r.id.key, FormatTime(r.completed_at), r.id.key));
-    case RecordState::kUnknown:
-      return r;
-    case RecordState::kInProgress:
-      break;
+// Why a resolve was refused, in words an operator can act on; empty when it
+// was done.
+std::string Refusal(const Resolution& res, const ResolveFlags& flags,
+                    const std::string& outcome_file) {
+  const Record& r = res.record;
+  switch (res.kind) {
+    case Resolution::Kind::kReleased:
+    case Resolution::Kind::kStored:
+      return "";
+    case Resolution::Kind::kNoRecord:
+      return NoRecord(flags);
+    case Resolution::Kind::kCompleted:
+      return fmt::format(
+          "record {} is completed (at {}): retries replay its outcome and there is nothing to "
+          "resolve. To forget it so that the next attempt executes, run `idemgate evict {}`",
+          r.id.key, FormatTime(r.completed_at), r.id.key);
+    case Resolution::Kind::kRunning:
+      return fmt::format(
+          "record {} is in progress and its owner's lease runs until {}: the call may still be "
+          "executing. Wait for it to finish, or for the lease to expire",
+          r.id.key, FormatTime(r.lease_expires_at));
+    case Resolution::Kind::kLeaseExpired:
+      return fmt::format(
+          "record {} is in progress but its owner's lease expired at {}: the owner is presumed "
+          "dead and the outcome is unknown. If you know what happened, run again with --force",
+          r.id.key, FormatTime(r.lease_expires_at));
+    case Resolution::Kind::kTooLarge:
+      return fmt::format(
+          "{} is larger than max_result_bytes ({} bytes) for tool \"{}\"; store a smaller "
+          "outcome or raise max_result_bytes in the config",
+          outcome_file, res.policy.max_result_bytes, r.tool);
+    case Resolution::Kind::kChanged:
+      return fmt::format("record {} changed while it was being resolved; nothing was written",
+                         r.id.key);
   }
-  if (r.lease_expires_at > now) {
-    return MakeError(ErrorCode::kFailedPrecondition,
-                     fmt::format("record {} is in progress and its owner's lease runs until {}: "
-                                 "the call may still be executing. Wait for it to finish, or for "
-                                 "the lease to expire",
-                                 r.id.key, FormatTime(r.lease_expires_at)));
-  }
-  if (!flags.force) {
-    return MakeError(
-        ErrorCode::kFailedPrecondition,
-        fmt::format("record {} is in progress but its owner's lease expired at {}: the owner is "
-                    "presumed dead and the outcome is unknown. If you know what happened, run "
-                    "again with --force",
-                    r.id.key, FormatTime(r.lease_expires_at)));
-  }
-  // The presumed-dead owner still holds this fence; taking over moves the
-  // fence on so that owner can never write after we resolve.
-  Result<Record> taken = store.TakeOver(r.id, r.fence, policy.lease);
-  if (!taken) return std::unexpected(taken.error());
-  return taken;
+  return "";
 }
 
 std::string Explain(const Error& e, const RecordFlags& flags) {
@@ -281,42 +300,40 @@ int RunResolve(const GlobalOptions& globals, const ResolveFlags& flags) {
   Result<StoreSession> session = OpenSession(globals);
   if (!session) return Fail("resolve", session.error());
   Store& store = *session->store;
-  Result<Record> record = GetRecord(store, flags);
-  if (!record) return Fail("resolve", record.error());
-  Policy policy = session->config.PolicyFor(record->tool);
 
-  // Read the outcome before touching the record, so a bad file changes nothing.
-  std::string body;
+  ResolveRequest req;
+  req.id = IdOf(flags);
+  req.force = flags.force;
+  req.ttl = ttl;
+  const Config& config = session->config;
   if (!flags.release) {
-    Result<std::string> bytes = ReadFileBytes(flags.outcome_file, policy.max_result_bytes + 1);
+    // Read the outcome before touching the record, so a bad file changes
+    // nothing, and no more of it than the tool's max_result_bytes allows
+    // (ResolveRecord refuses a larger one).
+    Result<Record> record = GetRecord(store, flags);
+    if (!record) return Fail("resolve", record.error());
+    const size_t limit = config.PolicyFor(record->tool).max_result_bytes;
+    Result<std::string> bytes = ReadFileBytes(flags.outcome_file, limit + 1);
     if (!bytes) return Fail("resolve", bytes.error());
-    if (bytes->size() > policy.max_result_bytes) {
-      return Fail("resolve",
-                  fmt::format("{} is larger than max_result_bytes ({} bytes) for tool \"{}\"; "
-                              "store a smaller outcome or raise max_result_bytes in the config",
-                              flags.outcome_file, policy.max_result_bytes, record->tool));
-    }
-    body = std::move(*bytes);
+    req.outcome = Outcome{*cls, std::move(*bytes)};
   }
-
-  TimePoint now = StoreTime().Now();
-  Result<Record> owned = ClaimForResolve(store, *record, flags, policy, now);
-  if (!owned) return Fail("resolve", Explain(owned.error(), flags));
-
-  if (flags.release) {
-    Result<void> released = store.Release(owned->id, owned->fence);
-    if (!released) return Fail("resolve", Explain(released.error(), flags));
+  Result<Resolution> res = ResolveRecord(
+      store, StoreTime(), [&config](const std::string& tool) { return config.PolicyFor(tool); },
+      req, CliOperator());
+  if (!res) return Fail("resolve", Explain(res.error(), flags));
+  if (std::string why = Refusal(*res, flags, flags.outcome_file); !why.empty()) {
+    return Fail("resolve", why);
+  }
+  if (res->kind == Resolution::Kind::kReleased) {
     fmt::print("released {}: the record is gone and the next attempt of this call will execute\n",
                flags.key);
-    return kExitOk;
+  } else {
+    const Record& done = res->record;
+    fmt::print("resolved {} as {} ({} bytes): retries replay this outcome until {}\n", flags.key,
+               OutcomeClassName(*cls), done.outcome ? done.outcome->body.size() : 0,
+               FormatTime(done.expires_at));
   }
-  Duration retention = ttl.value_or(policy.ttl);
-  Result<Record> completed =
-      store.Complete(owned->id, owned->fence, Outcome{*cls, std::move(body)}, retention);
-  if (!completed) return Fail("resolve", Explain(completed.error(), flags));
-  fmt::print("resolved {} as {} ({} bytes): retries replay this outcome until {}\n", flags.key,
-             OutcomeClassName(*cls), completed->outcome ? completed->outcome->body.size() : 0,
-             FormatTime(completed->expires_at));
+  WarnAudit(res->audit_error);
   return kExitOk;
 }
 

@@ -18,6 +18,7 @@
 #include "cli_common.h"
 #include "core/worker_pool.h"
 #include "front_core.h"
+#include "fronts/console/console.h"
 #include "net/http_listener.h"
 #include "fronts/ledger_api/ledger_api.h"
 #include "idem/ledger.h"
@@ -49,10 +50,16 @@ int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
   // an I/O thread. At most one task per connection (max_connections).
   WorkerPool pool;
   http::LedgerApi api(ledger, *config, pool);
+  // /console: the operator console, its page public, its API admin-only.
+  console::Console console(ledger, *config);
+  for (const std::string& path : console::Console::PublicPaths()) {
+    setup->options.public_paths.push_back(path);
+  }
   http::AdminEndpoints admin;
   admin.ready = [&core] { return (*core)->probe->Check(); };
   admin.metrics = [&core] { return (*core)->metrics->Render(); };
-  auto listener = http::HttpListener::Start(setup->options, http::WithAdmin(admin, api.handler()));
+  auto listener = http::HttpListener::Start(setup->options,
+                                            http::WithAdmin(admin, console.Wrap(api.handler())));
   if (!listener) {
     if (listener.error().code == ErrorCode::kInvalidArgument) {
       return UsageError("serve", listener.error().message);

@@ -117,6 +117,24 @@ TEST(ConfigTest, MetricsMaxHosts) {
   EXPECT_FALSE(ParseConfig("[metrics]\nmax_hosts = -1\n", "t.toml"));
 }
 
+TEST(ConfigTest, ConsoleLimits) {
+  EXPECT_TRUE(Config{}.console.enabled);
+  EXPECT_EQ(Config{}.console.max_records, 100u);
+  auto c = ParseConfig(
+      "[console]\nenabled = false\nmax_records = 5\nscan_attempts = 50\nmax_attempts = 20\n"
+      "chart_buckets = 12\nchart_tools = 3\n",
+      "t.toml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_FALSE(c->console.enabled);
+  EXPECT_EQ(c->console.max_records, 5u);
+  EXPECT_EQ(c->console.scan_attempts, 50u);
+  EXPECT_EQ(c->console.max_attempts, 20u);
+  EXPECT_EQ(c->console.chart_buckets, 12u);
+  EXPECT_EQ(c->console.chart_tools, 3u);
+  EXPECT_FALSE(ParseConfig("[console]\nmax_records = 0\n", "t.toml"));
+  EXPECT_FALSE(ParseConfig("[console]\nmax_rows = 3\n", "t.toml"));
+}
+
 TEST(ConfigTest, IdSourcesAreReadInOrderAndBadOnesNamed) {
   auto c = ParseConfig(R"([mcp]
 turn_id = ["meta:acme/turn", "meta:acme/meta#/turn/id", "env:ACME_TURN"]

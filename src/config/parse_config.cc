@@ -47,7 +47,7 @@ std::vector<std::string_view> WithPolicyKeys(std::initializer_list<std::string_v
 const Section& TopSection() {
   static const Section s{"",
                          {"store", "defaults", "tool", "route", "tenant", "alert", "metrics",
-                          "listen", "mcp", "http", "limits", "replay_cache"}};
+                          "listen", "mcp", "http", "limits", "replay_cache", "console"}};
   return s;
 }
 const Section& DefaultsSection() {
@@ -75,6 +75,12 @@ const Section& AlertSection() {
 }
 const Section& MetricsSection() {
   static const Section s{"[metrics]", {"max_hosts"}};
+  return s;
+}
+const Section& ConsoleSection() {
+  static const Section s{"[console]",
+                         {"enabled", "max_records", "scan_attempts", "max_attempts",
+                          "chart_buckets", "chart_tools"}};
   return s;
 }
 const Section& ListenSection() {
@@ -110,7 +116,7 @@ const std::vector<const Section*>& AllSections() {
       &TopSection(),    &DefaultsSection(), &ToolSection(),        &RouteSection(),
       &TenantSection(), &AlertSection(),    &MetricsSection(),     &ListenSection(),
       &McpSection(),
-      &HttpSection(),   &LimitsSection(),   &ReplayCacheSection(),
+      &HttpSection(),   &LimitsSection(),   &ReplayCacheSection(), &ConsoleSection(),
   };
   return all;
 }
@@ -417,6 +423,20 @@ void ReadMetrics(const toml::table& t, Diagnostics& diag, MetricsConfig& metrics
   r.CheckUnknown();
 }
 
+void ReadConsole(const toml::table& t, Diagnostics& diag, ConsoleConfig& console) {
+  TableReader r = Reader(t, ConsoleSection(), diag);
+  if (auto v = r.Bool("enabled")) console.enabled = *v;
+  auto size = [&](std::string_view key, int64_t max, size_t& out) {
+    if (auto v = r.Integer(key, 1, max)) out = static_cast<size_t>(*v);
+  };
+  size("max_records", 10'000, console.max_records);
+  size("scan_attempts", 1'000'000, console.scan_attempts);
+  size("max_attempts", 10'000, console.max_attempts);
+  size("chart_buckets", 240, console.chart_buckets);
+  size("chart_tools", 64, console.chart_tools);
+  r.CheckUnknown();
+}
+
 void ReadListen(const toml::table& t, Diagnostics& diag, ListenConfig& listen) {
   TableReader r = Reader(t, ListenSection(), diag);
   auto host_port = [&](std::string_view key, std::string& out) {
@@ -573,6 +593,7 @@ Result<Config> ParseConfig(std::string_view toml_text, std::string_view source_n
   ReadTenants(top, diag, config.tenants);
   if (const toml::table* t = top.Table("alert")) ReadAlert(*t, diag, config.alert);
   if (const toml::table* t = top.Table("metrics")) ReadMetrics(*t, diag, config.metrics);
+  if (const toml::table* t = top.Table("console")) ReadConsole(*t, diag, config.console);
   if (const toml::table* t = top.Table("listen")) ReadListen(*t, diag, config.listen);
   if (const toml::table* t = top.Table("mcp")) ReadMcp(*t, diag, config.mcp);
   if (const toml::table* t = top.Table("http")) ReadHttp(*t, diag, config.http);

@@ -18,8 +18,8 @@ namespace idem {
 namespace {
 
 constexpr size_t kHostLabelBytes = 32;  // HostLabel keeps this much of a host's name
-// AttemptOutcome's answers, kExecuted .. kExecutedAgain; kClaimed (after them)
-// is audit only.
+// AttemptOutcome's answers, kExecuted .. kExecutedAgain; kClaimed, kResolved
+// and kEvicted (after them) are audit only.
 constexpr size_t kOutcomes = 13;
 
 size_t IndexOf(AttemptOutcome o) { return static_cast<size_t>(o); }

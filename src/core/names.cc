@@ -43,7 +43,7 @@ constexpr std::array<std::pair<OutcomeClass, std::string_view>, 3> kOutcomeClass
     {OutcomeClass::kToolError, "tool_error"},
     {OutcomeClass::kTooLarge, "too_large"},
 }};
-constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 14> kAttemptOutcomes{{
+constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 16> kAttemptOutcomes{{
     {AttemptOutcome::kExecuted, "executed"},
     {AttemptOutcome::kReplayed, "replayed"},
     {AttemptOutcome::kAttached, "attached"},
@@ -58,6 +58,8 @@ constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 14> kAttemptOu
     {AttemptOutcome::kWouldUnknown, "would_unknown"},
     {AttemptOutcome::kExecutedAgain, "executed_again"},
     {AttemptOutcome::kClaimed, "claimed"},
+    {AttemptOutcome::kResolved, "resolved"},
+    {AttemptOutcome::kEvicted, "evicted"},
 }};
 constexpr std::array<std::pair<OnUnknown, std::string_view>, 3> kOnUnknown{{
     {OnUnknown::kFail, "fail"},

@@ -8,7 +8,9 @@
 #include "idem/key.h"
 #include "json/json_errors.h"
 #include "json/json_text.h"
+#include "idem/resolve.h"
 #include "net/http_rules.h"
+#include "net/record_answers.h"
 
 namespace idem::http {
 namespace {
@@ -21,6 +23,9 @@ using Answer = std::expected<T, Response>;
 Response BadRequest(std::string detail) {
   return Problem(400, "bad-request", "Bad request", "idemgate: " + detail);
 }
+
+// The most attempts GET /v1/attempts answers at once (its limit).
+constexpr size_t kMaxAttempts = 1000;
 
 Response Json(int status, const json::object& o, std::string_view raw_outcome = {}) {
   Response r;
@@ -318,67 +323,6 @@ Response CompleteAnswer(const RecordId& id, const Result<Record>& stored) {
 
 bool HasReplayableOutcome(const Record& r) {
   return r.outcome && r.outcome->cls != OutcomeClass::kTooLarge && !r.outcome->body.empty();
-}
-
-json::object RecordJson(const Record& r) {
-  json::object o;
-  o["key"] = r.id.key;
-  o["tenant"] = r.id.tenant;
-  o["state"] = RecordStateName(r.state);
-  o["tool"] = r.tool;
-  o["turn"] = r.turn;
-  o["fingerprint"] = r.fingerprint;
-  o["fence"] = r.fence;
-  o["created_at"] = FormatIsoTime(r.created_at);
-  if (r.state == RecordState::kInProgress) {
-    o["lease_expires_at"] = FormatIsoTime(r.lease_expires_at);
-  } else {
-    o["completed_at"] = FormatIsoTime(r.completed_at);
-  }
-  o["expires_at"] = FormatIsoTime(r.expires_at);
-  if (r.outcome) o["outcome_class"] = OutcomeClassName(r.outcome->cls);
-  return o;
-}
-
-// Percent-decodes one path segment. kInvalidArgument for a bad escape.
-Result<std::string> PercentDecode(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    unsigned v = 0;
-    if (i + 3 > s.size()) {
-      return MakeError(ErrorCode::kInvalidArgument, "bad percent escape: '%' needs two hex digits");
-    }
-    auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
-    if (ec != std::errc() || p != s.data() + i + 3) {
-      return MakeError(ErrorCode::kInvalidArgument, "bad percent escape: '%' needs two hex digits");
-    }
-    out += static_cast<char>(v);
-    i += 2;
-  }
-  return out;
-}
-
-// The query string as name → decoded value ('+' is a space).
-Result<std::map<std::string, std::string>> ParseQuery(std::string_view q) {
-  std::map<std::string, std::string> out;
-  while (!q.empty()) {
-    size_t amp = q.find('&');
-    std::string_view pair = q.substr(0, amp);
-    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
-    if (pair.empty()) continue;
-    size_t eq = pair.find('=');
-    std::string name(pair.substr(0, eq));
-    std::string value(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
-    std::replace(value.begin(), value.end(), '+', ' ');
-    auto decoded = PercentDecode(value);
-    if (!decoded) return std::unexpected(decoded.error());
-    out[name] = std::move(*decoded);
-  }
-  return out;
 }
 
 Response Forbidden(std::string_view what) {
@@ -746,59 +690,17 @@ void LedgerApi::Handle(Request request, Responder respond) {
       const json::value* force_v = body->Find("force");
       if (force_v && !force_v->is_bool()) return respond(BadRequest("\"force\" must be a boolean"));
       bool force = force_v && force_v->get_bool();
-      return offload([this, id, outcome = std::move(outcome), force]() mutable -> Response {
-        Store& store = ledger_.store();
-        auto got = store.Get(id);
-        if (!got) return FromError(got.error(), id.key);
-        if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
-        Record r = std::move(**got);
-        Policy policy = config_.PolicyFor(r.tool);
-        std::string key_member = "\"key\":" + Quoted(id.key);
-        if (r.state == RecordState::kCompleted) {
-          return Problem(409, "not-unknown", "Nothing to resolve",
-                         "idemgate: the record is completed: retries replay its outcome. To "
-                         "forget it, DELETE /v1/records/{key}",
-                         key_member);
-        }
-        if (r.state == RecordState::kInProgress) {
-          if (r.lease_expires_at > ledger_.clock().Now()) {
-            return Problem(409, "in-progress", "In progress",
-                           "idemgate: the record is in progress and its owner's lease runs until " +
-                               FormatIsoTime(r.lease_expires_at) + "; wait for it",
-                           key_member);
-          }
-          if (!force) {
-            return Problem(409, "lease-expired", "Owner presumed dead",
-                           "idemgate: the record is in progress but its owner's lease expired at " +
-                               FormatIsoTime(r.lease_expires_at) +
-                               "; if you know what happened, send again with \"force\": true",
-                           key_member);
-          }
-          // Moves the fence on so the presumed-dead owner can never write.
-          auto taken = store.TakeOver(r.id, r.fence, policy.lease);
-          if (!taken) return FromError(taken.error(), id.key);
-          r = std::move(*taken);
-        }
-        json::object o;
-        o["key"] = id.key;
-        if (!outcome) {
-          auto released = store.Release(r.id, r.fence);
-          if (!released) return FromError(released.error(), id.key);
-          o["released"] = true;
-          return Json(200, o);
-        }
-        if (outcome->text.size() > policy.max_result_bytes) {
-          return Problem(413, "too-large", "Outcome too large",
-                         "idemgate: the outcome is larger than max_result_bytes (" +
-                             std::to_string(policy.max_result_bytes) + " bytes)",
-                         key_member);
-        }
-        auto done = store.Complete(r.id, r.fence, Outcome{outcome->cls, std::move(outcome->text)},
-                                   policy.ttl);
-        if (!done) return FromError(done.error(), id.key);
-        o["state"] = "completed";
-        o["expires_at"] = FormatIsoTime(done->expires_at);
-        return Json(200, o);
+      Operator op{who.tenant, "ledger api", ledger_.instance()};
+      return offload([this, id, outcome = std::move(outcome), force, op]() mutable -> Response {
+        ResolveRequest req;
+        req.id = id;
+        req.force = force;
+        if (outcome) req.outcome = Outcome{outcome->cls, std::move(outcome->text)};
+        auto res = ResolveRecord(
+            ledger_.store(), ledger_.clock(),
+            [this](const std::string& tool) { return config_.PolicyFor(tool); }, req, op);
+        if (!res) return FromError(res.error(), id.key);
+        return ResolutionAnswer(*res, id.key, "DELETE /v1/records/{key}");
       });
     }
     if (method == "GET" || method == "HEAD") {
@@ -813,8 +715,9 @@ void LedgerApi::Handle(Request request, Responder respond) {
     }
     if (method == "DELETE") {
       if (!who.admin) return respond(Forbidden("evicting a record"));
-      return offload([this, id]() -> Response {
-        auto evicted = ledger_.store().Evict(id);
+      Operator op{who.tenant, "ledger api", ledger_.instance()};
+      return offload([this, id, op]() -> Response {
+        auto evicted = EvictRecord(ledger_.store(), ledger_.clock(), id, op);
         if (!evicted) return FromError(evicted.error(), id.key);
         if (!*evicted) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
         json::object o;
@@ -831,74 +734,14 @@ void LedgerApi::Handle(Request request, Responder respond) {
     if (method != "GET" && method != "HEAD") return not_allowed("GET");
     auto query = ParseQuery(request.query);
     if (!query) return respond(BadRequest(query.error().message));
-    AttemptFilter filter;
-    filter.tenant = who.tenant;
-    filter.limit = 100;
-    for (const auto& [name, value] : *query) {
-      if (name == "tenant") {
-        if (!who.admin && value != who.tenant)
-          return respond(Forbidden("another tenant's attempts"));
-        filter.tenant = value;
-        if (value == "*" && who.admin) filter.tenant.reset();
-      } else if (name == "key") {
-        filter.key = value;
-      } else if (name == "tool") {
-        filter.tool = value;
-      } else if (name == "outcome") {
-        auto o = ParseAttemptOutcome(value);
-        if (!o) {
-          return respond(
-              BadRequest("\"outcome\" must be one of executed, replayed, attached, "
-                         "in_progress, drift, unknown, released, error"));
-        }
-        filter.outcome = *o;
-      } else if (name == "since") {
-        // A duration back from now ("1h") or Unix milliseconds.
-        if (auto d = ParseDuration(value)) {
-          filter.since = ledger_.clock().Now() - *d;
-        } else {
-          int64_t ms = 0;
-          auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
-          if (ec != std::errc() || p != value.data() + value.size()) {
-            return respond(
-                BadRequest("\"since\" must be a duration back from now (\"1h\", "
-                           "\"30m\") or Unix milliseconds"));
-          }
-          filter.since = FromUnixMillis(ms);
-        }
-      } else if (name == "limit") {
-        size_t n = 0;
-        auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (ec != std::errc() || p != value.data() + value.size() || n == 0 || n > 1000) {
-          return respond(BadRequest("\"limit\" must be a number from 1 to 1000 (default 100)"));
-        }
-        filter.limit = n;
-      } else {
-        return respond(BadRequest("unknown query parameter \"" + net::PrintableExcerpt(name, 40) +
-                                  "\"; /v1/attempts takes key, tool, outcome, since, limit, "
-                                  "tenant"));
-      }
-    }
-    return offload([this, filter]() -> Response {
+    auto filter = ParseAttemptFilter(*query, who, ledger_.clock().Now(), kMaxAttempts);
+    if (!filter) return respond(std::move(filter.error()));
+    return offload([this, filter = *filter]() -> Response {
       ledger_.Flush();  // attempts still buffered are part of the answer
       auto attempts = ledger_.store().QueryAttempts(filter);
       if (!attempts) return FromError(attempts.error(), "");
-      json::array list;
-      for (const Attempt& a : *attempts) {
-        json::object o;
-        o["at"] = FormatIsoTime(a.at);
-        o["tenant"] = a.tenant;
-        o["key"] = a.key;
-        o["tool"] = a.tool;
-        o["turn"] = a.turn;
-        o["outcome"] = AttemptOutcomeName(a.outcome);
-        o["latency_ms"] = a.latency.count();
-        o["instance"] = a.instance;
-        o["detail"] = a.detail;
-        list.push_back(std::move(o));
-      }
       json::object o;
-      o["attempts"] = std::move(list);
+      o["attempts"] = AttemptsJson(*attempts);
       return Json(200, o);
     });
   }

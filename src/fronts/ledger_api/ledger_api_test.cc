@@ -8,6 +8,7 @@
 #include <future>
 
 #include "store/memory/memory_store.h"
+#include "handler_call.h"
 #include "store_wrapper.h"
 
 namespace idem::http {
@@ -21,18 +22,8 @@ class LedgerApiTest : public ::testing::Test {
 
   Response Send(const std::string& method, const std::string& target, const std::string& body = {},
                 Principal who = {}) {
-    Request r;
-    r.method = method;
-    r.target = target;
-    r.path = target.substr(0, target.find('?'));
-    if (target.find('?') != std::string::npos) r.query = target.substr(target.find('?') + 1);
-    r.body = body;
-    if (!body.empty()) r.headers.push_back({"Content-Type", "application/json"});
-    r.principal = std::move(who);
-    auto promise = std::make_shared<std::promise<Response>>();
-    auto future = promise->get_future();
-    api_.Handle(std::move(r), [promise](Response res) { promise->set_value(std::move(res)); });
-    return future.get();
+    return testing::CallHandler(api_.handler(),
+                                testing::MakeRequest(method, target, body, std::move(who)));
   }
   json::object Body(const Response& r) { return json::parse(r.body).as_object(); }
 

@@ -56,6 +56,7 @@
 
 #include "idem/error.h"
 #include "fronts/mcp/channel.h"
+#include "net/http_listener.h"
 
 namespace idem::mcp {
 
@@ -151,6 +152,13 @@ struct HttpServerOptions {
   // `is_admin` is true (an admin tenant's); unset is_admin then refuses all.
   std::function<std::string()> metrics;
   std::function<bool(std::string_view token)> is_admin;
+  // Requests for /console and under it (the operator console, which every
+  // HTTP front serves: fronts/console/console.h) go to this handler after
+  // the Host check (the console checks Origin itself), with the principal of
+  // their bearer token (tenant "" without admin rights when the token is
+  // missing or unknown; the handler refuses what needs one). Its answers are
+  // written whole. Unset: 404.
+  idem::http::Handler console;
 
   // Request headers handed to the session with each tools/call besides
   // Mcp-Param-* (the header: id sources of [mcp]), case-insensitive.

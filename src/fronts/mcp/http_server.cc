@@ -270,7 +270,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return SendResponse(std::move(res));
     }
     if (path == "/readyz" || path == "/metrics") return HandleAdmin(path == "/metrics");
-    if (path != options_.path) {
+    const bool console = options_.console && (path == "/console" || path.starts_with("/console/"));
+    if (path != options_.path && !console) {
       return SendError(http::status::not_found, kJsonRpcInvalidRequest,
                        "idemgate: no such endpoint; the MCP endpoint is " + options_.path);
     }
@@ -283,6 +284,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                        "idemgate: Host '" + PrintableExcerpt(host, 100) +
                            "' is not allowed on a loopback listener");
     }
+    // The console checks that its actions come from its own origin itself.
+    if (console) return HandleConsole(target, path);
     if (auto origin = request_.find(http::field::origin); origin != request_.end()) {
       std::string_view value(origin->value().data(), origin->value().size());
       if (!IsOriginAllowed(value, options_.allowed_origins)) {
@@ -374,6 +377,43 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
       }
       if (head) res.body().clear();  // the status is the answer; no body may follow
+      net::post(self->stream_.get_executor(), [self, serial, res = std::move(res)]() mutable {
+        if (serial != self->serial_ || self->state_ != State::kResponding) return;
+        self->SendResponse(std::move(res));
+      });
+    });
+  }
+
+  // /console (HttpServerOptions::console): the request as the HTTP fronts'
+  // handlers take it; the answer written whole, on this connection's strand.
+  void HandleConsole(std::string_view target, std::string_view path) {
+    idem::http::Request r;
+    r.method = std::string(request_.method_string());
+    r.target = std::string(target);
+    r.path = std::string(path);
+    if (size_t q = target.find('?'); q != std::string_view::npos) {
+      r.query = std::string(target.substr(q + 1));
+    }
+    for (const auto& field : request_) {
+      r.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    }
+    r.body = request_.body();
+    beast::error_code ec;
+    const auto peer = stream_.socket().remote_endpoint(ec);
+    if (!ec) r.remote = peer.address().to_string() + ":" + std::to_string(peer.port());
+    if (options_.authenticate) {
+      const std::string_view token = Token();
+      std::optional<std::string> tenant;
+      if (!token.empty()) tenant = options_.authenticate(token);
+      r.principal.tenant = tenant.value_or("");
+      r.principal.admin = tenant && options_.is_admin && options_.is_admin(token);
+    }
+    const bool head = request_.method() == http::verb::head;
+    options_.console(std::move(r), [self = shared_from_this(), head,
+                                    serial = serial_](idem::http::Response answer) {
+      http::response<http::string_body> res{static_cast<http::status>(answer.status), 11};
+      for (const auto& h : answer.headers) res.insert(h.name, h.value);
+      res.body() = head ? std::string() : std::move(answer.body);
       net::post(self->stream_.get_executor(), [self, serial, res = std::move(res)]() mutable {
         if (serial != self->serial_ || self->state_ != State::kResponding) return;
         self->SendResponse(std::move(res));
