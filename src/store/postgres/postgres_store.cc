@@ -522,4 +522,15 @@ Result<std::map<std::string, ToolStats>> PostgresStore::SummarizeAttempts(
       Retry::kSafe, [&](Connection& conn) { return postgres::CountAttempts(conn, filter); });
 }
 
+Result<std::vector<ChainHead>> PostgresStore::ChainHeads(const std::optional<std::string>&) {
+  return MakeError(ErrorCode::kInternal, "postgres store: no chain yet");
+}
+Result<ChainPage> PostgresStore::ReadChain(const std::optional<std::string>&, const std::string&,
+                                           size_t) {
+  return MakeError(ErrorCode::kInternal, "postgres store: no chain yet");
+}
+Result<size_t> PostgresStore::PurgeAttempts(TimePoint, size_t) {
+  return MakeError(ErrorCode::kInternal, "postgres store: no chain yet");
+}
+
 }  // namespace idem

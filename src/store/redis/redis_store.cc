@@ -354,6 +354,17 @@ class RedisStore final : public Store {
     return out;
   }
 
+  Result<std::vector<ChainHead>> ChainHeads(const std::optional<std::string>&) override {
+    return MakeError(ErrorCode::kInternal, "redis store: no chain yet");
+  }
+  Result<ChainPage> ReadChain(const std::optional<std::string>&, const std::string&,
+                              size_t) override {
+    return MakeError(ErrorCode::kInternal, "redis store: no chain yet");
+  }
+  Result<size_t> PurgeAttempts(TimePoint, size_t) override {
+    return MakeError(ErrorCode::kInternal, "redis store: no chain yet");
+  }
+
  private:
   // The claim script's reply as Claim's result.
   Result<ClaimResult> Claimed(const ClaimRequest& req, const redis::RecordKeys& keys,
