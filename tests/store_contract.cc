@@ -1,15 +1,15 @@
 #include "store_contract.h"
 
-#include "idem/attempt_chain.h"
-#include "idem/forwarding_store.h"
-#include "idem/ledger.h"
-#include "idem/store_clock.h"
-
 #include <algorithm>
 #include <atomic>
 #include <future>
 #include <thread>
 #include <vector>
+
+#include "idem/attempt_chain.h"
+#include "idem/forwarding_store.h"
+#include "idem/ledger.h"
+#include "idem/store_clock.h"
 
 using namespace idem;
 using namespace std::chrono_literals;
@@ -811,10 +811,8 @@ void ExpectSkewedInstancesAgreeOnLeases(
 // ---------------------------------------------------------------------------
 // The audit log's hash chain (docs/DESIGN.md §7).
 
-namespace {
-
-Attempt Entry(const std::string& tenant, const std::string& key, int64_t at_ms,
-              const std::string& detail = "", AttemptOutcome outcome = AttemptOutcome::kReplayed) {
+Attempt AuditEntry(const std::string& tenant, const std::string& key, int64_t at_ms,
+                   const std::string& detail, AttemptOutcome outcome) {
   Attempt a;
   a.at = FromUnixMillis(at_ms);
   a.tenant = tenant;
@@ -826,6 +824,13 @@ Attempt Entry(const std::string& tenant, const std::string& key, int64_t at_ms,
   a.instance = "i-1";
   a.detail = detail;
   return a;
+}
+
+namespace {
+
+Attempt Entry(const std::string& tenant, const std::string& key, int64_t at_ms,
+              const std::string& detail = "", AttemptOutcome outcome = AttemptOutcome::kReplayed) {
+  return AuditEntry(tenant, key, at_ms, detail, outcome);
 }
 
 // Every entry of `tenant`'s chain (all tenants if nullopt), in chain
@@ -882,8 +887,8 @@ bool Unchained(Store& store) {
 
 TEST_P(StoreContractTest, EveryEntryIsChainedPerTenant) {
   if (Unchained(*store_)) GTEST_SKIP();
-  ASSERT_TRUE(store_->AppendAttempts({Entry("a", "k1", 1000, "one"), Entry("b", "k1", 1001),
-                                      Entry("a", "k2", 1002, "two")}));
+  ASSERT_TRUE(store_->AppendAttempts(
+      {Entry("a", "k1", 1000, "one"), Entry("b", "k1", 1001), Entry("a", "k2", 1002, "two")}));
   ClaimRequest req = Req("k3", "fp1", "a");
   req.logged = Entry("a", "k3", 1003, "claimed", AttemptOutcome::kClaimed);
   auto c = store_->Claim(req);
@@ -999,8 +1004,8 @@ TEST_P(StoreContractTest, VerifyNamesTheFirstEditedDeletedOrInsertedEntry) {
   expect_fault([&](auto& v) { v.erase(at(v, 6)); }, ChainFault::Kind::kDeleted, 5,
                "entry 6 after it are missing");
   expect_fault([&](auto& v) { v.erase(at(v, 1)); }, ChainFault::Kind::kDeleted, 2, "deleted");
-  expect_fault([&](auto& v) { std::iter_swap(at(v, 2), at(v, 4)); },
-               ChainFault::Kind::kDeleted, 4, "deleted");
+  expect_fault([&](auto& v) { std::iter_swap(at(v, 2), at(v, 4)); }, ChainFault::Kind::kDeleted, 4,
+               "deleted");
   expect_fault([&](auto& v) { v.insert(at(v, 4), *at(v, 3)); }, ChainFault::Kind::kInserted, 3,
                "a second entry with this seq");
   expect_fault(

@@ -43,10 +43,10 @@ struct ChainFault {
 };
 
 struct ChainReport {
-  uint64_t checked = 0;       // chained entries checked
-  uint64_t tenants = 0;       // tenants whose chain was walked
-  uint64_t before_chain = 0;  // entries written before the chain existed (seq 0)
-  uint64_t restarted = 0;     // tenants whose chain starts after a purge or trim
+  uint64_t checked = 0;             // chained entries checked
+  uint64_t tenants = 0;             // tenants whose chain was walked
+  uint64_t before_chain = 0;        // entries written before the chain existed (seq 0)
+  uint64_t restarted = 0;           // tenants whose chain starts after a purge or trim
   std::optional<ChainFault> fault;  // the first break found; nullopt: every chain holds
 };
 

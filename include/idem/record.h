@@ -109,8 +109,8 @@ struct Attempt {
 // write as every entry it appends (docs/DESIGN.md §7).
 struct ChainHead {
   std::string tenant;
-  uint64_t seq = 0;   // the newest entry's (0: no entry yet)
-  std::string hash;   // the newest entry's hash
+  uint64_t seq = 0;  // the newest entry's (0: no entry yet)
+  std::string hash;  // the newest entry's hash
   // Where the chain restarts after older entries were purged or trimmed:
   // the oldest entry kept should be start_seq, and its prev_hash start_prev
   // (the hash of the last entry removed). 1 and "" until anything is removed.

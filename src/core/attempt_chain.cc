@@ -36,8 +36,7 @@ std::string Name(const Attempt& a) {
 
 ChainFault Fault(ChainFault::Kind kind, const Attempt& a, const std::string& what) {
   static constexpr const char* kKinds[] = {"edited", "deleted", "inserted out of order"};
-  return ChainFault{kind, a,
-                    Name(a) + ": " + kKinds[static_cast<int>(kind)] + ": " + what};
+  return ChainFault{kind, a, Name(a) + ": " + kKinds[static_cast<int>(kind)] + ": " + what};
 }
 
 std::string Range(uint64_t from, uint64_t to) {
@@ -109,7 +108,8 @@ Result<ChainReport> VerifyChains(Store& store, const std::optional<std::string>&
       }
       Walk& w = walks[e.tenant];
       if (ChainHash(e, e.seq, e.prev_hash) != e.hash) {
-        report.fault = Fault(ChainFault::Kind::kEdited, e, "its hash is not the hash of its fields");
+        report.fault =
+            Fault(ChainFault::Kind::kEdited, e, "its hash is not the hash of its fields");
         return report;
       }
       if (!w.started) {
@@ -123,16 +123,16 @@ Result<ChainReport> VerifyChains(Store& store, const std::optional<std::string>&
           return report;
         }
         if (e.seq < head.start_seq) {
-          report.fault = Fault(ChainFault::Kind::kInserted, e,
-                               "it is older than the chain's start (seq " +
-                                   std::to_string(head.start_seq) + ")");
+          report.fault = Fault(
+              ChainFault::Kind::kInserted, e,
+              "it is older than the chain's start (seq " + std::to_string(head.start_seq) + ")");
           return report;
         }
         if (e.prev_hash != head.start_prev) {
-          report.fault = Fault(ChainFault::Kind::kInserted, e,
-                               head.start_seq > 1
-                                   ? "its previous hash is not the one the purge recorded"
-                                   : "the tenant's first entry has a previous hash");
+          report.fault =
+              Fault(ChainFault::Kind::kInserted, e,
+                    head.start_seq > 1 ? "its previous hash is not the one the purge recorded"
+                                       : "the tenant's first entry has a previous hash");
           return report;
         }
       } else {
@@ -182,9 +182,10 @@ Result<ChainReport> VerifyChains(Store& store, const std::optional<std::string>&
     ++report.tenants;
     const Attempt& last = it->second.last;
     if (last.seq < head.seq) {
-      report.fault = Fault(ChainFault::Kind::kDeleted, last,
-                           Range(last.seq + 1, head.seq) + " after it are missing (the head is at " +
-                               std::to_string(head.seq) + ")");
+      report.fault =
+          Fault(ChainFault::Kind::kDeleted, last,
+                Range(last.seq + 1, head.seq) + " after it are missing (the head is at " +
+                    std::to_string(head.seq) + ")");
       return report;
     }
     if (last.seq > head.seq) {

@@ -452,7 +452,8 @@ Result<ChainPage> SqliteStore::ReadChain(const std::optional<std::string>& tenan
 
 Result<size_t> SqliteStore::PurgeAttempts(TimePoint before, size_t limit) {
   if (limit == 0) return 0;
-  return Write<size_t>([&](WriteContext& ctx) { return sqlite::DeleteOldAttempts(ctx.conn, before, limit); });
+  return Write<size_t>(
+      [&](WriteContext& ctx) { return sqlite::DeleteOldAttempts(ctx.conn, before, limit); });
 }
 
 }  // namespace idem

@@ -277,24 +277,13 @@ TEST_F(SqliteStoreTest, VersionTwoFileMigratesAndItsRecordsKeepNoRetention) {
   EXPECT_EQ(fresh->record.retention, Req("new").retention);
 }
 
-Attempt Logged(const std::string& tenant, const std::string& key, int64_t at_ms) {
-  Attempt a;
-  a.at = FromUnixMillis(at_ms);
-  a.tenant = tenant;
-  a.key = key;
-  a.tool = "charge";
-  a.outcome = AttemptOutcome::kReplayed;
-  a.instance = "i-1";
-  return a;
-}
-
 // A file whose audit log predates the chain (schema version 3): its entries
 // are reported as before the chain, never as tampering; new ones chain.
 TEST_F(SqliteStoreTest, VersionThreeAttemptsAreBeforeTheChain) {
   {
     auto store = Open();
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->AppendAttempts({Logged("t", "old", 1000)}));
+    ASSERT_TRUE(store->AppendAttempts({AuditEntry("t", "old", 1000)}));
   }
   {
     RawDb raw(path_);  // back to version 3's layout, its entry still there
@@ -303,7 +292,8 @@ TEST_F(SqliteStoreTest, VersionThreeAttemptsAreBeforeTheChain) {
   }
   auto store = Open();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendAttempts({Logged("t", "new", 2000), Logged("t", "newer", 3000)}));
+  ASSERT_TRUE(
+      store->AppendAttempts({AuditEntry("t", "new", 2000), AuditEntry("t", "newer", 3000)}));
   auto report = VerifyChains(*store, std::nullopt);
   ASSERT_TRUE(report) << report.error().ToString();
   EXPECT_FALSE(report->fault) << report->fault->message;
@@ -321,7 +311,8 @@ TEST_F(SqliteStoreTest, VerifyNamesEntriesEditedDeletedOrInsertedInTheFile) {
     auto store = Open();
     EXPECT_NE(store, nullptr);
     std::vector<Attempt> batch;
-    for (int i = 1; i <= 5; ++i) batch.push_back(Logged("t", "k" + std::to_string(i), 1000 + i));
+    for (int i = 1; i <= 5; ++i)
+      batch.push_back(AuditEntry("t", "k" + std::to_string(i), 1000 + i));
     EXPECT_TRUE(store->AppendAttempts(batch));
     {
       RawDb raw(path_);
@@ -365,7 +356,8 @@ TEST_F(SqliteStoreTest, TwoInstancesOnOneFileAppendOneChain) {
   std::vector<std::thread> threads;
   for (Store* s : {static_cast<Store*>(a.get()), static_cast<Store*>(b.get())}) {
     threads.emplace_back([s] {
-      for (int i = 0; i < 40; ++i) ASSERT_TRUE(s->AppendAttempts({Logged("t", "k", i), Logged("u", "k", i)}));
+      for (int i = 0; i < 40; ++i)
+        ASSERT_TRUE(s->AppendAttempts({AuditEntry("t", "k", i), AuditEntry("u", "k", i)}));
     });
   }
   for (auto& t : threads) t.join();
