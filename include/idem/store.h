@@ -230,9 +230,10 @@ class Store {
   // restricts to one. `cursor`: "" for the first page, then the page's next.
   virtual Result<ChainPage> ReadChain(const std::optional<std::string>& tenant,
                                       const std::string& cursor, size_t limit) = 0;
-  // Deletes up to `limit` audit entries older than `before`, oldest first,
-  // each tenant's a prefix of its chain (from its start up to its newest
-  // entry older than `before`), and in the same write moves each such
+  // Deletes up to `limit` audit entries older than `before`, each tenant's
+  // a prefix of its chain: from its start up to, not including, its first
+  // entry not older than `before` (an older entry after a newer one, from an
+  // instance whose clock lagged, stays). In the same write it moves each such
   // tenant's start_seq and start_prev to where its chain now begins, so the
   // rest stays verifiable. Unchained entries (seq 0) older than `before`
   // go too. Returns how many were deleted.

@@ -232,9 +232,17 @@ class MemoryStore final : public Store {
 
   Result<size_t> PurgeAttempts(TimePoint before, size_t limit) override {
     std::lock_guard g(mu_);
-    std::map<std::string, uint64_t> cut;  // per tenant: the newest seq older than `before`
+    // Per tenant: the last seq of the run of entries older than `before`
+    // that its chain starts with (storage order is chain order).
+    std::map<std::string, uint64_t> cut;
+    std::map<std::string, bool> stopped;
     for (const Attempt& a : attempts_) {
-      if (a.seq != 0 && a.at < before) cut[a.tenant] = std::max(cut[a.tenant], a.seq);
+      if (a.seq == 0 || stopped[a.tenant]) continue;
+      if (a.at < before) {
+        cut[a.tenant] = a.seq;
+      } else {
+        stopped[a.tenant] = true;
+      }
     }
     size_t purged = 0;
     std::vector<Attempt> kept;

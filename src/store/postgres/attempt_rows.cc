@@ -36,13 +36,13 @@ Statement ChainStatement(bool tenant, bool cursor) {
                   cursor ? "(tenant, seq, id) > ($2, $3, $4)" : "true")};
 }
 
-// A prefix of each chain (up to its newest entry older than $1), at most $2
-// rows, and each head's restart point moved past the rows removed: one
-// statement, so a purge and its record commit together.
+// A prefix of each chain (up to its first entry not older than $1), at most
+// $2 rows, and each head's restart point moved past the rows removed: one
+// statement, so the rows and the heads change together.
 const Statement kPurgeAttempts{
     "idem_purge_attempts",
-    "WITH cut AS (SELECT tenant, max(seq) AS seq FROM idemgate_attempts "
-    "WHERE seq > 0 AND at_ms < $1 GROUP BY tenant), "
+    "WITH cut AS (SELECT tenant, coalesce(min(seq) FILTER (WHERE at_ms >= $1), "
+    "max(seq) + 1) - 1 AS seq FROM idemgate_attempts WHERE seq > 0 GROUP BY tenant), "
     "victims AS (SELECT a.id, a.tenant, a.seq, a.hash FROM idemgate_attempts a "
     "LEFT JOIN cut USING (tenant) WHERE (a.seq = 0 AND a.at_ms < $1) "
     "OR (a.seq > 0 AND a.seq <= cut.seq) ORDER BY a.tenant, a.seq, a.id LIMIT $2), "

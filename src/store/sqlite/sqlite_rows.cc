@@ -388,11 +388,12 @@ Result<ChainPage> SelectChain(Connection& conn, const std::optional<std::string>
 }
 
 Result<size_t> DeleteOldAttempts(Connection& conn, TimePoint before, size_t limit) {
-  // Each tenant's chain up to its newest entry older than `before`, in
+  // Each tenant's chain up to its first entry not older than `before`, in
   // chain order, so what goes is a prefix of every chain it touches.
   auto st = conn.Prepare(
-      "WITH cut AS (SELECT tenant, max(seq) AS seq FROM attempts "
-      "             WHERE seq > 0 AND at_ms < ?1 GROUP BY tenant) "
+      "WITH cut AS (SELECT tenant, coalesce(min(CASE WHEN at_ms >= ?1 THEN seq END), "
+      "                                     max(seq) + 1) - 1 AS seq "
+      "             FROM attempts WHERE seq > 0 GROUP BY tenant) "
       "SELECT a.id, a.tenant, a.seq, a.hash FROM attempts a LEFT JOIN cut USING (tenant) "
       "WHERE (a.seq = 0 AND a.at_ms < ?1) OR (a.seq > 0 AND a.seq <= cut.seq) "
       "ORDER BY a.tenant, a.seq, a.id LIMIT ?2");
