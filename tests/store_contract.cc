@@ -877,16 +877,9 @@ class TamperedView final : public ForwardingStore {
   Edit edit_;
 };
 
-// Until every backend keeps the chain (this series adds them one by one).
-bool Unchained(Store& store) {
-  auto heads = store.ChainHeads(std::nullopt);
-  return !heads && heads.error().message.find("no chain yet") != std::string::npos;
-}
-
 }  // namespace
 
 TEST_P(StoreContractTest, EveryEntryIsChainedPerTenant) {
-  if (Unchained(*store_)) GTEST_SKIP();
   ASSERT_TRUE(store_->AppendAttempts(
       {Entry("a", "k1", 1000, "one"), Entry("b", "k1", 1001), Entry("a", "k2", 1002, "two")}));
   ClaimRequest req = Req("k3", "fp1", "a");
@@ -940,7 +933,6 @@ TEST_P(StoreContractTest, EveryEntryIsChainedPerTenant) {
 }
 
 TEST_P(StoreContractTest, ConcurrentAppendsKeepOneChainPerTenant) {
-  if (Unchained(*store_)) GTEST_SKIP();
   constexpr int kThreads = 6;
   constexpr int kRounds = 15;
   std::atomic<int> errors{0};
@@ -977,7 +969,6 @@ TEST_P(StoreContractTest, ConcurrentAppendsKeepOneChainPerTenant) {
 }
 
 TEST_P(StoreContractTest, VerifyNamesTheFirstEditedDeletedOrInsertedEntry) {
-  if (Unchained(*store_)) GTEST_SKIP();
   std::vector<Attempt> batch;
   for (int i = 0; i < 6; ++i) batch.push_back(Entry("t", "k" + std::to_string(i), 3000 + i));
   batch.push_back(Entry("u", "other", 3100));
@@ -1024,7 +1015,6 @@ TEST_P(StoreContractTest, VerifyNamesTheFirstEditedDeletedOrInsertedEntry) {
 }
 
 TEST_P(StoreContractTest, PurgedAttemptsLeaveAVerifiableChain) {
-  if (Unchained(*store_)) GTEST_SKIP();
   std::vector<Attempt> batch;
   for (int i = 0; i < 8; ++i) {
     batch.push_back(Entry("p", "k" + std::to_string(i), 5000 + i));
