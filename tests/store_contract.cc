@@ -1,13 +1,16 @@
 #include "store_contract.h"
 
-#include "idem/ledger.h"
-#include "idem/resolve.h"
-#include "idem/store_clock.h"
-
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <thread>
 #include <vector>
+
+#include "idem/attempt_chain.h"
+#include "idem/forwarding_store.h"
+#include "idem/ledger.h"
+#include "idem/resolve.h"
+#include "idem/store_clock.h"
 
 using namespace idem;
 using namespace std::chrono_literals;
@@ -858,4 +861,250 @@ void ExpectSkewedInstancesAgreeOnLeases(
   ASSERT_TRUE(third) << third.error().ToString();
   EXPECT_EQ(third->kind, Decision::Kind::kExecute);
   EXPECT_TRUE(third->took_over);
+}
+
+// ---------------------------------------------------------------------------
+// The audit log's hash chain (docs/DESIGN.md §7).
+
+Attempt AuditEntry(const std::string& tenant, const std::string& key, int64_t at_ms,
+                   const std::string& detail, AttemptOutcome outcome) {
+  Attempt a;
+  a.at = FromUnixMillis(at_ms);
+  a.tenant = tenant;
+  a.key = key;
+  a.tool = "charge";
+  a.turn = "turn-1";
+  a.outcome = outcome;
+  a.latency = Duration(3);
+  a.instance = "i-1";
+  a.detail = detail;
+  return a;
+}
+
+namespace {
+
+Attempt Entry(const std::string& tenant, const std::string& key, int64_t at_ms,
+              const std::string& detail = "", AttemptOutcome outcome = AttemptOutcome::kReplayed) {
+  return AuditEntry(tenant, key, at_ms, detail, outcome);
+}
+
+// Every entry of `tenant`'s chain (all tenants if nullopt), in chain
+// order, read `page` at a time.
+std::vector<Attempt> WholeChain(Store& store, const std::optional<std::string>& tenant,
+                                size_t page = 3) {
+  std::vector<Attempt> out;
+  std::string cursor;
+  do {
+    auto got = store.ReadChain(tenant, cursor, page);
+    EXPECT_TRUE(got) << got.error().ToString();
+    if (!got) break;
+    EXPECT_LE(got->entries.size(), page);
+    out.insert(out.end(), got->entries.begin(), got->entries.end());
+    cursor = got->next;
+  } while (!cursor.empty());
+  return out;
+}
+
+std::vector<Attempt> Of(const std::vector<Attempt>& all, const std::string& tenant) {
+  std::vector<Attempt> out;
+  for (const Attempt& a : all) {
+    if (a.tenant == tenant) out.push_back(a);
+  }
+  return out;
+}
+
+// A view of the store whose ReadChain answers what `edit` makes of the
+// entries: tampering as the verifier would meet it, on every store.
+class TamperedView final : public ForwardingStore {
+ public:
+  using Edit = std::function<void(std::vector<Attempt>&)>;
+  TamperedView(Store& target, Edit edit) : ForwardingStore(target), edit_(std::move(edit)) {}
+  Result<ChainPage> ReadChain(const std::optional<std::string>& tenant, const std::string& cursor,
+                              size_t limit) override {
+    (void)limit;  // one page, whatever was asked
+    if (!cursor.empty()) return ChainPage{};
+    ChainPage page{WholeChain(target_, tenant), ""};
+    edit_(page.entries);
+    return page;
+  }
+
+ private:
+  Edit edit_;
+};
+
+}  // namespace
+
+TEST_P(StoreContractTest, EveryEntryIsChainedPerTenant) {
+  ASSERT_TRUE(store_->AppendAttempts(
+      {Entry("a", "k1", 1000, "one"), Entry("b", "k1", 1001), Entry("a", "k2", 1002, "two")}));
+  ClaimRequest req = Req("k3", "fp1", "a");
+  req.logged = Entry("a", "k3", 1003, "claimed", AttemptOutcome::kClaimed);
+  auto c = store_->Claim(req);
+  ASSERT_TRUE(c && c->claimed);
+  const Attempt done = Entry("a", "k3", 1004, "executed", AttemptOutcome::kExecuted);
+  ASSERT_TRUE(store_->Complete(c->record.id, c->record.fence, Ok("x"), kTtl, &done));
+  if (!store_->LogsWithRecords()) {
+    ASSERT_TRUE(store_->AppendAttempts({*req.logged, done}));  // as the Ledger does
+  }
+  ASSERT_TRUE(store_->AppendAttempts({Entry("b", "k2", 1005)}));
+
+  const std::vector<Attempt> all = WholeChain(*store_, std::nullopt);
+  ASSERT_EQ(all.size(), 6u);
+  const std::vector<Attempt> a = Of(all, "a");
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(WholeChain(*store_, std::string("a"), 2).size(), 4u);
+  std::string prev;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].seq, i + 1);
+    EXPECT_EQ(a[i].prev_hash, prev);
+    EXPECT_EQ(a[i].hash, ChainHash(a[i], a[i].seq, a[i].prev_hash));
+    EXPECT_EQ(a[i].hash.size(), 64u);
+    prev = a[i].hash;
+  }
+  EXPECT_EQ(a[0].detail, "one");
+  EXPECT_EQ(a[2].detail, "claimed");
+  EXPECT_EQ(a[3].detail, "executed");
+  const std::vector<Attempt> b = Of(all, "b");
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].seq, 1u);
+  EXPECT_EQ(b[1].prev_hash, b[0].hash);
+
+  auto heads = store_->ChainHeads(std::nullopt);
+  ASSERT_TRUE(heads) << heads.error().ToString();
+  ASSERT_EQ(heads->size(), 2u);
+  EXPECT_EQ((*heads)[0], (ChainHead{"a", 4, a[3].hash, 1, ""}));
+  EXPECT_EQ((*heads)[1], (ChainHead{"b", 2, b[1].hash, 1, ""}));
+  auto one = store_->ChainHeads(std::string("b"));
+  ASSERT_TRUE(one && one->size() == 1 && (*one)[0].tenant == "b");
+
+  auto report = VerifyChains(*store_, std::nullopt, 2);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, 6u);
+  EXPECT_EQ(report->tenants, 2u);
+  auto only_b = VerifyChains(*store_, std::string("b"));
+  ASSERT_TRUE(only_b && !only_b->fault);
+  EXPECT_EQ(only_b->checked, 2u);
+}
+
+TEST_P(StoreContractTest, ConcurrentAppendsKeepOneChainPerTenant) {
+  constexpr int kThreads = 6;
+  constexpr int kRounds = 15;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const std::string key = "c" + std::to_string(t) + "-" + std::to_string(r);
+        std::vector<Attempt> batch = {Entry("x", key, 2000 + r, "batch"),
+                                      Entry("y", key, 2000 + r, "batch"),
+                                      Entry("x", key, 2000 + r, "batch 2")};
+        if (!store_->AppendAttempts(batch)) ++errors;
+        ClaimRequest req = Req(key, "fp1", "x");
+        req.logged = Entry("x", key, 2000 + r, "claimed", AttemptOutcome::kClaimed);
+        auto c = store_->Claim(req);
+        if (!c || !c->claimed) {
+          ++errors;
+          continue;
+        }
+        if (!store_->LogsWithRecords() && !store_->AppendAttempts({*req.logged})) ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(errors.load(), 0);
+  auto report = VerifyChains(*store_, std::nullopt, 50);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, static_cast<uint64_t>(kThreads * kRounds * 4));
+  auto heads = store_->ChainHeads(std::nullopt);
+  ASSERT_TRUE(heads && heads->size() == 2);
+  EXPECT_EQ((*heads)[0].seq, static_cast<uint64_t>(kThreads * kRounds * 3));
+  EXPECT_EQ((*heads)[1].seq, static_cast<uint64_t>(kThreads * kRounds));
+}
+
+TEST_P(StoreContractTest, VerifyNamesTheFirstEditedDeletedOrInsertedEntry) {
+  std::vector<Attempt> batch;
+  for (int i = 0; i < 6; ++i) batch.push_back(Entry("t", "k" + std::to_string(i), 3000 + i));
+  batch.push_back(Entry("u", "other", 3100));
+  ASSERT_TRUE(store_->AppendAttempts(batch));
+  auto expect_fault = [&](TamperedView::Edit edit, ChainFault::Kind kind, uint64_t seq,
+                          const std::string& words) {
+    TamperedView view(*store_, std::move(edit));
+    auto report = VerifyChains(view, std::nullopt);
+    ASSERT_TRUE(report) << report.error().ToString();
+    ASSERT_TRUE(report->fault) << words;
+    EXPECT_EQ(report->fault->kind, kind) << report->fault->message;
+    EXPECT_EQ(report->fault->entry.seq, seq) << report->fault->message;
+    EXPECT_NE(report->fault->message.find(words), std::string::npos) << report->fault->message;
+    EXPECT_NE(report->fault->message.find("tenant \"t\""), std::string::npos);
+  };
+  auto at = [](std::vector<Attempt>& v, uint64_t seq) {
+    return std::find_if(v.begin(), v.end(),
+                        [&](const Attempt& a) { return a.tenant == "t" && a.seq == seq; });
+  };
+  expect_fault([&](auto& v) { at(v, 3)->detail = "forged"; }, ChainFault::Kind::kEdited, 3,
+               "edited");
+  expect_fault([&](auto& v) { v.erase(at(v, 2)); }, ChainFault::Kind::kDeleted, 3,
+               "entry 2 before it are missing");
+  expect_fault([&](auto& v) { v.erase(at(v, 6)); }, ChainFault::Kind::kDeleted, 5,
+               "entry 6 after it are missing");
+  expect_fault([&](auto& v) { v.erase(at(v, 1)); }, ChainFault::Kind::kDeleted, 2, "deleted");
+  expect_fault([&](auto& v) { std::iter_swap(at(v, 2), at(v, 4)); }, ChainFault::Kind::kDeleted, 4,
+               "deleted");
+  expect_fault([&](auto& v) { v.insert(at(v, 4), *at(v, 3)); }, ChainFault::Kind::kInserted, 3,
+               "a second entry with this seq");
+  expect_fault(
+      [&](auto& v) {  // rewritten and re-hashed: the next entry no longer follows it
+        auto e = at(v, 4);
+        e->detail = "forged";
+        e->hash = ChainHash(*e, e->seq, e->prev_hash);
+      },
+      ChainFault::Kind::kInserted, 5, "inserted out of order");
+  {
+    TamperedView untouched(*store_, [](auto&) {});
+    auto report = VerifyChains(untouched, std::nullopt);
+    ASSERT_TRUE(report && !report->fault);
+    EXPECT_EQ(report->checked, 7u);
+  }
+}
+
+TEST_P(StoreContractTest, PurgedAttemptsLeaveAVerifiableChain) {
+  std::vector<Attempt> batch;
+  for (int i = 0; i < 8; ++i) {
+    batch.push_back(Entry("p", "k" + std::to_string(i), 5000 + i));
+    if (i % 2 == 0) batch.push_back(Entry("q", "k" + std::to_string(i), 5000 + i));
+  }
+  ASSERT_TRUE(store_->AppendAttempts(batch));
+  auto purged = store_->PurgeAttempts(FromUnixMillis(5005), 3);  // p 1..3
+  ASSERT_TRUE(purged) << purged.error().ToString();
+  EXPECT_EQ(*purged, 3u);
+  purged = store_->PurgeAttempts(FromUnixMillis(5005), 100);  // p 4..5 and q 1..3 (5000..5004)
+  ASSERT_TRUE(purged);
+  EXPECT_EQ(*purged, 5u);
+  ASSERT_TRUE(store_->AppendAttempts({Entry("p", "late", 6000), Entry("q", "late", 6000)}));
+
+  auto heads = store_->ChainHeads(std::nullopt);
+  ASSERT_TRUE(heads && heads->size() == 2);
+  const std::vector<Attempt> p = Of(WholeChain(*store_, std::nullopt), "p");
+  ASSERT_EQ(p.size(), 4u);  // 6, 7, 8 and the late one
+  EXPECT_EQ((*heads)[0].start_seq, 6u);
+  EXPECT_EQ((*heads)[0].start_prev, p[0].prev_hash);
+  EXPECT_EQ((*heads)[0].seq, 9u);
+  EXPECT_EQ((*heads)[1].start_seq, 4u);
+
+  auto report = VerifyChains(*store_, std::nullopt);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, 6u);
+  EXPECT_EQ(report->restarted, 2u);
+  // A deletion past the restart point is still named.
+  TamperedView view(*store_, [](std::vector<Attempt>& v) {
+    v.erase(std::find_if(v.begin(), v.end(), [](const Attempt& a) { return a.tenant == "p"; }));
+  });
+  auto broken = VerifyChains(view, std::nullopt);
+  ASSERT_TRUE(broken && broken->fault);
+  EXPECT_EQ(broken->fault->kind, ChainFault::Kind::kDeleted) << broken->fault->message;
+  EXPECT_NE(broken->fault->message.find("the chain restarts at 6"), std::string::npos)
+      << broken->fault->message;
 }

@@ -36,6 +36,12 @@ class StoreContractTest : public testing::TestWithParam<StoreContractParam> {
   std::unique_ptr<idem::Store> store_;
 };
 
+// An audit entry of `tenant` for the chain tests (tool "charge", turn-1,
+// instance i-1, latency 3 ms).
+idem::Attempt AuditEntry(const std::string& tenant, const std::string& key, int64_t at_ms,
+                         const std::string& detail = "",
+                         idem::AttemptOutcome outcome = idem::AttemptOutcome::kReplayed);
+
 // For the backends' migration tests: `store` holds the in-progress record
 // default/"old" written before claims carried owner tokens. It reads with no
 // owner and no token abandons it; a new claim carries its owner, who can.

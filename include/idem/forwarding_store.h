@@ -73,6 +73,16 @@ class ForwardingStore : public Store {
   Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& f) override {
     return target_.SummarizeAttempts(f);
   }
+  Result<std::vector<ChainHead>> ChainHeads(const std::optional<std::string>& tenant) override {
+    return target_.ChainHeads(tenant);
+  }
+  Result<ChainPage> ReadChain(const std::optional<std::string>& tenant, const std::string& cursor,
+                              size_t limit) override {
+    return target_.ReadChain(tenant, cursor, limit);
+  }
+  Result<size_t> PurgeAttempts(TimePoint before, size_t limit) override {
+    return target_.PurgeAttempts(before, limit);
+  }
 
  protected:
   Store& target_;

@@ -54,6 +54,17 @@ class InstrumentedStore final : public Store {
   Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override;
   Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override;
   Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) override;
+  // Operator calls (idemgate audit --verify, purge), not measured.
+  Result<std::vector<ChainHead>> ChainHeads(const std::optional<std::string>& tenant) override {
+    return target_.ChainHeads(tenant);
+  }
+  Result<ChainPage> ReadChain(const std::optional<std::string>& tenant, const std::string& cursor,
+                              size_t limit) override {
+    return target_.ReadChain(tenant, cursor, limit);
+  }
+  Result<size_t> PurgeAttempts(TimePoint before, size_t limit) override {
+    return target_.PurgeAttempts(before, limit);
+  }
 
   enum Op {
     kClaim,

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/clock.h"
 #include "idem/error.h"
@@ -98,6 +99,34 @@ struct Attempt {
   Duration latency{0};
   std::string instance;  // which idemgate process saw the attempt
   std::string detail;    // short, never arguments or results ("turn fallback", error text)
+  // The tenant's hash chain (docs/DESIGN.md §7, include/idem/attempt_chain.h),
+  // set by the store as it appends the entry: whatever the caller passes is
+  // ignored. seq counts the tenant's entries from 1; prev_hash is the hash of
+  // entry seq - 1 ("" for seq 1); hash is ChainHash of this entry. Entries
+  // written before the chain existed have seq 0 and no hashes.
+  uint64_t seq = 0;
+  std::string prev_hash;
+  std::string hash;
+};
+
+// Where a tenant's chain stands, kept by the store and moved in the same
+// write as every entry it appends (docs/DESIGN.md §7).
+struct ChainHead {
+  std::string tenant;
+  uint64_t seq = 0;  // the newest entry's (0: no entry yet)
+  std::string hash;  // the newest entry's hash
+  // Where the chain restarts after older entries were purged or trimmed:
+  // the oldest entry kept should be start_seq, and its prev_hash start_prev
+  // (the hash of the last entry removed). 1 and "" until anything is removed.
+  uint64_t start_seq = 1;
+  std::string start_prev;
+  bool operator==(const ChainHead&) const = default;
+};
+
+// One page of Store::ReadChain.
+struct ChainPage {
+  std::vector<Attempt> entries;
+  std::string next;  // the cursor of the next page; empty: this was the last
 };
 
 struct AttemptFilter {

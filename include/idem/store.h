@@ -212,6 +212,32 @@ class Store {
   // Counts per tool and outcome of the attempts matching `filter` (limit ignored).
   virtual Result<std::map<std::string, ToolStats>> SummarizeAttempts(
       const AttemptFilter& filter) = 0;
+
+  // The hash chain of the audit log (docs/DESIGN.md §7). Every entry
+  // written, through AppendAttempts or with a record (ClaimRequest::logged,
+  // Complete's `logged`), is given the next seq of its tenant, the hash of
+  // the tenant's previous entry and its own ChainHash, in the same atomic
+  // write that stores it and moves the tenant's ChainHead: the store decides
+  // which entry is previous, never a client that could race.
+  //
+  // The heads of every tenant with a chain (of `tenant` only, if given),
+  // ordered by tenant.
+  virtual Result<std::vector<ChainHead>> ChainHeads(const std::optional<std::string>& tenant) = 0;
+  // The entries as the verifier walks them, a page of at most `limit` at a
+  // time: each tenant's in chain order (by seq, then by storage order, so
+  // a duplicated seq shows), tenants one after another or interleaved as the
+  // store keeps them; unchained entries (seq 0) included. `tenant`
+  // restricts to one. `cursor`: "" for the first page, then the page's next.
+  virtual Result<ChainPage> ReadChain(const std::optional<std::string>& tenant,
+                                      const std::string& cursor, size_t limit) = 0;
+  // Deletes up to `limit` audit entries older than `before`, each tenant's
+  // a prefix of its chain: from its start up to, not including, its first
+  // entry not older than `before` (an older entry after a newer one, from an
+  // instance whose clock lagged, stays). In the same write it moves each such
+  // tenant's start_seq and start_prev to where its chain now begins, so the
+  // rest stays verifiable. Unchained entries (seq 0) older than `before`
+  // go too. Returns how many were deleted.
+  virtual Result<size_t> PurgeAttempts(TimePoint before, size_t limit) = 0;
 };
 
 // Tuning shared by the backends. Every field documents its default.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "idem/attempt_chain.h"
 #include "idem/record.h"
 #include "idem/store.h"
 
@@ -71,9 +72,110 @@ struct AuditFlags : FilterFlags {
   std::string key;
   std::string outcome;
   size_t limit = 100;
+  bool verify = false;
+  bool head = false;
 };
 
+std::string_view FaultKindName(ChainFault::Kind kind) {
+  switch (kind) {
+    case ChainFault::Kind::kEdited:
+      return "edited";
+    case ChainFault::Kind::kDeleted:
+      return "deleted";
+    case ChainFault::Kind::kInserted:
+      return "inserted";
+  }
+  return "?";
+}
+
+// audit --verify: exit 0 if every chain holds, 1 naming the first break.
+int RunVerify(Store& store, const AuditFlags& flags) {
+  std::optional<std::string> tenant;
+  if (!flags.tenant.empty()) tenant = flags.tenant;
+  Result<ChainReport> report = VerifyChains(store, tenant);
+  if (!report) return Fail("audit --verify", report.error());
+  std::string out;
+  if (flags.json) {
+    JsonObject o;
+    o.Add("ok", !report->fault)
+        .Add("checked", uint64_t{report->checked})
+        .Add("tenants", uint64_t{report->tenants})
+        .Add("before_chain", uint64_t{report->before_chain})
+        .Add("restarted", uint64_t{report->restarted});
+    if (const auto& f = report->fault) {
+      o.Add("fault", FaultKindName(f->kind))
+          .Add("tenant", f->entry.tenant)
+          .Add("seq", uint64_t{f->entry.seq})
+          .Add("key", f->entry.key)
+          .Add("at", FormatTime(f->entry.at))
+          .Add("message", f->message);
+    }
+    out = o.str() + "\n";
+  } else if (const auto& f = report->fault) {
+    out = fmt::format("audit log tampered with: {}\n(checked {} entries before it)\n", f->message,
+                      report->checked);
+  } else {
+    out = fmt::format("checked {} entries in {} tenant{}: every chain holds", report->checked,
+                      report->tenants, report->tenants == 1 ? "" : "s");
+    if (report->before_chain > 0) {
+      out += fmt::format("; {} entries from before the chain were not checked",
+                         report->before_chain);
+    }
+    if (report->restarted > 0) {
+      out += fmt::format("; {} restart{} where a purge cut {}", report->restarted,
+                         report->restarted == 1 ? "s" : "", report->restarted == 1 ? "it" : "them");
+    }
+    out += "\n";
+  }
+  if (Result<void> w = WriteStdout(out); !w) return Fail("audit", w.error());
+  return report->fault ? kExitFailure : kExitOk;
+}
+
+// audit --head: each tenant's chain head, to keep somewhere the store's
+// writers cannot reach (the external anchor, docs/DESIGN.md §7).
+int RunHead(Store& store, const AuditFlags& flags) {
+  std::optional<std::string> tenant;
+  if (!flags.tenant.empty()) tenant = flags.tenant;
+  Result<std::vector<ChainHead>> heads = store.ChainHeads(tenant);
+  if (!heads) return Fail("audit --head", heads.error());
+  std::string out;
+  if (flags.json) {
+    for (const ChainHead& h : *heads) {
+      out += JsonObject()
+                 .Add("tenant", h.tenant)
+                 .Add("seq", uint64_t{h.seq})
+                 .Add("hash", h.hash)
+                 .Add("start_seq", uint64_t{h.start_seq})
+                 .Add("start_prev", h.start_prev)
+                 .str() +
+             "\n";
+    }
+  } else if (heads->empty()) {
+    fmt::print(stderr, "no chain yet\n");
+  } else {
+    Table table({"TENANT", "SEQ", "HASH", "START_SEQ"});
+    for (const ChainHead& h : *heads) {
+      table.AddRow({h.tenant, std::to_string(h.seq), h.hash, std::to_string(h.start_seq)});
+    }
+    out = table.str();
+  }
+  if (Result<void> w = WriteStdout(out); !w) return Fail("audit", w.error());
+  return kExitOk;
+}
+
 int RunAudit(const GlobalOptions& globals, const AuditFlags& flags) {
+  if (flags.verify || flags.head) {
+    if (flags.verify && flags.head) {
+      return UsageError("audit", "--verify and --head exclude each other");
+    }
+    if (!flags.key.empty() || !flags.outcome.empty() || !flags.tool.empty() ||
+        !flags.since.empty()) {
+      return UsageError("audit", "--verify and --head take only --tenant and --json");
+    }
+    Result<StoreSession> session = OpenSession(globals);
+    if (!session) return Fail("audit", session.error());
+    return flags.verify ? RunVerify(*session->store, flags) : RunHead(*session->store, flags);
+  }
   AttemptFilter filter;
   if (std::optional<std::string> bad = ToFilter(flags, filter)) return UsageError("audit", *bad);
   if (!flags.key.empty()) filter.key = flags.key;
@@ -201,13 +303,21 @@ void AddAuditCommands(CLI::App& app, Cli& cli) {
     CLI::App* cmd = app.add_subcommand("audit", "List attempts from the audit log, newest first");
     cmd->footer(
         "Each attempt: time, tenant, tool, outcome, latency, turn, key. Arguments and results\n"
-        "are never logged.");
+        "are never logged.\n"
+        "--verify walks each tenant's hash chain and names the first entry edited, deleted or\n"
+        "inserted out of order (exit 1); --head prints each chain's newest hash, to keep\n"
+        "outside the store so that a rewrite of the whole log shows too.");
     AddFilterArgs(cmd, *flags);
     cmd->add_option("--key", flags->key, "Only this key");
     cmd->add_option("--outcome", flags->outcome, "Only this outcome: " + OutcomeList());
     cmd->add_option("--limit", flags->limit, "At most this many attempts")
         ->capture_default_str()
         ->check(CLI::Range(size_t{1}, size_t{10'000'000}));
+    cmd->add_flag("--verify", flags->verify,
+                  "Check every tenant's hash chain (only --tenant's with --tenant): exit 0 if it "
+                  "holds, 1 naming the first entry edited, deleted or inserted");
+    cmd->add_flag("--head", flags->head,
+                  "Print each tenant's chain head (seq and hash), to anchor it outside the store");
     cmd->callback(
         [&cli, flags] { cli.action = [&cli, flags] { return RunAudit(cli.globals, *flags); }; });
   }

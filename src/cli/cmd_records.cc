@@ -342,12 +342,34 @@ int RunResolve(const GlobalOptions& globals, const ResolveFlags& flags) {
 
 struct PurgeFlags {
   size_t batch = 1000;
+  std::string attempts_before;
 };
+
+// purge --attempts-before: the audit log's old entries, each chain cut at
+// its newest entry older than that and restarting there (Store::PurgeAttempts).
+int RunPurgeAttempts(Store& store, const PurgeFlags& flags) {
+  Result<TimePoint> before = ParseSince(flags.attempts_before, SystemClock::Default().Now());
+  if (!before) return UsageError("purge", "--attempts-before: " + before.error().message);
+  uint64_t purged = 0;
+  for (;;) {
+    Result<size_t> n = store.PurgeAttempts(*before, flags.batch);
+    if (!n) {
+      return Fail("purge",
+                  fmt::format("{} (after purging {} audit entries)", n.error().message, purged));
+    }
+    if (*n == 0) break;
+    purged += *n;
+  }
+  fmt::print("purged {} audit entries older than {}; each chain restarts where it was cut\n",
+             purged, FormatTime(*before));
+  return kExitOk;
+}
 
 int RunPurge(const GlobalOptions& globals, const PurgeFlags& flags) {
   Result<StoreSession> session = OpenSession(globals);
   if (!session) return Fail("purge", session.error());
   Store& store = *session->store;
+  if (!flags.attempts_before.empty()) return RunPurgeAttempts(store, flags);
   Result<uint64_t> at_start = store.CountRecords();
   if (!at_start) return Fail("purge", at_start.error());
   bool tty = StderrIsTerminal();
@@ -427,6 +449,10 @@ void AddRecordCommands(CLI::App& app, Cli& cli) {
     cmd->add_option("--batch", flags->batch, "Records deleted per store call")
         ->capture_default_str()
         ->check(CLI::Range(size_t{1}, size_t{1'000'000}));
+    cmd->add_option("--attempts-before", flags->attempts_before,
+                    "Instead of records, delete audit entries older than this (30d, or an "
+                    "ISO-8601 time); each tenant's chain restarts where it was cut, and "
+                    "audit --verify still checks the rest");
     cmd->callback(
         [&cli, flags] { cli.action = [&cli, flags] { return RunPurge(cli.globals, *flags); }; });
   }

@@ -459,6 +459,81 @@ class RecordCommandsTest(TempDirTest):
         self.assertRegex(table.splitlines()[0], r"^TIME\s+TENANT\s+TOOL\s+OUTCOME")
         self.assertIn("fx-completed", table)
 
+    def tamper(self, sql):
+        """Changes the audit log behind idemgate's back, as someone with write access could."""
+        import sqlite3
+        db = sqlite3.connect(self.db)
+        try:
+            db.execute(sql)
+            db.commit()
+        finally:
+            db.close()
+
+    def verify(self, *flags):
+        p = self.idem("audit", "--verify", *flags)
+        return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+    def test_audit_verify_holds_and_head(self):
+        code, out, err = self.verify()
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out, "checked 7 entries in 1 tenant: every chain holds\n")
+        self.assertEqual(self.verify("--tenant", "acme")[1],
+                         "checked 0 entries in 0 tenants: every chain holds\n")
+        heads = [json.loads(line) for line in
+                 self.idem("audit", "--head", "--json").stdout.decode().splitlines()]
+        self.assertEqual([(h["tenant"], h["seq"], h["start_seq"]) for h in heads],
+                         [("default", 7, 1)])
+        self.assertRegex(heads[0]["hash"], r"^[0-9a-f]{64}$")
+        table = self.idem("audit", "--head").stdout.decode()
+        self.assertRegex(table, r"(?m)^default\s+7\s+[0-9a-f]{64}\s+1$")
+        self.assertEqual(self.idem("audit", "--verify", "--head").returncode, 2)
+        self.assertEqual(self.idem("audit", "--verify", "--key", "k").returncode, 2)
+
+    def test_audit_verify_names_an_edited_entry(self):
+        self.tamper("UPDATE attempts SET outcome = 'executed' WHERE id = "
+                    "(SELECT id FROM attempts ORDER BY seq LIMIT 1 OFFSET 2)")
+        code, out, _ = self.verify()
+        self.assertEqual(code, 1)
+        self.assertRegex(out, r'^audit log tampered with: tenant "default" seq 3 \(key "[^"]+", '
+                              r'\d{4}-\d\d-\d\dT[\d:.]+Z, executed\): edited: ')
+        j = json.loads(self.idem("audit", "--verify", "--json").stdout)
+        self.assertEqual((j["ok"], j["fault"], j["seq"], j["checked"]), (False, "edited", 3, 2))
+
+    def test_audit_verify_names_deleted_and_inserted_entries(self):
+        self.tamper("DELETE FROM attempts WHERE seq = 4")
+        code, out, _ = self.verify()
+        self.assertEqual(code, 1)
+        self.assertIn('seq 5 ', out)
+        self.assertIn("deleted: entry 4 before it are missing", out)
+        self.tamper("DELETE FROM attempts WHERE seq >= 5")
+        code, out, _ = self.verify()
+        self.assertEqual(code, 1)
+        self.assertIn("deleted: entries 4..7 after it are missing", out)
+        self.tamper("INSERT INTO attempts (at_ms, tenant, key, tool, turn, outcome, latency_ms, "
+                    "instance, detail, seq, prev_hash, hash) SELECT at_ms, tenant, key, tool, "
+                    "turn, outcome, latency_ms, instance, detail, seq, prev_hash, hash "
+                    "FROM attempts WHERE seq = 2")
+        code, out, _ = self.verify()
+        self.assertEqual(code, 1)
+        self.assertIn("seq 2 ", out)
+        self.assertIn("inserted out of order: a second entry with this seq", out)
+
+    def test_purged_attempts_keep_the_chain_verifiable(self):
+        # The fixture's entries are 50, 40, 30, 20, 10, 5 s and (appended last) 30 h old:
+        # the chain's first two go; the one after newer entries stays.
+        p = self.idem("purge", "--attempts-before", "35s")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("purged 2 audit entries", p.stdout.decode())
+        code, out, err = self.verify()
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out, "checked 5 entries in 1 tenant: every chain holds; "
+                              "1 restarts where a purge cut it\n")
+        self.assertEqual(len(self.audit()), 5)
+        self.tamper("DELETE FROM attempts WHERE seq = 3")  # the first entry kept
+        code, out, _ = self.verify()
+        self.assertEqual(code, 1)
+        self.assertIn("(the chain restarts at 3)", out)
+
     def test_stats(self):
         p = self.idem("stats", "--json")
         self.assertEqual(p.returncode, 0, p.stderr)

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "idem/attempt_chain.h"
+
 namespace idem {
 namespace {
 
@@ -40,7 +42,7 @@ class MemoryStore final : public Store {
     r.expires_at = now + std::max(req.retention, req.lease);
     r.retention = req.retention;
     records_[req.id] = r;
-    if (req.logged) attempts_.push_back(*req.logged);
+    if (req.logged) Log(*req.logged);
     Changed();
     return ClaimResult{true, std::move(r)};
   }
@@ -67,7 +69,7 @@ class MemoryStore final : public Store {
     (*r)->outcome = outcome;
     (*r)->completed_at = now;
     (*r)->expires_at = now + retention;
-    if (logged) attempts_.push_back(*logged);
+    if (logged) Log(*logged);
     Changed();
     return **r;
   }
@@ -201,8 +203,64 @@ class MemoryStore final : public Store {
 
   Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override {
     std::lock_guard g(mu_);
-    attempts_.insert(attempts_.end(), attempts.begin(), attempts.end());
+    for (const Attempt& a : attempts) Log(a);
     return {};
+  }
+
+  Result<std::vector<ChainHead>> ChainHeads(const std::optional<std::string>& tenant) override {
+    std::lock_guard g(mu_);
+    std::vector<ChainHead> out;
+    for (const auto& [name, head] : heads_) {
+      if (!tenant || *tenant == name) out.push_back(head);
+    }
+    return out;
+  }
+
+  // In storage order, which is each tenant's chain order (one lock); the
+  // cursor is the index of the next entry.
+  Result<ChainPage> ReadChain(const std::optional<std::string>& tenant, const std::string& cursor,
+                              size_t limit) override {
+    std::lock_guard g(mu_);
+    size_t i = cursor.empty() ? 0 : std::stoull(cursor);
+    ChainPage page;
+    for (; i < attempts_.size() && page.entries.size() < limit; ++i) {
+      if (!tenant || attempts_[i].tenant == *tenant) page.entries.push_back(attempts_[i]);
+    }
+    if (i < attempts_.size()) page.next = std::to_string(i);
+    return page;
+  }
+
+  Result<size_t> PurgeAttempts(TimePoint before, size_t limit) override {
+    std::lock_guard g(mu_);
+    // Per tenant: the last seq of the run of entries older than `before`
+    // that its chain starts with (storage order is chain order).
+    std::map<std::string, uint64_t> cut;
+    std::map<std::string, bool> stopped;
+    for (const Attempt& a : attempts_) {
+      if (a.seq == 0 || stopped[a.tenant]) continue;
+      if (a.at < before) {
+        cut[a.tenant] = a.seq;
+      } else {
+        stopped[a.tenant] = true;
+      }
+    }
+    size_t purged = 0;
+    std::vector<Attempt> kept;
+    for (Attempt& a : attempts_) {
+      const bool old = a.seq == 0 ? a.at < before : a.seq <= cut[a.tenant];
+      if (old && purged < limit) {
+        ++purged;
+        if (a.seq != 0) {
+          ChainHead& h = heads_[a.tenant];
+          h.start_seq = a.seq + 1;
+          h.start_prev = a.hash;
+        }
+      } else {
+        kept.push_back(std::move(a));
+      }
+    }
+    attempts_ = std::move(kept);
+    return purged;
   }
 
   Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override {
@@ -274,11 +332,20 @@ class MemoryStore final : public Store {
 
   void Changed() { changed_.notify_all(); }
 
+  // Appends `a` to its tenant's chain and the log (under mu_).
+  void Log(Attempt a) {
+    ChainHead& head = heads_[a.tenant];
+    head.tenant = a.tenant;
+    ChainAppend(head, a);
+    attempts_.push_back(std::move(a));
+  }
+
   Clock& clock_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::unordered_map<RecordId, Record, IdHash> records_;
   std::vector<Attempt> attempts_;
+  std::map<std::string, ChainHead> heads_;
   uint64_t last_fence_ = 0;
   std::mutex feed_mu_;  // held while on_evicted_ runs
   EvictionFeed on_evicted_;

@@ -3,9 +3,10 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "idem/error.h"
@@ -33,5 +34,13 @@ Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilte
 // Counts per tool and outcome of the attempts matching `filter`.
 Result<std::map<std::string, ToolStats>> CountAttempts(Connection& conn,
                                                        const AttemptFilter& filter);
+
+// Store::ChainHeads, ReadChain (by tenant, seq, id; the cursor is the last
+// row's "seq:id:tenant") and PurgeAttempts, one statement each.
+Result<std::vector<ChainHead>> SelectChainHeads(Connection& conn,
+                                                const std::optional<std::string>& tenant);
+Result<ChainPage> SelectChain(Connection& conn, const std::optional<std::string>& tenant,
+                              const std::string& cursor, size_t limit);
+Result<size_t> DeleteOldAttempts(Connection& conn, TimePoint before, size_t limit);
 
 }  // namespace idem::postgres

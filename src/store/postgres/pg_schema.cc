@@ -83,6 +83,68 @@ ALTER TABLE idemgate_records ADD COLUMN watched boolean NOT NULL DEFAULT false;
 -- constant default: no table rewrite.
 ALTER TABLE idemgate_records ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0;
 )sql"},
+    {5, R"sql(
+-- The audit log's hash chain (docs/DESIGN.md §7, include/idem/attempt_chain.h).
+-- Rows written before it have seq 0 and no hashes: verify reports them as
+-- before the chain. Constant defaults: no table rewrite.
+ALTER TABLE idemgate_attempts ADD COLUMN seq bigint NOT NULL DEFAULT 0,
+  ADD COLUMN prev_hash text NOT NULL DEFAULT '', ADD COLUMN hash text NOT NULL DEFAULT '';
+-- Not unique: a duplicated seq is for verify to name.
+CREATE INDEX idemgate_attempts_by_chain ON idemgate_attempts (tenant, seq, id);
+-- Each tenant's head, locked (FOR UPDATE) and moved by the statement that
+-- appends an entry; start_seq/start_prev: where the chain restarts after a purge.
+CREATE TABLE idemgate_attempt_heads (
+  tenant text PRIMARY KEY,
+  seq bigint NOT NULL,
+  hash text NOT NULL,
+  start_seq bigint NOT NULL DEFAULT 1,
+  start_prev text NOT NULL DEFAULT ''
+);
+-- ChainHash (src/core/attempt_chain.cc), byte for byte: strings as their
+-- length (8 bytes, big-endian) and UTF-8 bytes, integers as 8 bytes.
+CREATE FUNCTION idemgate_chain_text(t text) RETURNS bytea LANGUAGE sql IMMUTABLE STRICT AS
+  $f$ SELECT int8send(octet_length(convert_to(t, 'UTF8'))::bigint) || convert_to(t, 'UTF8') $f$;
+CREATE FUNCTION idemgate_chain_hash(seq bigint, prev text, at_ms bigint, tenant text, key text,
+    tool text, turn text, outcome text, latency_ms bigint, instance text, detail text)
+  RETURNS text LANGUAGE sql IMMUTABLE STRICT AS $f$
+  SELECT encode(sha256(idemgate_chain_text('idemgate-attempt-v1') || int8send(seq) ||
+    idemgate_chain_text(prev) || int8send(at_ms) || idemgate_chain_text(tenant) ||
+    idemgate_chain_text(key) || idemgate_chain_text(tool) || idemgate_chain_text(turn) ||
+    idemgate_chain_text(outcome) || int8send(latency_ms) || idemgate_chain_text(instance) ||
+    idemgate_chain_text(detail)), 'hex') $f$;
+-- Appends the entries (the nine arrays of BindAttempts), each as the next of
+-- its tenant's chain. The heads of the batch's tenants are locked first, in
+-- tenant order (no deadlock between batches), and stay locked until the
+-- caller's transaction ends. Returns how many were appended.
+CREATE FUNCTION idemgate_log_attempts(a_at bigint[], a_tenant text[], a_key text[],
+    a_tool text[], a_turn text[], a_outcome text[], a_latency bigint[], a_instance text[],
+    a_detail text[]) RETURNS bigint LANGUAGE plpgsql AS $f$
+DECLARE
+  t text;
+  i int;
+  s bigint;
+  p text;
+  h text;
+  n int := coalesce(array_length(a_at, 1), 0);
+BEGIN
+  FOR t IN SELECT DISTINCT u FROM unnest(a_tenant) u ORDER BY u LOOP
+    INSERT INTO idemgate_attempt_heads (tenant, seq, hash) VALUES (t, 0, '')
+      ON CONFLICT (tenant) DO NOTHING;
+    PERFORM 1 FROM idemgate_attempt_heads WHERE tenant = t FOR UPDATE;
+  END LOOP;
+  FOR i IN 1 .. n LOOP
+    SELECT x.seq + 1, x.hash INTO s, p FROM idemgate_attempt_heads x WHERE x.tenant = a_tenant[i];
+    h := idemgate_chain_hash(s, p, a_at[i], a_tenant[i], a_key[i], a_tool[i], a_turn[i],
+                             a_outcome[i], a_latency[i], a_instance[i], a_detail[i]);
+    INSERT INTO idemgate_attempts (at_ms, tenant, key, tool, turn, outcome, latency_ms,
+        instance, detail, seq, prev_hash, hash)
+      VALUES (a_at[i], a_tenant[i], a_key[i], a_tool[i], a_turn[i], a_outcome[i], a_latency[i],
+              a_instance[i], a_detail[i], s, p, h);
+    UPDATE idemgate_attempt_heads x SET seq = s, hash = h WHERE x.tenant = a_tenant[i];
+  END LOOP;
+  RETURN n;
+END $f$;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion);

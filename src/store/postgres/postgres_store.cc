@@ -522,4 +522,24 @@ Result<std::map<std::string, ToolStats>> PostgresStore::SummarizeAttempts(
       Retry::kSafe, [&](Connection& conn) { return postgres::CountAttempts(conn, filter); });
 }
 
+Result<std::vector<ChainHead>> PostgresStore::ChainHeads(const std::optional<std::string>& tenant) {
+  return Run<std::vector<ChainHead>>(
+      Retry::kSafe, [&](Connection& conn) { return postgres::SelectChainHeads(conn, tenant); });
+}
+
+Result<ChainPage> PostgresStore::ReadChain(const std::optional<std::string>& tenant,
+                                           const std::string& cursor, size_t limit) {
+  return Run<ChainPage>(Retry::kSafe, [&](Connection& conn) {
+    return postgres::SelectChain(conn, tenant, cursor, limit);
+  });
+}
+
+// Safe to re-run: a purge whose reply was lost has nothing more to delete.
+Result<size_t> PostgresStore::PurgeAttempts(TimePoint before, size_t limit) {
+  if (limit == 0) return 0;
+  return Run<size_t>(Retry::kSafe, [&](Connection& conn) {
+    return postgres::DeleteOldAttempts(conn, before, limit);
+  });
+}
+
 }  // namespace idem

@@ -77,6 +77,10 @@ class PostgresStore final : public Store {
   Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override;
   Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override;
   Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter) override;
+  Result<std::vector<ChainHead>> ChainHeads(const std::optional<std::string>& tenant) override;
+  Result<ChainPage> ReadChain(const std::optional<std::string>& tenant, const std::string& cursor,
+                              size_t limit) override;
+  Result<size_t> PurgeAttempts(TimePoint before, size_t limit) override;
 
   // Whether the LISTEN connection is up (cross-instance wake-ups are
   // immediate) or down (they wait for the next poll).

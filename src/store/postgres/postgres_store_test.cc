@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "change_listener.h"
+#include "idem/attempt_chain.h"
 #include "idem/caching_store.h"
 #include "idem/forwarding_store.h"
 #include "pg_schema.h"
@@ -74,6 +75,16 @@ std::string WithSchema(const std::string& url, const std::string& schema) {
 }
 
 // Raw SQL for test set-up, on a libpq connection of its own.
+// Undoes schema version 5 (the audit log's hash chain) in `schema`.
+std::string DropTheChain(const std::string& schema) {
+  return fmt::format(
+      "DROP FUNCTION \"{0}\".idemgate_log_attempts; DROP FUNCTION \"{0}\".idemgate_chain_hash; "
+      "DROP FUNCTION \"{0}\".idemgate_chain_text; DROP TABLE \"{0}\".idemgate_attempt_heads; "
+      "ALTER TABLE \"{0}\".idemgate_attempts DROP COLUMN seq, DROP COLUMN prev_hash, "
+      "DROP COLUMN hash",
+      schema);
+}
+
 class Admin {
  public:
   explicit Admin(const std::string& url) : conn_(PQconnectdb(url.c_str())) {
@@ -267,7 +278,8 @@ TEST_F(PostgresStoreTest, VersionOneSchemaMigratesAndItsRecordsHaveNoOwner) {
     ASSERT_TRUE(store->Claim(Req("old")));
   }
   // A version 1 table: without the columns of versions 2 (owner), 3 (watched)
-  // and 4 (retention_ms).
+  // and 4 (retention_ms), nor the chain of 5.
+  Admin(base_).Exec(DropTheChain(schema_));
   Admin(base_).Exec(
       fmt::format("ALTER TABLE \"{0}\".idemgate_records DROP COLUMN owner, DROP COLUMN watched, "
                   "DROP COLUMN retention_ms; "
@@ -280,6 +292,100 @@ TEST_F(PostgresStoreTest, VersionOneSchemaMigratesAndItsRecordsHaveNoOwner) {
   EXPECT_EQ(Admin(base_).Exec(fmt::format(
                 "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
             std::to_string(postgres::kSchemaVersion));
+}
+
+Attempt Logged(const std::string& tenant, const std::string& key, int64_t at_ms) {
+  Attempt a = AuditEntry(tenant, key, at_ms);
+  a.detail = "détail ✓";  // the SQL encoding is ChainHash's for any UTF-8
+  return a;
+}
+
+// A schema whose audit log predates the chain (version 4): its entries are
+// before the chain, never tampering; new ones chain, hashed by SQL exactly as
+// ChainHash does.
+TEST_F(PostgresStoreTest, VersionFourAttemptsAreBeforeTheChain) {
+  {
+    auto store = Open(clock_);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->AppendAttempts({Logged("t", "old", 1000)}));
+  }
+  Admin(base_).Exec(DropTheChain(schema_) +
+                    fmt::format("; UPDATE \"{}\".idemgate_meta SET value = 4 "
+                                "WHERE name = 'schema_version'",
+                                schema_));
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->AppendAttempts({Logged("t", "new", 2000), Logged("u", "new", 2000)}));
+  auto report = VerifyChains(*store, std::nullopt);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->before_chain, 1u);
+  EXPECT_EQ(report->checked, 2u);
+}
+
+// Tampering with the tables directly, as someone with write access would.
+TEST_F(PostgresStoreTest, VerifyNamesRowsEditedDeletedOrInsertedInTheTable) {
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  std::vector<Attempt> batch;
+  for (int i = 1; i <= 5; ++i) batch.push_back(Logged("t", "k" + std::to_string(i), 1000 + i));
+  ASSERT_TRUE(store->AppendAttempts(batch));
+  auto fault = [&] {
+    auto report = VerifyChains(*store, std::nullopt, 2);
+    EXPECT_TRUE(report) << report.error().ToString();
+    return report ? report->fault : std::nullopt;
+  };
+  ASSERT_FALSE(fault());
+  const std::string t = fmt::format("\"{}\".idemgate_attempts", schema_);
+  Admin(base_).Exec("UPDATE " + t + " SET latency_ms = 99 WHERE key = 'k2'");
+  auto edited = fault();
+  ASSERT_TRUE(edited);
+  EXPECT_EQ(edited->kind, ChainFault::Kind::kEdited);
+  EXPECT_NE(edited->message.find("tenant \"t\" seq 2 (key \"k2\""), std::string::npos)
+      << edited->message;
+  Admin(base_).Exec("DELETE FROM " + t + " WHERE key = 'k2'");
+  auto deleted = fault();
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->kind, ChainFault::Kind::kDeleted);
+  EXPECT_EQ(deleted->entry.seq, 3u);
+  Admin(base_).Exec("INSERT INTO " + t +
+                    " (at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail, "
+                    "seq, prev_hash, hash) SELECT at_ms, tenant, 'k2', tool, turn, outcome, "
+                    "latency_ms, instance, detail, 2, prev_hash, hash FROM " +
+                    t + " WHERE key = 'k3'");
+  auto inserted = fault();
+  ASSERT_TRUE(inserted);
+  EXPECT_EQ(inserted->kind, ChainFault::Kind::kEdited) << inserted->message;
+  EXPECT_EQ(inserted->entry.seq, 2u);
+}
+
+// Several instances (connection pools) appending to one schema at once,
+// batches and claims with their entries: one valid chain per tenant.
+TEST_F(PostgresStoreTest, InstancesAppendingAtOnceKeepOneChain) {
+  constexpr int kInstances = 3;
+  std::vector<std::unique_ptr<PostgresStore>> stores;
+  for (int i = 0; i < kInstances; ++i) stores.push_back(Open(clock_));
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int i = 0; i < kInstances; ++i) {
+    threads.emplace_back([&, i] {
+      for (int r = 0; r < 20; ++r) {
+        const std::string key = fmt::format("i{}-{}", i, r);
+        if (!stores[i]->AppendAttempts({Logged("t", key, r), Logged("u", key, r)})) ++errors;
+        ClaimRequest req = Req(key);
+        req.id.tenant = "u";
+        req.logged = Logged("u", key, r);
+        req.logged->outcome = AttemptOutcome::kClaimed;
+        if (auto c = stores[i]->Claim(req); !c || !c->claimed) ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(errors.load(), 0);
+  auto report = VerifyChains(*stores[0], std::nullopt, 16);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, static_cast<uint64_t>(kInstances * 20 * 3));
 }
 
 // Two instances whose hosts' clocks are 25 s apart agree on a lease by the

@@ -25,14 +25,21 @@ static_assert(std::string_view(IDEM_EVICTION_CHANNEL) == idem::postgres::kEvicti
 // parameter list.
 #define IDEM_ANNOUNCE(cte, payload_param) \
   " SELECT " IDEM_RECORD_COLUMNS ", " payload_param "::text FROM " cte
+// IDEM_ANNOUNCE for a statement that logs its attempt (IDEM_LOG_ATTEMPTS).
+#define IDEM_ANNOUNCE_LOGGED(cte, payload_param) \
+  " SELECT " IDEM_RECORD_COLUMNS ", " payload_param "::text" IDEM_FROM_LOGGED(cte)
 
 // Appends the attempts in `arrays` (BindAttempts' nine arrays) to the audit
-// log in the same statement as the record write `cte`, and only if it wrote:
-// a claim or a completion and its entry commit together or not at all.
-#define IDEM_LOG_ATTEMPTS(cte, arrays)                                                  \
-  ", logged AS (INSERT INTO idemgate_attempts (at_ms, tenant, key, tool, turn, outcome, " \
-  "latency_ms, instance, detail) SELECT * FROM unnest(" arrays                            \
-  ") WHERE EXISTS (SELECT 1 FROM " cte "))"
+// log, each as the next entry of its tenant's chain (idemgate_log_attempts,
+// which locks the tenant's head until the transaction ends), in the same
+// statement as the record write `cte`, and only if it wrote: a claim or a
+// completion and its entry commit together or not at all. A CTE without a
+// data-modifying statement runs only if read: the statement's final SELECT
+// reads it with IDEM_FROM_LOGGED.
+#define IDEM_LOG_ATTEMPTS(cte, arrays)                                \
+  ", logged AS (SELECT idemgate_log_attempts(" arrays ") AS appended " \
+  "WHERE EXISTS (SELECT 1 FROM " cte "))"
+#define IDEM_FROM_LOGGED(cte) " FROM " cte " LEFT JOIN logged ON true"
 #define IDEM_CLAIM_ATTEMPTS                                                             \
   "$12::bigint[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], " \
   "$18::bigint[], $19::text[], $20::text[]"
@@ -46,7 +53,7 @@ const Statement kClaimInsert{
     "retention_ms) VALUES ($1, $2, 'in_progress', $3, $4, $5, nextval('idemgate_fences'), $6, "
     "$7, 0, $8, $10, $11) "
     "ON CONFLICT (tenant, key) DO NOTHING RETURNING " IDEM_RECORD_COLUMNS
-    ")" IDEM_LOG_ATTEMPTS("claimed", IDEM_CLAIM_ATTEMPTS) IDEM_ANNOUNCE("claimed", "$9")};
+    ")" IDEM_LOG_ATTEMPTS("claimed", IDEM_CLAIM_ATTEMPTS) IDEM_ANNOUNCE_LOGGED("claimed", "$9")};
 
 const Statement kClaimReplace{
     "idem_claim_replace",
@@ -56,7 +63,7 @@ const Statement kClaimReplace{
     "outcome_body = NULL, owner = $10, retention_ms = $11, watched = false "
     "WHERE tenant = $1 AND key = $2 AND expires_at_ms <= $6 "
     "RETURNING " IDEM_RECORD_COLUMNS ")" IDEM_LOG_ATTEMPTS("claimed", IDEM_CLAIM_ATTEMPTS)
-        IDEM_ANNOUNCE("claimed", "$9")};
+        IDEM_ANNOUNCE_LOGGED("claimed", "$9")};
 
 const Statement kSelectRecord{"idem_select_record",
                               "SELECT " IDEM_RECORD_COLUMNS
@@ -79,7 +86,7 @@ const Statement kComplete{
         "done",
         "$9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], "
         "$15::bigint[], $16::text[], $17::text[]") " SELECT " IDEM_RECORD_COLUMNS
-    ", $8::text, watched FROM done"};
+    ", $8::text, watched" IDEM_FROM_LOGGED("done")};
 static_assert(kCompleteWatchedColumn == 14);  // 13 record columns, the payload, watched
 
 // Row locks order this against kComplete: either the completion sees the

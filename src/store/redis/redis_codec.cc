@@ -66,6 +66,16 @@ std::string AttemptStreamKey(std::string_view prefix) {
   return std::string(prefix) + "idem:attempts";
 }
 
+std::string AttemptHeadsKey(std::string_view prefix) {
+  const std::string stream = AttemptStreamKey(prefix);
+  return stream + ":heads{" + stream + "}";
+}
+
+std::string ChainHeadValue(const ChainHead& head) {
+  return std::to_string(head.seq) + " " + head.hash + " " + std::to_string(head.start_seq) + " " +
+         head.start_prev;
+}
+
 std::vector<std::string> RecordFieldNames() {
   return {"st", "fp", "tool", "turn", "fence", "cr", "le", "co", "ex", "oc", "ow", "rt"};
 }
@@ -183,6 +193,27 @@ Result<std::optional<Record>> DecodeRecordHash(const RecordId& id, const redisRe
   return Decode(id, std::move(f), /*with_body=*/true);
 }
 
+Result<ChainHead> ParseChainHead(std::string_view tenant, std::string_view value) {
+  ChainHead head;
+  head.tenant = std::string(tenant);
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    const size_t space = value.find(' ', start);
+    parts.push_back(value.substr(start, space == std::string_view::npos ? space : space - start));
+    if (space == std::string_view::npos) break;
+    start = space + 1;
+  }
+  if ((parts.size() != 4 && parts.size() != 6) || !ToNumber(parts[0], &head.seq) ||
+      !ToNumber(parts[2], &head.start_seq)) {
+    return MakeError(ErrorCode::kDataLoss, "redis store: the chain head of tenant \"" +
+                                               head.tenant + "\" is malformed: \"" +
+                                               std::string(value) + "\"");
+  }
+  head.hash = std::string(parts[1]);
+  head.start_prev = std::string(parts[3]);
+  return head;
+}
+
 std::vector<std::string> EncodeAttempt(const Attempt& a) {
   return {std::to_string(ToUnixMillis(a.at)),
           a.tenant,
@@ -192,7 +223,10 @@ std::vector<std::string> EncodeAttempt(const Attempt& a) {
           std::string(AttemptOutcomeName(a.outcome)),
           std::to_string(a.latency.count()),
           a.instance,
-          a.detail};
+          a.detail,
+          std::to_string(a.seq),
+          a.prev_hash,
+          a.hash};
 }
 
 Result<Attempt> DecodeAttempt(const redisReply& fields) {
@@ -230,6 +264,12 @@ Result<Attempt> DecodeAttempt(const redisReply& fields) {
       a.instance = value;
     } else if (name == "detail") {
       a.detail = value;
+    } else if (name == "seq") {  // none in entries from before the chain
+      if (!ToNumber(value, &a.seq)) return bad("a bad seq");
+    } else if (name == "prev") {
+      a.prev_hash = value;
+    } else if (name == "hash") {
+      a.hash = value;
     }
   }
   return a;

@@ -30,6 +30,17 @@ std::string RecordKeyPattern(std::string_view prefix);
 std::string EvictionChannel(std::string_view prefix);
 // The audit stream.
 std::string AttemptStreamKey(std::string_view prefix);
+// The chain heads of the audit stream's tenants (docs/DESIGN.md §7): a hash,
+// field = tenant, value = ChainHeadValue. Named with the stream's whole name
+// as its hash tag, so that it lives in the stream's slot and one script
+// writes both, in a cluster too (a prefix holds no braces: redis_url.cc).
+std::string AttemptHeadsKey(std::string_view prefix);
+// A head as the heads hash keeps it: "seq hash start_seq start_prev", then
+// " token until_ms" while a writer is first in line for it (the scripts).
+std::string ChainHeadValue(const ChainHead& head);
+// Parses ChainHeadValue for `tenant` (a reservation is ignored); kDataLoss
+// if malformed.
+Result<ChainHead> ParseChainHead(std::string_view tenant, std::string_view value);
 
 // HMGET field order of a record without its outcome body: st fp tool turn
 // fence cr le co ex oc ow.
@@ -61,7 +72,8 @@ Result<std::optional<Record>> DecodeRecord(const RecordId& id, const redisReply&
 // Decodes an HGETALL reply: the whole record, body included.
 Result<std::optional<Record>> DecodeRecordHash(const RecordId& id, const redisReply& hash);
 
-// The 9 values the append script stores per attempt, in its order.
+// The 12 values the scripts store per attempt, in their order: at tenant key
+// tool turn outcome latency instance detail seq prev hash.
 std::vector<std::string> EncodeAttempt(const Attempt& a);
 // Decodes the field list of one stream entry. kDataLoss if unreadable.
 Result<Attempt> DecodeAttempt(const redisReply& fields);

@@ -42,16 +42,31 @@ local function bury(fence)
   redis.call('HSET', rec, 'fence', fence)
   redis.call('PEXPIRE', rec, n2s(tombstone_keep))
 end
--- Appends one attempt to KEYS[2], the audit stream, if the caller sent it:
--- ARGV[at] the stream's MAXLEN, then EncodeAttempt's nine values. Inside the
--- record's own script, so the record and its entry are one write; before the
--- record's HSET, so an XADD that fails leaves the record untouched.
+-- The attempt a record script writes with its record: KEYS[2] the audit
+-- stream and KEYS[3] its heads if the caller sent one, ARGV[at] the
+-- stream's MAXLEN, ARGV[at + 1] the writer's token, then the entry's 12
+-- values (kChain). log_stale: nil if the entry follows its tenant's head (or
+-- there is none), else the refusal, checked before any write. log_attempt:
+-- appends it, inside the record's own script, so the record and its entry
+-- are one write.
+local function log_stale(at)
+  if not KEYS[2] then return nil end
+  return chain_stale(KEYS[3], at + 2, 1, ARGV[at + 1], now)
+end
 local function log_attempt(at)
   if not KEYS[2] then return end
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[at], '*',
-             'at', ARGV[at + 1], 'tenant', ARGV[at + 2], 'key', ARGV[at + 3], 'tool', ARGV[at + 4],
-             'turn', ARGV[at + 5], 'outcome', ARGV[at + 6], 'latency', ARGV[at + 7],
-             'instance', ARGV[at + 8], 'detail', ARGV[at + 9])
+  chain_append(KEYS[2], KEYS[3], at + 2, 1, tonumber(ARGV[at]))
+end
+-- For a script that ends without writing its entry (the claim found a live
+-- record, the completion was refused): gives up this writer's reservation
+-- of the entry's head, if it holds one, and returns the head ('' if none or
+-- no entry) for the caller's cache.
+local function log_head(at)
+  if not KEYS[2] then return '' end
+  local t = ARGV[at + 3]
+  local s, h, ss, sp, tok = head_of(KEYS[3], t)
+  if tok ~= '' and tok == ARGV[at + 1] then set_head(KEYS[3], t, s, h, ss, sp) end
+  return redis.call('HGET', KEYS[3], t) or ''
 end
 -- The live record's st, fence, ex, le if it carries `fence` and its state is
 -- in `states`; else nil and the refusal to return.
@@ -64,10 +79,113 @@ local function owned(fence, states)
 end
 )lua";
 
+// The audit log's hash chain (docs/DESIGN.md §7), shared by the scripts that
+// append entries. An entry travels as 12 values from ARGV[b]: at tenant key
+// tool turn outcome latency instance detail seq prev hash, its chain fields
+// computed by the caller from its cached head of the tenant (Redis's Lua
+// has no SHA-256; redis.sha1hex would be a weaker hash). The script checks,
+// atomically, that each entry follows its tenant's head in the heads hash
+// (redis_codec.h AttemptHeadsKey): seq = head seq + 1 and prev = head hash.
+// If one does not, it writes nothing and answers {'stale', tenant, head, …}
+// with the current heads, for the caller to recompute and send again.
+constexpr char kChain[] = R"lua(
+local function cnum(x) return string.format('%.0f', x) end
+-- How long a writer refused as stale is first in line for the heads it
+-- needs (ms): others are refused ('reserved') until it has written, so that
+-- a writer whose competitor writes back to back cannot be starved.
+local reserve_ms = 50
+-- seq, hash, start_seq, start_prev of `tenant`'s head, and who reserved it
+-- until when ('' and 0 if nobody).
+local function head_of(heads, tenant)
+  local v = redis.call('HGET', heads, tenant)
+  if not v then return 0, '', 1, '', '', 0 end
+  local s, h, ss, sp, tok, untl = string.match(v, '^(%d+) (%x*) (%d+) (%x*) ?(%w*) ?(%d*)$')
+  if not s then error({err = 'malformed chain head of tenant ' .. tenant}) end
+  return tonumber(s), h, tonumber(ss), sp, tok, tonumber(untl) or 0
+end
+local function set_head(heads, tenant, s, h, ss, sp, tok, untl)
+  local v = cnum(s) .. ' ' .. h .. ' ' .. cnum(ss) .. ' ' .. sp
+  if tok and tok ~= '' then v = v .. ' ' .. tok .. ' ' .. cnum(untl) end
+  redis.call('HSET', heads, tenant, v)
+end
+-- nil if the n entries from ARGV[at] follow their tenants' heads and no
+-- other writer (`token` names this one) holds a live reservation of one of
+-- them; else the refusal, {'stale' or 'reserved', tenant, head, …}. A
+-- stale writer reserves the heads it needs until now + reserve_ms.
+local function chain_stale(heads, at, n, token, now)
+  local first, order, expect, reserved, bad = {}, {}, {}, false, false
+  for i = 0, n - 1 do
+    local b = at + i * 12
+    local t = ARGV[b + 1]
+    if not first[t] then
+      local s, h, ss, sp, tok, untl = head_of(heads, t)
+      first[t] = {s, h, ss, sp}
+      order[#order + 1] = t
+      expect[t] = {s, h}
+      if tok ~= '' and tok ~= token and untl > now then reserved = true end
+    end
+    if tonumber(ARGV[b + 9]) ~= expect[t][1] + 1 or ARGV[b + 10] ~= expect[t][2] then
+      bad = true
+    end
+    expect[t] = {expect[t][1] + 1, ARGV[b + 11]}
+  end
+  if not bad and not reserved then return nil end
+  local out = {reserved and 'reserved' or 'stale'}
+  for _, t in ipairs(order) do
+    local f = first[t]
+    if not reserved then set_head(heads, t, f[1], f[2], f[3], f[4], token, now + reserve_ms) end
+    out[#out + 1] = t
+    out[#out + 1] = redis.call('HGET', heads, t) or ''
+  end
+  return out
+end
+-- Trims the stream to maxlen entries, oldest first (at most 1000 a call),
+-- and moves each trimmed tenant's restart point past its last entry trimmed,
+-- so that what is left still verifies: MAXLEN trimming is a purge.
+local function chain_trim(stream, heads, maxlen)
+  local over = redis.call('XLEN', stream) - maxlen
+  if over <= 0 then return end
+  if over > 1000 then over = 1000 end
+  local old = redis.call('XRANGE', stream, '-', '+', 'COUNT', over)
+  local cut, ids = {}, {}
+  for _, e in ipairs(old) do
+    ids[#ids + 1] = e[1]
+    local f, t, s, h = e[2], nil, nil, ''
+    for k = 1, #f, 2 do
+      if f[k] == 'tenant' then t = f[k + 1]
+      elseif f[k] == 'seq' then s = tonumber(f[k + 1])
+      elseif f[k] == 'hash' then h = f[k + 1] end
+    end
+    if t and s and s > 0 then cut[t] = {s, h} end
+  end
+  for t, c in pairs(cut) do
+    local hs, hh, ss, _, tok, untl = head_of(heads, t)
+    if c[1] + 1 > ss then set_head(heads, t, hs, hh, c[1] + 1, c[2], tok, untl) end
+  end
+  redis.call('XDEL', stream, unpack(ids))
+end
+-- Appends the n entries from ARGV[at], moves their heads (ending any
+-- reservation: this writer held it or it had lapsed), trims.
+local function chain_append(stream, heads, at, n, maxlen)
+  for i = 0, n - 1 do
+    local b = at + i * 12
+    redis.call('XADD', stream, '*', 'at', ARGV[b], 'tenant', ARGV[b + 1], 'key', ARGV[b + 2],
+               'tool', ARGV[b + 3], 'turn', ARGV[b + 4], 'outcome', ARGV[b + 5],
+               'latency', ARGV[b + 6], 'instance', ARGV[b + 7], 'detail', ARGV[b + 8],
+               'seq', ARGV[b + 9], 'prev', ARGV[b + 10], 'hash', ARGV[b + 11])
+    local _, _, ss, sp = head_of(heads, ARGV[b + 1])
+    set_head(heads, ARGV[b + 1], tonumber(ARGV[b + 9]), ARGV[b + 11], ss, sp)
+  end
+  chain_trim(stream, heads, maxlen)
+end
+)lua";
+
 constexpr char kClaim[] = R"lua(
 local lease, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
 local cur = redis.call('HMGET', rec, 'st', 'ex', 'fence')
-if cur[1] and tonumber(cur[2]) > now then return {'exists', whole()} end
+if cur[1] and tonumber(cur[2]) > now then return {'exists', whole(), log_head(10)} end
+local stale = log_stale(10)
+if stale then return stale end
 local fence = next_fence(cur[3])
 local expires = now + math.max(retention, lease)
 log_attempt(10)
@@ -92,14 +210,19 @@ return {'ok', n2s(le)}
 
 constexpr char kComplete[] = R"lua(
 local r, refusal = owned(ARGV[4], {in_progress = true, unknown = true})
-if not r then return refusal end
+if not r then
+  if ARGV[7] == '1' then log_head(8) end
+  return refusal
+end
 local ex = now + tonumber(ARGV[5])
--- ARGV[7]: '1' if the attempt follows (ARGV[8..17]); then the body's
+-- ARGV[7]: '1' if the attempt follows (ARGV[8..21]); then the body's
 -- field/value pairs (redis_codec.h EncodeOutcome).
 local body_at = 8
 if ARGV[7] == '1' then
+  local stale = log_stale(8)
+  if stale then return stale end
   log_attempt(8)
-  body_at = 18
+  body_at = 22
 end
 redis.call('HSET', rec, 'st', 'completed', 'oc', ARGV[6], 'co', n2s(now), 'ex', n2s(ex),
            unpack(ARGV, body_at))
@@ -168,15 +291,32 @@ return 1
 )lua";
 
 constexpr char kAppendAttempts[] = R"lua(
-local n = (#ARGV - 1) / 9
-for i = 0, n - 1 do
-  local b = 1 + i * 9
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-             'at', ARGV[b + 1], 'tenant', ARGV[b + 2], 'key', ARGV[b + 3], 'tool', ARGV[b + 4],
-             'turn', ARGV[b + 5], 'outcome', ARGV[b + 6], 'latency', ARGV[b + 7],
-             'instance', ARGV[b + 8], 'detail', ARGV[b + 9])
+local n = (#ARGV - 3) / 12
+local stale = chain_stale(KEYS[2], 4, n, ARGV[3], tonumber(ARGV[2]))
+if stale then return stale end
+chain_append(KEYS[1], KEYS[2], 4, n, tonumber(ARGV[1]))
+return {'ok', n}
+)lua";
+
+// KEYS[1] the stream, KEYS[2] its heads; ARGV: (id, tenant, seq, hash) per
+// entry to delete. Deletes those still there and moves each tenant's
+// restart point past the last one.
+constexpr char kPurgeAttempts[] = R"lua(
+local gone, cut = 0, {}
+for i = 1, #ARGV, 4 do
+  if #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i], 'COUNT', 1) == 1 then
+    gone = gone + redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+  local s = tonumber(ARGV[i + 2])
+  if s > 0 and (not cut[ARGV[i + 1]] or cut[ARGV[i + 1]][1] < s) then
+    cut[ARGV[i + 1]] = {s, ARGV[i + 3]}
+  end
 end
-return n
+for t, c in pairs(cut) do
+  local hs, hh, ss, _, tok, untl = head_of(KEYS[2], t)
+  if c[1] + 1 > ss then set_head(KEYS[2], t, hs, hh, c[1] + 1, c[2], tok, untl) end
+end
+return gone
 )lua";
 
 Script Make(std::string name, std::string source) {
@@ -192,7 +332,7 @@ Script Make(std::string name, std::string source) {
 }
 
 Script RecordScript(std::string name, const char* body) {
-  return Make(std::move(name), std::string(kPrelude) + body);
+  return Make(std::move(name), std::string(kPrelude).insert(0, kChain) + body);
 }
 
 }  // namespace
@@ -234,7 +374,11 @@ const Script& PurgeIfExpiredScript() {
   return s;
 }
 const Script& AppendAttemptsScript() {
-  static const Script s = Make("append_attempts", kAppendAttempts);
+  static const Script s = Make("append_attempts", std::string(kChain) + kAppendAttempts);
+  return s;
+}
+const Script& PurgeAttemptsScript() {
+  static const Script s = Make("purge_attempts", std::string(kChain) + kPurgeAttempts);
   return s;
 }
 

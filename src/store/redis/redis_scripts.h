@@ -39,13 +39,19 @@ struct Script {
 // order of redis_codec.h RecordFieldNames; "the hash": HGETALL, body
 // included (redis_codec.h DecodeRecordHash).
 
-// ARGV[4..] lease_ms retention_ms fingerprint tool turn owner.
-// → {'claimed', the hash} or {'exists', the hash}.
+// ARGV[4..] lease_ms retention_ms fingerprint tool turn owner, then (with
+// KEYS[2] the audit stream and KEYS[3] its heads) maxlen, the writer's token
+// and the claim's audit entry, 12 values with its chain fields.
+// → {'claimed', the hash}, {'exists', the hash, the entry's tenant's head}
+// or, writing no record, {'stale' | 'reserved', tenant, head} (the entry does
+// not follow the head, or another writer is first in line for it).
 const Script& ClaimScript();
 // ARGV[4..] fence lease_ms. → {'ok', lease_expires_at_ms}.
 const Script& HeartbeatScript();
-// ARGV[4..] fence retention_ms 'oc', then the body's field/value pairs
-// (redis_codec.h EncodeOutcome). → {'ok', fields}.
+// ARGV[4..] fence retention_ms 'oc' '0'|'1', with '1' (KEYS[2], KEYS[3] as
+// for the claim) maxlen, the token and the 12 values of the entry, then the
+// body's field/value pairs (redis_codec.h EncodeOutcome). → {'ok', fields}
+// or {'stale' | 'reserved', tenant, head}.
 const Script& CompleteScript();
 // ARGV[4..] fence. → {'ok'}.
 const Script& ReleaseScript();
@@ -60,8 +66,17 @@ const Script& TakeOverScript();
 const Script& EvictScript();
 // → 1 if the record was past its logical expiry and was deleted, else 0.
 const Script& PurgeIfExpiredScript();
-// KEYS[1] the attempt stream; ARGV[1] maxlen, then 9 fields per attempt:
-// at tenant key tool turn outcome latency instance detail. → count.
+// KEYS[1] the attempt stream, KEYS[2] its heads (one slot); ARGV[1] maxlen,
+// ARGV[2] now (ms), ARGV[3] the writer's token, then 12 values per attempt:
+// at tenant key tool turn outcome latency instance detail seq prev hash.
+// → {'ok', count}, or, appending nothing, {'stale' | 'reserved', tenant,
+// head, …} for every tenant of the batch when an entry does not follow its
+// tenant's head (the writer is then first in line for those heads for a
+// moment) or another writer is first in line. Trims the stream to maxlen,
+// recording where each trimmed chain restarts.
 const Script& AppendAttemptsScript();
+// KEYS[1] the stream, KEYS[2] its heads; ARGV (id tenant seq hash)… the
+// entries to delete. → how many were deleted.
+const Script& PurgeAttemptsScript();
 
 }  // namespace idem::redis

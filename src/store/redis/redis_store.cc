@@ -2,11 +2,18 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "change_listener.h"
+#include "idem/attempt_chain.h"
 #include "pipeline.h"
 #include "redis_client.h"
 #include "redis_codec.h"
@@ -16,6 +23,7 @@ namespace idem {
 namespace {
 
 using redis::Reply;
+using SteadyClock = std::chrono::steady_clock;
 
 // Redis deletes a record (native TTL) this long after its logical expiry by
 // the writer's clock, so that an instance whose clock lags a little still
@@ -26,6 +34,20 @@ constexpr Duration kGcMargin{60'000};
 constexpr int kScanCount = 1000;
 constexpr int kStreamPage = 512;
 constexpr size_t kAttemptsPerScript = 256;
+// How long a write whose audit entry no longer follows its tenant's chain
+// head (another instance appended first) is recomputed and sent again.
+constexpr std::chrono::seconds kChainPatience{2};
+// ReadChain with a tenant: entries scanned per call at most.
+constexpr size_t kChainScan = 8 * kStreamPage;
+
+// 64 random bits in hex.
+std::string NewToken() {
+  std::random_device rd;
+  const uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 bool Differs(const Record& seen, const Record& now) {
   return now.fence != seen.fence || now.state != seen.state;
@@ -68,23 +90,27 @@ class RedisStore final : public Store {
   // another slot than the record, which one script cannot write.
   bool LogsWithRecords() const override { return !client_->config().cluster; }
 
+  // A claim or completion that logs its entry sends it chained from this
+  // process's cached head of the tenant; the script refuses it ('stale')
+  // if another write moved the head first, and it is sent again.
   Result<ClaimResult> Claim(const ClaimRequest& req) override {
     const auto keys = redis::KeysOf(prefix_, req.id);
-    auto reply = client_->Eval(redis::ClaimScript(), ScriptKeys(keys, Logs(req.logged)),
-                               ScriptArgs(clock_.Now(), ClaimArgs(req)), /*write=*/true);
-    if (!reply) return std::unexpected(reply.error());
-    return Claimed(req, keys, **reply);
+    const auto give_up = SteadyClock::now() + kChainPatience;
+    for (int round = 0; SteadyClock::now() < give_up; ++round) {
+      const std::optional<Attempt> entry = Chained(req.logged ? &*req.logged : nullptr);
+      auto reply = client_->Eval(redis::ClaimScript(), ScriptKeys(keys, entry.has_value()),
+                                 ScriptArgs(clock_.Now(), ClaimArgs(req, entry)), /*write=*/true);
+      if (!reply) return std::unexpected(reply.error());
+      if (Refused(**reply, round)) continue;
+      return Claimed(req, keys, entry, **reply);
+    }
+    return std::unexpected(ChainBusy(req.id.tenant));
   }
 
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
     if (!PipelinedWrites()) return false;
-    const auto keys = redis::KeysOf(prefix_, req.id);
-    SubmitScript(redis::ClaimScript(), ScriptKeys(keys, Logs(req.logged)), clock_.Now(),
-                 ClaimArgs(req),
-                 [this, req, keys, done = std::move(done)](Result<Reply> reply) {
-                   if (!reply) return done(std::unexpected(reply.error()));
-                   done(Claimed(req, keys, **reply));
-                 });
+    SubmitClaim(std::make_shared<const ClaimRequest>(req), std::move(done),
+                SteadyClock::now() + kChainPatience);
     return true;
   }
 
@@ -105,24 +131,26 @@ class RedisStore final : public Store {
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                           Duration retention, const Attempt* logged = nullptr) override {
     const auto keys = redis::KeysOf(prefix_, id);
-    auto reply = client_->Eval(redis::CompleteScript(), ScriptKeys(keys, Logs(logged)),
-                               ScriptArgs(clock_.Now(), CompleteArgs(fence, outcome, retention,
-                                                                     logged)),
-                               /*write=*/true);
-    if (!reply) return std::unexpected(reply.error());
-    return Completed(id, fence, outcome, keys, **reply);
+    const auto give_up = SteadyClock::now() + kChainPatience;
+    for (int round = 0; SteadyClock::now() < give_up; ++round) {
+      const std::optional<Attempt> entry = Chained(logged);
+      auto reply =
+          client_->Eval(redis::CompleteScript(), ScriptKeys(keys, entry.has_value()),
+                        ScriptArgs(clock_.Now(), CompleteArgs(fence, outcome, retention, entry)),
+                        /*write=*/true);
+      if (!reply) return std::unexpected(reply.error());
+      if (Refused(**reply, round)) continue;
+      return Completed(id, fence, outcome, keys, **reply);
+    }
+    return std::unexpected(ChainBusy(id.tenant));
   }
 
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
                      CompleteDone done, const Attempt* logged = nullptr) override {
     if (!PipelinedWrites()) return false;
-    const auto keys = redis::KeysOf(prefix_, id);
-    SubmitScript(redis::CompleteScript(), ScriptKeys(keys, Logs(logged)), clock_.Now(),
-                 CompleteArgs(fence, outcome, retention, logged),
-                 [this, id, fence, outcome, keys, done = std::move(done)](Result<Reply> reply) {
-                   if (!reply) return done(std::unexpected(reply.error()));
-                   done(Completed(id, fence, outcome, keys, **reply));
-                 });
+    auto call = std::make_shared<const CompleteCall>(CompleteCall{
+        id, fence, outcome, retention, logged ? std::optional<Attempt>(*logged) : std::nullopt});
+    SubmitComplete(std::move(call), std::move(done), SteadyClock::now() + kChainPatience);
     return true;
   }
 
@@ -292,19 +320,143 @@ class RedisStore final : public Store {
     return count;
   }
 
+  // One script per kAttemptsPerScript entries, chained from the cached
+  // heads: one round trip unless another instance moved a head first.
   Result<void> AppendAttempts(const std::vector<Attempt>& attempts) override {
-    const std::string stream = redis::AttemptStreamKey(prefix_);
-    const std::vector<std::string> keys = {stream};
+    const std::vector<std::string> keys = {redis::AttemptStreamKey(prefix_),
+                                           redis::AttemptHeadsKey(prefix_)};
+    std::lock_guard one_batch(append_mu_);  // this process's batches do not race each other
     for (size_t start = 0; start < attempts.size(); start += kAttemptsPerScript) {
-      std::vector<std::string> args = {std::to_string(client_->config().attempts_maxlen)};
       const size_t end = std::min(attempts.size(), start + kAttemptsPerScript);
-      for (size_t i = start; i < end; ++i) {
-        for (std::string& v : redis::EncodeAttempt(attempts[i])) args.push_back(std::move(v));
+      const auto give_up = SteadyClock::now() + kChainPatience;
+      for (int round = 0;; ++round) {
+        if (SteadyClock::now() >= give_up)
+          return std::unexpected(ChainBusy(attempts[start].tenant));
+        std::vector<std::string> args = {std::to_string(client_->config().attempts_maxlen),
+                                         std::to_string(ToUnixMillis(clock_.Now())), token_};
+        {
+          std::lock_guard g(chain_mu_);
+          for (size_t i = start; i < end; ++i) {
+            Attempt a = attempts[i];
+            Predict(a);
+            for (std::string& v : redis::EncodeAttempt(a)) args.push_back(std::move(v));
+          }
+        }
+        auto reply = client_->Eval(redis::AppendAttemptsScript(), keys, args, /*write=*/true);
+        if (!reply) return std::unexpected(reply.error());
+        if (Refused(**reply, round)) continue;
+        if (Status(**reply) != "ok") {
+          return std::unexpected(Unexpected("append_attempts", Status(**reply)));
+        }
+        break;
       }
-      auto reply = client_->Eval(redis::AppendAttemptsScript(), keys, args, /*write=*/true);
-      if (!reply) return std::unexpected(reply.error());
     }
     return {};
+  }
+
+  Result<std::vector<ChainHead>> ChainHeads(const std::optional<std::string>& tenant) override {
+    const std::string key = redis::AttemptHeadsKey(prefix_);
+    std::vector<ChainHead> heads;
+    if (tenant) {
+      auto reply = client_->Execute(key, {"HGET", key, *tenant}, /*resend_safe=*/true);
+      if (!reply) return std::unexpected(reply.error());
+      if ((*reply)->type == REDIS_REPLY_NIL) return heads;
+      auto head = redis::ParseChainHead(*tenant, Str(**reply));
+      if (!head) return std::unexpected(head.error());
+      heads.push_back(std::move(*head));
+      return heads;
+    }
+    auto reply = client_->Execute(key, {"HGETALL", key}, /*resend_safe=*/true);
+    if (!reply) return std::unexpected(reply.error());
+    const redisReply& r = **reply;
+    for (size_t i = 0; r.type == REDIS_REPLY_ARRAY && i + 1 < r.elements; i += 2) {
+      auto head = redis::ParseChainHead(Str(*r.element[i]), Str(*r.element[i + 1]));
+      if (!head) return std::unexpected(head.error());
+      heads.push_back(std::move(*head));
+    }
+    std::sort(heads.begin(), heads.end(),
+              [](const ChainHead& a, const ChainHead& b) { return a.tenant < b.tenant; });
+    return heads;
+  }
+
+  // In stream order, which is each tenant's chain order (the scripts append
+  // atomically); the cursor is the last stream ID read. With a tenant, the
+  // whole stream is scanned (kChainScan entries a call): O(entries).
+  Result<ChainPage> ReadChain(const std::optional<std::string>& tenant, const std::string& cursor,
+                              size_t limit) override {
+    const std::string stream = redis::AttemptStreamKey(prefix_);
+    ChainPage page;
+    std::string last = cursor;
+    size_t scanned = 0;
+    while (page.entries.size() < limit && scanned < kChainScan) {
+      const size_t want =
+          tenant ? static_cast<size_t>(kStreamPage)
+                 : std::min(limit - page.entries.size(), static_cast<size_t>(kStreamPage));
+      auto reply = client_->Execute(
+          stream,
+          {"XRANGE", stream, last.empty() ? "-" : "(" + last, "+", "COUNT", std::to_string(want)},
+          /*resend_safe=*/true);
+      if (!reply) return std::unexpected(reply.error());
+      const redisReply& r = **reply;
+      if (r.type != REDIS_REPLY_ARRAY) return std::unexpected(Unexpected("XRANGE", "?"));
+      size_t i = 0;
+      for (; i < r.elements && page.entries.size() < limit; ++i) {
+        auto a = EntryAttempt(*r.element[i]);
+        if (!a) return std::unexpected(a.error());
+        last = std::string(Str(*r.element[i]->element[0]));
+        ++scanned;
+        if (!tenant || a->tenant == *tenant) page.entries.push_back(std::move(*a));
+      }
+      if (i == r.elements && r.elements < want) return page;  // the end of the stream
+    }
+    page.next = last;
+    return page;
+  }
+
+  // Each tenant's oldest run of entries older than `before`, found by a scan
+  // of the stream from its start, deleted by a script that moves the heads.
+  Result<size_t> PurgeAttempts(TimePoint before, size_t limit) override {
+    const std::string stream = redis::AttemptStreamKey(prefix_);
+    const std::vector<std::string> keys = {stream, redis::AttemptHeadsKey(prefix_)};
+    std::vector<std::string> victims;  // (id, tenant, seq, hash)…
+    std::map<std::string, bool> stopped;
+    std::string last;
+    while (victims.size() / 4 < limit) {
+      auto reply = client_->Execute(stream,
+                                    {"XRANGE", stream, last.empty() ? "-" : "(" + last, "+",
+                                     "COUNT", std::to_string(kStreamPage)},
+                                    /*resend_safe=*/true);
+      if (!reply) return std::unexpected(reply.error());
+      const redisReply& r = **reply;
+      if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) break;
+      for (size_t i = 0; i < r.elements && victims.size() / 4 < limit; ++i) {
+        auto a = EntryAttempt(*r.element[i]);
+        if (!a) return std::unexpected(a.error());
+        last = std::string(Str(*r.element[i]->element[0]));
+        bool& done = stopped[a->tenant];
+        const bool old = a->at < before;
+        if (a->seq != 0 && (done || !old)) {
+          done = true;
+          continue;
+        }
+        if (!old) continue;
+        victims.insert(victims.end(), {last, a->tenant, std::to_string(a->seq), a->hash});
+      }
+      if (r.elements < static_cast<size_t>(kStreamPage)) break;
+    }
+    size_t purged = 0;
+    for (size_t at = 0; at < victims.size(); at += 4 * kAttemptsPerScript) {
+      const size_t end = std::min(victims.size(), at + 4 * kAttemptsPerScript);
+      std::vector<std::string> args(victims.begin() + static_cast<std::ptrdiff_t>(at),
+                                    victims.begin() + static_cast<std::ptrdiff_t>(end));
+      auto reply = client_->Eval(redis::PurgeAttemptsScript(), keys, args, /*write=*/true);
+      if (!reply) return std::unexpected(reply.error());
+      if ((*reply)->type != REDIS_REPLY_INTEGER) {
+        return std::unexpected(Unexpected("purge_attempts", Str(**reply)));
+      }
+      purged += static_cast<size_t>((*reply)->integer);
+    }
+    return purged;
   }
 
   // Filters scan the stream newest first: O(entries) for a rare match.
@@ -357,11 +509,12 @@ class RedisStore final : public Store {
  private:
   // The claim script's reply as Claim's result.
   Result<ClaimResult> Claimed(const ClaimRequest& req, const redis::RecordKeys& keys,
-                              const redisReply& r) {
+                              const std::optional<Attempt>& entry, const redisReply& r) {
     const std::string_view status = Status(r);
     if ((status != "claimed" && status != "exists") || r.elements < 2) {
       return std::unexpected(Unexpected("claim", status));
     }
+    if (status == "exists" && entry && r.elements > 2) Unpredict(*entry, Str(*r.element[2]));
     auto record = redis::DecodeRecordHash(req.id, *r.element[1]);
     if (!record) return std::unexpected(record.error());
     if (!*record) return std::unexpected(Unexpected("claim", "no record"));
@@ -369,11 +522,122 @@ class RedisStore final : public Store {
     return ClaimResult{status == "claimed", std::move(**record)};
   }
 
-  std::vector<std::string> ClaimArgs(const ClaimRequest& req) const {
+  std::vector<std::string> ClaimArgs(const ClaimRequest& req,
+                                     const std::optional<Attempt>& entry) const {
     std::vector<std::string> args = {Ms(req.lease), Ms(req.retention), req.fingerprint,
                                      req.tool,      req.turn,           req.owner};
-    if (Logs(req.logged)) AddAttempt(args, *req.logged);
+    if (entry) AddAttempt(args, *entry);
     return args;
+  }
+
+  // ClaimAsync, sent again at once (on the pipeline's thread, which must not
+  // wait) while its entry is refused.
+  void SubmitClaim(std::shared_ptr<const ClaimRequest> req, ClaimDone done,
+                   SteadyClock::time_point give_up) {
+    const auto keys = redis::KeysOf(prefix_, req->id);
+    const std::optional<Attempt> entry = Chained(req->logged ? &*req->logged : nullptr);
+    SubmitScript(redis::ClaimScript(), ScriptKeys(keys, entry.has_value()), clock_.Now(),
+                 ClaimArgs(*req, entry),
+                 [this, req, keys, entry, give_up, done](Result<Reply> reply) {
+                   if (!reply) return done(std::unexpected(reply.error()));
+                   if (Refused(**reply, /*round=*/-1)) {
+                     if (SteadyClock::now() >= give_up) {
+                       return done(std::unexpected(ChainBusy(req->id.tenant)));
+                     }
+                     return SubmitClaim(req, done, give_up);
+                   }
+                   done(Claimed(*req, keys, entry, **reply));
+                 });
+  }
+
+  struct CompleteCall {
+    RecordId id;
+    uint64_t fence;
+    Outcome outcome;
+    Duration retention;
+    std::optional<Attempt> logged;
+  };
+
+  void SubmitComplete(std::shared_ptr<const CompleteCall> call, CompleteDone done,
+                      SteadyClock::time_point give_up) {
+    const auto keys = redis::KeysOf(prefix_, call->id);
+    const std::optional<Attempt> entry = Chained(call->logged ? &*call->logged : nullptr);
+    SubmitScript(redis::CompleteScript(), ScriptKeys(keys, entry.has_value()), clock_.Now(),
+                 CompleteArgs(call->fence, call->outcome, call->retention, entry),
+                 [this, call, keys, give_up, done](Result<Reply> reply) {
+                   if (!reply) return done(std::unexpected(reply.error()));
+                   if (Refused(**reply, /*round=*/-1)) {
+                     if (SteadyClock::now() >= give_up) {
+                       return done(std::unexpected(ChainBusy(call->id.tenant)));
+                     }
+                     return SubmitComplete(call, done, give_up);
+                   }
+                   done(Completed(call->id, call->fence, call->outcome, keys, **reply));
+                 });
+  }
+
+  // `logged` as the next entry of its tenant's chain by the cached head
+  // (which moves to it), if the record's script writes it (Logs); else none.
+  std::optional<Attempt> Chained(const Attempt* logged) {
+    if (!Logs(logged)) return std::nullopt;
+    Attempt a = *logged;
+    std::lock_guard g(chain_mu_);
+    Predict(a);
+    return a;
+  }
+
+  // Under chain_mu_: chains `a` on the cached head of its tenant, and moves
+  // the cache to it, so that the next write of this process follows it.
+  void Predict(Attempt& a) {
+    std::pair<uint64_t, std::string>& cached = chain_heads_[a.tenant];
+    ChainHead head{a.tenant, cached.first, cached.second};
+    ChainAppend(head, a);
+    cached = {head.seq, head.hash};
+  }
+
+  // Takes the heads of a refusal into the cache: 'stale' (this writer is
+  // now first in line for them: send again at once) or 'reserved' (another
+  // writer is: a blocking caller, round >= 0, waits a little, longer each
+  // round, with jitter). False for any other reply.
+  bool Refused(const redisReply& r, int round) {
+    const std::string_view status = Status(r);
+    if (status != "stale" && status != "reserved") return false;
+    {
+      std::lock_guard g(chain_mu_);
+      for (size_t i = 1; i + 1 < r.elements; i += 2) {
+        Learn(Str(*r.element[i]), Str(*r.element[i + 1]));
+      }
+    }
+    if (status == "reserved" && round >= 0) {
+      thread_local std::minstd_rand jitter(std::random_device{}());
+      const int cap = 100 << std::min(round, 5);  // up to 3.2 ms
+      std::this_thread::sleep_for(std::chrono::microseconds(50 + jitter() % cap));
+    }
+    return true;
+  }
+
+  // Under chain_mu_: the cache's head of `tenant` is `value` (a heads-hash
+  // value, "" for none).
+  void Learn(std::string_view tenant, std::string_view value) {
+    auto& cached = chain_heads_[std::string(tenant)];
+    auto head =
+        value.empty() ? Result<ChainHead>(ChainHead{}) : redis::ParseChainHead(tenant, value);
+    cached = head ? std::pair(head->seq, head->hash) : std::pair(uint64_t{0}, std::string());
+  }
+
+  // A claim that found a live record wrote no entry: the cache, if nothing
+  // was chained on top of `entry` since, goes back to the store's head.
+  void Unpredict(const Attempt& entry, std::string_view head) {
+    std::lock_guard g(chain_mu_);
+    const auto& cached = chain_heads_[entry.tenant];
+    if (cached.first == entry.seq && cached.second == entry.hash) Learn(entry.tenant, head);
+  }
+
+  static Error ChainBusy(const std::string& tenant) {
+    return Error{ErrorCode::kUnavailable, "redis store: the audit chain of tenant \"" + tenant +
+                                              "\" kept moving for " +
+                                              std::to_string(kChainPatience.count()) +
+                                              " s while an entry was being appended; retryable"};
   }
 
   // Whether a script writes `entry` with its record: given, and this store
@@ -394,27 +658,29 @@ class RedisStore final : public Store {
   }
 
   std::vector<std::string> CompleteArgs(uint64_t fence, const Outcome& outcome, Duration retention,
-                                        const Attempt* logged) const {
+                                        const std::optional<Attempt>& entry) const {
     redis::OutcomeFields stored = redis::EncodeOutcome(outcome, client_->config().body_field_bytes);
     std::vector<std::string> args = {std::to_string(fence), Ms(retention), std::move(stored.cls),
-                                     Logs(logged) ? "1" : "0"};
-    if (Logs(logged)) AddAttempt(args, *logged);
+                                     entry ? "1" : "0"};
+    if (entry) AddAttempt(args, *entry);
     args.insert(args.end(), std::make_move_iterator(stored.pairs.begin()),
                 std::make_move_iterator(stored.pairs.end()));
     return args;
   }
 
-  // The stream's MAXLEN and the attempt's values, as the scripts' log_attempt reads them.
+  // The stream's MAXLEN, this writer's token and the attempt's values, as
+  // the scripts' log_attempt reads them.
   void AddAttempt(std::vector<std::string>& args, const Attempt& a) const {
     args.push_back(std::to_string(client_->config().attempts_maxlen));
+    args.push_back(token_);
     for (std::string& v : redis::EncodeAttempt(a)) args.push_back(std::move(v));
   }
 
-  // A record script's keys: the record, and the audit stream when the
-  // script appends the attempt (LogsWithRecords).
+  // A record script's keys: the record, and the audit stream and its heads
+  // when the script appends the attempt (LogsWithRecords).
   std::vector<std::string> ScriptKeys(const redis::RecordKeys& keys, bool logged) const {
     if (!logged) return {keys.record};
-    return {keys.record, redis::AttemptStreamKey(prefix_)};
+    return {keys.record, redis::AttemptStreamKey(prefix_), redis::AttemptHeadsKey(prefix_)};
   }
 
   static redis::Command ReadRecord(const redis::RecordKeys& keys) {
@@ -564,6 +830,13 @@ class RedisStore final : public Store {
   const StoreOptions options_;
   const std::string prefix_;
   redis::ChangeListener listener_;
+  // Names this instance to the scripts, for its reservations of chain heads.
+  const std::string token_ = NewToken();
+  std::mutex append_mu_;  // one AppendAttempts at a time
+  // The last head this process wrote or learnt per tenant: a hint for
+  // chaining entries, checked by every script (never trusted).
+  std::mutex chain_mu_;
+  std::map<std::string, std::pair<uint64_t, std::string>> chain_heads_;
   std::unique_ptr<redis::Pipeline> pipeline_;  // one server only; destroyed first
 };
 

@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "cluster_slots.h"
+#include "idem/attempt_chain.h"
 #include "idem/caching_store.h"
 #include "idem/store.h"
 #include "redis_client.h"
@@ -413,6 +414,193 @@ TEST(RedisClusterTest, CrossInstanceWakeUpIsByPubSub) {
 
 TEST(RedisTlsClusterTest, CrossInstanceWakeUpIsByPubSub) {
   CrossInstanceWakeUp("IDEM_REDIS_TLS_CLUSTER_URL_FILE", "tls cluster");
+}
+
+// ---------------------------------------------------------------------------
+// The audit log's hash chain.
+
+// Two instances (each with its own cache of heads) appending batches and
+// claims with their entries at once: every script checks the head it was
+// chained from, so the losers recompute, and one chain per tenant results.
+void InstancesAppendOneChain(const char* env) {
+  const std::string server = ServerUrl(env);
+  ASSERT_FALSE(server.empty());
+  const std::string url = WithOptions(server, "prefix=" + UniquePrefix("chain"));
+  FakeClock clock;
+  auto a = OpenOrFail(url, clock);
+  auto b = OpenOrFail(url, clock);
+  ASSERT_TRUE(a && b);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (Store* store : {a.get(), b.get(), a.get(), b.get()}) {
+    threads.emplace_back([&, store] {
+      static std::atomic<int> next{0};
+      for (int r = 0; r < 15; ++r) {
+        const std::string key = "k" + std::to_string(next++);
+        if (auto ok = store->AppendAttempts({AuditEntry("t", key, r), AuditEntry("u", key, r)});
+            !ok) {
+          ADD_FAILURE() << ok.error().ToString();
+          ++errors;
+        }
+        ClaimRequest req = Req(key);
+        req.id.tenant = "u";
+        req.logged = AuditEntry("u", key, r, "claimed", AttemptOutcome::kClaimed);
+        auto c = store->Claim(req);
+        if (!c || !c->claimed) {
+          ADD_FAILURE() << (c ? "not claimed" : c.error().ToString());
+          ++errors;
+        }
+        if (store->LogsWithRecords()) continue;
+        if (auto ok = store->AppendAttempts({*req.logged}); !ok) {
+          ADD_FAILURE() << ok.error().ToString();
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(errors.load(), 0);
+  auto report = VerifyChains(*b, std::nullopt, 13);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, 4u * 15 * 3);
+  EXPECT_EQ(report->tenants, 2u);
+}
+
+TEST(RedisSingleTest, InstancesAppendingAtOnceKeepOneChain) {
+  InstancesAppendOneChain("IDEM_REDIS_URL_FILE");
+}
+
+TEST(RedisClusterTest, InstancesAppendingAtOnceKeepOneChain) {
+  InstancesAppendOneChain("IDEM_REDIS_CLUSTER_URL_FILE");
+}
+
+// attempts_maxlen trims the stream, which is a purge: each trimmed tenant's
+// head records where its chain restarts, and what is left verifies.
+void TrimmingKeepsTheChainVerifiable(const char* env) {
+  const std::string server = ServerUrl(env);
+  ASSERT_FALSE(server.empty());
+  const std::string url = WithOptions(server, "attempts_maxlen=5&prefix=" + UniquePrefix("trim"));
+  FakeClock clock;
+  auto store = OpenOrFail(url, clock);
+  ASSERT_TRUE(store);
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(store->AppendAttempts({AuditEntry(i % 3 ? "t" : "u", "k", i)}));
+  }
+  std::vector<Attempt> kept;
+  for (std::string cursor;;) {
+    auto page = store->ReadChain(std::nullopt, cursor, 100);
+    ASSERT_TRUE(page) << page.error().ToString();
+    kept.insert(kept.end(), page->entries.begin(), page->entries.end());
+    if ((cursor = page->next).empty()) break;
+  }
+  ASSERT_EQ(kept.size(), 5u);
+  auto heads = store->ChainHeads(std::nullopt);
+  ASSERT_TRUE(heads && heads->size() == 2);
+  for (const ChainHead& h : *heads) {
+    EXPECT_GT(h.start_seq, 1u) << h.tenant;
+    EXPECT_EQ(h.seq, h.tenant == "t" ? 8u : 4u);
+  }
+  auto report = VerifyChains(*store, std::nullopt);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, 5u);
+  EXPECT_EQ(report->restarted, 2u);
+}
+
+TEST(RedisSingleTest, TrimmingTheStreamToMaxlenKeepsTheChainVerifiable) {
+  TrimmingKeepsTheChainVerifiable("IDEM_REDIS_URL_FILE");
+}
+
+TEST(RedisClusterTest, TrimmingTheStreamToMaxlenKeepsTheChainVerifiable) {
+  TrimmingKeepsTheChainVerifiable("IDEM_REDIS_CLUSTER_URL_FILE");
+}
+
+// Changing the stream behind idemgate's back, with Redis commands: an entry
+// deleted, the stream rewritten with one entry edited, a forged entry
+// appended, an entry from before the chain.
+TEST(RedisSingleTest, VerifyNamesStreamEntriesChangedBehindItsBack) {
+  const std::string server = ServerUrl("IDEM_REDIS_URL_FILE");
+  ASSERT_FALSE(server.empty());
+  auto config = redis::ParseRedisUrl(server);
+  ASSERT_TRUE(config);
+  auto admin = Connect(config->nodes.front());
+  ASSERT_TRUE(admin);
+  FakeClock clock;
+  // A fresh log of five entries of tenant t; the fault verify finds after `tamper`.
+  auto fault_after = [&](const std::function<void(const std::string& stream)>& tamper) {
+    const std::string prefix = UniquePrefix("tamper");
+    auto store = OpenOrFail(WithOptions(server, "prefix=" + prefix), clock);
+    EXPECT_TRUE(store);
+    std::vector<Attempt> batch;
+    for (int i = 1; i <= 5; ++i) batch.push_back(AuditEntry("t", "k" + std::to_string(i), i));
+    EXPECT_TRUE(store->AppendAttempts(batch));
+    tamper(redis::AttemptStreamKey(prefix));
+    auto report = VerifyChains(*store, std::nullopt, 2);
+    EXPECT_TRUE(report) << report.error().ToString();
+    return report ? report->fault : std::nullopt;
+  };
+  auto entries = [&](const std::string& stream) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> out;  // id, fields
+    auto r = RunCmd(*admin, {"XRANGE", stream, "-", "+"});
+    for (size_t i = 0; r && i < r->elements; ++i) {
+      std::vector<std::string> fields;
+      const redisReply& f = *r->element[i]->element[1];
+      for (size_t k = 0; k < f.elements; ++k) fields.emplace_back(redis::Text(*f.element[k]));
+      out.emplace_back(std::string(redis::Text(*r->element[i]->element[0])), std::move(fields));
+    }
+    return out;
+  };
+  auto xadd = [&](const std::string& stream, std::vector<std::string> fields) {
+    redis::Command cmd = {"XADD", stream, "*"};
+    cmd.insert(cmd.end(), fields.begin(), fields.end());
+    RunCmd(*admin, cmd);
+  };
+
+  auto deleted = fault_after([&](const std::string& stream) {
+    RunCmd(*admin, {"XDEL", stream, entries(stream)[1].first});
+  });
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->kind, ChainFault::Kind::kDeleted);
+  EXPECT_EQ(deleted->entry.seq, 3u) << deleted->message;
+
+  auto edited = fault_after([&](const std::string& stream) {
+    auto all = entries(stream);
+    RunCmd(*admin, {"DEL", stream});
+    for (auto& [id, fields] : all) {
+      for (size_t k = 0; k + 1 < fields.size(); k += 2) {
+        if (fields[k] == "key" && fields[k + 1] == "k3") fields[k + 1] = "k3-forged";
+      }
+      xadd(stream, fields);
+    }
+  });
+  ASSERT_TRUE(edited);
+  EXPECT_EQ(edited->kind, ChainFault::Kind::kEdited);
+  EXPECT_NE(edited->message.find("tenant \"t\" seq 3 (key \"k3-forged\""), std::string::npos)
+      << edited->message;
+
+  auto appended = fault_after([&](const std::string& stream) {
+    Attempt forged = AuditEntry("t", "k6", 6);
+    forged.seq = 6;
+    forged.prev_hash = std::string(64, '0');
+    forged.hash = ChainHash(forged, forged.seq, forged.prev_hash);
+    const char* names[] = {"at",      "tenant",   "key",    "tool", "turn", "outcome",
+                           "latency", "instance", "detail", "seq",  "prev", "hash"};
+    std::vector<std::string> fields;
+    std::vector<std::string> values = redis::EncodeAttempt(forged);
+    for (size_t k = 0; k < values.size(); ++k) fields.insert(fields.end(), {names[k], values[k]});
+    xadd(stream, fields);
+  });
+  ASSERT_TRUE(appended);
+  EXPECT_EQ(appended->kind, ChainFault::Kind::kInserted) << appended->message;
+  EXPECT_EQ(appended->entry.seq, 6u);
+
+  auto before = fault_after([&](const std::string& stream) {
+    // An entry as idemgate wrote them before the chain: no seq, no hashes.
+    xadd(stream, {"at", "1", "tenant", "t", "key", "old", "tool", "x", "turn", "", "outcome",
+                  "executed", "latency", "0", "instance", "i", "detail", ""});
+  });
+  EXPECT_FALSE(before) << before->message;
 }
 
 TEST(RedisSingleTest, UnreachableServerIsUnavailableAndNamed) {

@@ -260,13 +260,16 @@ TEST(RedisCodecTest, AttemptRoundTrip) {
   a.latency = Duration(42);
   a.instance = "i-1";
   a.detail = "d";
-  const char* names[] = {"at",      "tenant",  "key",      "tool",  "turn",
-                         "outcome", "latency", "instance", "detail"};
+  a.seq = 7;
+  a.prev_hash = "ab";
+  a.hash = "cd";
+  const char* names[] = {"at",      "tenant",   "key",    "tool", "turn", "outcome",
+                         "latency", "instance", "detail", "seq",  "prev", "hash"};
   std::vector<std::string> values = EncodeAttempt(a);
-  ASSERT_EQ(values.size(), 9u);
+  ASSERT_EQ(values.size(), 12u);
   // The reply a stream entry would carry.
   std::vector<std::string> entry;
-  for (int i = 0; i < 9; ++i) entry.insert(entry.end(), {names[i], values[i]});
+  for (int i = 0; i < 12; ++i) entry.insert(entry.end(), {names[i], values[i]});
   FlatReply array(entry);
   auto back = DecodeAttempt(array.get());
   ASSERT_TRUE(back) << back.error().ToString();
@@ -274,6 +277,27 @@ TEST(RedisCodecTest, AttemptRoundTrip) {
   EXPECT_EQ(back->outcome, AttemptOutcome::kDrift);
   EXPECT_EQ(back->latency, Duration(42));
   EXPECT_EQ(back->instance, "i-1");
+  EXPECT_EQ(back->seq, 7u);
+  EXPECT_EQ(back->prev_hash, "ab");
+  EXPECT_EQ(back->hash, "cd");
+}
+
+TEST(RedisCodecTest, ChainHeadsLiveInTheStreamsSlotAndRoundTrip) {
+  for (std::string_view prefix : {"", "app1:", "a%b:"}) {
+    EXPECT_EQ(KeySlot(AttemptHeadsKey(prefix)), KeySlot(AttemptStreamKey(prefix))) << prefix;
+  }
+  const ChainHead head{"t", 12, "ab12", 5, "ff00"};
+  auto back = ParseChainHead("t", ChainHeadValue(head));
+  ASSERT_TRUE(back) << back.error().ToString();
+  EXPECT_EQ(*back, head);
+  auto fresh = ParseChainHead("t", ChainHeadValue(ChainHead{"t", 1, "ab", 1, ""}));
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->start_prev, "");
+  auto reserved = ParseChainHead("t", "3 ab 1  f00d 1767225600000");
+  ASSERT_TRUE(reserved) << reserved.error().ToString();
+  EXPECT_EQ(reserved->seq, 3u);
+  EXPECT_EQ(reserved->start_prev, "");
+  EXPECT_FALSE(ParseChainHead("t", "x y"));
 }
 
 }  // namespace

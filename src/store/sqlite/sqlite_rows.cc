@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "idem/attempt_chain.h"
+
 namespace idem::sqlite {
 namespace {
 
@@ -37,8 +39,18 @@ constexpr char kRaiseFenceFloor[] =
     "UPDATE meta SET value = max(value, ?1) WHERE name = 'fence_floor'";
 
 constexpr char kInsertAttempt[] =
-    "INSERT INTO attempts (at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+    "INSERT INTO attempts (at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail, "
+    "seq, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+
+constexpr char kSelectHead[] =
+    "SELECT seq, hash, start_seq, start_prev FROM attempt_heads WHERE tenant = ?1";
+constexpr char kUpsertHead[] =
+    "INSERT INTO attempt_heads (tenant, seq, hash) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash";
+constexpr char kMoveStart[] =
+    "UPDATE attempt_heads SET start_seq = ?2, start_prev = ?3 WHERE tenant = ?1";
+constexpr char kAttemptColumns[] =
+    "at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail, seq, prev_hash, hash";
 
 int64_t ToColumn(uint64_t v) { return static_cast<int64_t>(v); }
 uint64_t FromColumn(int64_t v) { return static_cast<uint64_t>(v); }
@@ -215,9 +227,35 @@ Result<uint64_t> CountRecordRows(Connection& conn) {
   return static_cast<uint64_t>(*n);
 }
 
-Result<void> InsertAttempt(Connection& conn, const Attempt& a) {
+static Result<ChainHead> ReadHead(Connection& conn, const std::string& tenant) {
+  auto st = conn.Prepare(kSelectHead);
+  if (!st) return std::unexpected(std::move(st.error()));
+  st->BindText(1, tenant);
+  auto row = st->Step();
+  if (!row) return std::unexpected(std::move(row.error()));
+  ChainHead head;
+  head.tenant = tenant;
+  if (*row) {
+    head.seq = FromColumn(st->ColumnInt(0));
+    head.hash = std::string(st->ColumnText(1));
+    head.start_seq = FromColumn(st->ColumnInt(2));
+    head.start_prev = std::string(st->ColumnText(3));
+  }
+  return head;
+}
+
+Result<void> InsertAttempt(Connection& conn, const Attempt& logged) {
+  // Inside the writer's transaction: the head read here is the tenant's
+  // last entry, and no other writer can append before this one commits.
+  auto head = ReadHead(conn, logged.tenant);
+  if (!head) return std::unexpected(std::move(head.error()));
+  Attempt a = logged;
+  ChainAppend(*head, a);
   auto st = conn.Prepare(kInsertAttempt);
   if (!st) return std::unexpected(std::move(st.error()));
+  st->BindInt(10, ToColumn(a.seq));
+  st->BindText(11, a.prev_hash);
+  st->BindText(12, a.hash);
   st->BindInt(1, ToUnixMillis(a.at));
   st->BindText(2, a.tenant);
   st->BindText(3, a.key);
@@ -227,12 +265,171 @@ Result<void> InsertAttempt(Connection& conn, const Attempt& a) {
   st->BindInt(7, a.latency.count());
   st->BindText(8, a.instance);
   st->BindText(9, a.detail);
-  return st->Run();
+  if (auto ok = st->Run(); !ok) return ok;
+  auto up = conn.Prepare(kUpsertHead);
+  if (!up) return std::unexpected(std::move(up.error()));
+  up->BindText(1, a.tenant);
+  up->BindInt(2, ToColumn(a.seq));
+  up->BindText(3, a.hash);
+  return up->Run();
+}
+
+// The attempt in the current row of a statement selecting kAttemptColumns.
+static Result<Attempt> AttemptRow(const Connection& conn, const Statement& st) {
+  auto outcome = DecodeAttemptOutcome(conn, st.ColumnText(5));
+  if (!outcome) return std::unexpected(std::move(outcome.error()));
+  return Attempt{
+      .at = FromUnixMillis(st.ColumnInt(0)),
+      .tenant = std::string(st.ColumnText(1)),
+      .key = std::string(st.ColumnText(2)),
+      .tool = std::string(st.ColumnText(3)),
+      .turn = std::string(st.ColumnText(4)),
+      .outcome = *outcome,
+      .latency = Duration(st.ColumnInt(6)),
+      .instance = std::string(st.ColumnText(7)),
+      .detail = std::string(st.ColumnText(8)),
+      .seq = FromColumn(st.ColumnInt(9)),
+      .prev_hash = std::string(st.ColumnText(10)),
+      .hash = std::string(st.ColumnText(11)),
+  };
+}
+
+// Steps `st` (selecting kAttemptColumns) to its end, appending each row to
+// `out`; with `last_id`, the id column after them goes there.
+static Result<void> CollectAttempts(const Connection& conn, Statement& st,
+                                    std::vector<Attempt>& out, int64_t* last_id = nullptr) {
+  for (;;) {
+    auto row = st.Step();
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row) return {};
+    auto a = AttemptRow(conn, st);
+    if (!a) return std::unexpected(std::move(a.error()));
+    if (last_id) *last_id = st.ColumnInt(12);
+    out.push_back(std::move(*a));
+  }
+}
+
+Result<std::vector<ChainHead>> SelectChainHeads(Connection& conn,
+                                                const std::optional<std::string>& tenant) {
+  std::string sql = "SELECT tenant, seq, hash, start_seq, start_prev FROM attempt_heads";
+  if (tenant) sql += " WHERE tenant = ?1";
+  sql += " ORDER BY tenant";
+  auto st = conn.Prepare(sql);
+  if (!st) return std::unexpected(std::move(st.error()));
+  if (tenant) st->BindText(1, *tenant);
+  std::vector<ChainHead> heads;
+  for (;;) {
+    auto row = st->Step();
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row) break;
+    heads.push_back(ChainHead{std::string(st->ColumnText(0)), FromColumn(st->ColumnInt(1)),
+                              std::string(st->ColumnText(2)), FromColumn(st->ColumnInt(3)),
+                              std::string(st->ColumnText(4))});
+  }
+  return heads;
+}
+
+namespace {
+
+// ReadChain's cursor: the last row's "seq:id:tenant".
+struct ChainCursor {
+  int64_t seq = 0;
+  int64_t id = 0;
+  std::string tenant;
+};
+
+std::optional<ChainCursor> ParseCursor(std::string_view text) {
+  const size_t a = text.find(':');
+  const size_t b = a == std::string_view::npos ? a : text.find(':', a + 1);
+  if (b == std::string_view::npos) return std::nullopt;
+  ChainCursor c;
+  try {
+    c.seq = std::stoll(std::string(text.substr(0, a)));
+    c.id = std::stoll(std::string(text.substr(a + 1, b - a - 1)));
+  } catch (...) {
+    return std::nullopt;
+  }
+  c.tenant = std::string(text.substr(b + 1));
+  return c;
+}
+
+}  // namespace
+
+Result<ChainPage> SelectChain(Connection& conn, const std::optional<std::string>& tenant,
+                              const std::string& cursor, size_t limit) {
+  std::optional<ChainCursor> after;
+  if (!cursor.empty()) {
+    after = ParseCursor(cursor);
+    if (!after) return MakeError(ErrorCode::kInvalidArgument, "bad chain cursor " + cursor);
+  }
+  std::string sql = fmt::format("SELECT {}, id FROM attempts WHERE 1", kAttemptColumns);
+  if (tenant) sql += " AND tenant = ?1";
+  if (after) sql += " AND (tenant, seq, id) > (?2, ?3, ?4)";
+  sql += " ORDER BY tenant, seq, id LIMIT ?5";
+  auto st = conn.Prepare(sql);
+  if (!st) return std::unexpected(std::move(st.error()));
+  if (tenant) st->BindText(1, *tenant);
+  if (after) {
+    st->BindText(2, after->tenant);
+    st->BindInt(3, after->seq);
+    st->BindInt(4, after->id);
+  }
+  st->BindInt(5, ClampLimit(limit));
+  ChainPage page;
+  int64_t last_id = 0;
+  if (auto ok = CollectAttempts(conn, *st, page.entries, &last_id); !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
+  if (page.entries.size() == limit && limit > 0) {
+    const Attempt& last = page.entries.back();
+    page.next = fmt::format("{}:{}:{}", ToColumn(last.seq), last_id, last.tenant);
+  }
+  return page;
+}
+
+Result<size_t> DeleteOldAttempts(Connection& conn, TimePoint before, size_t limit) {
+  // Each tenant's chain up to its first entry not older than `before`, in
+  // chain order, so what goes is a prefix of every chain it touches.
+  auto st = conn.Prepare(
+      "WITH cut AS (SELECT tenant, coalesce(min(CASE WHEN at_ms >= ?1 THEN seq END), "
+      "                                     max(seq) + 1) - 1 AS seq "
+      "             FROM attempts WHERE seq > 0 GROUP BY tenant) "
+      "SELECT a.id, a.tenant, a.seq, a.hash FROM attempts a LEFT JOIN cut USING (tenant) "
+      "WHERE (a.seq = 0 AND a.at_ms < ?1) OR (a.seq > 0 AND a.seq <= cut.seq) "
+      "ORDER BY a.tenant, a.seq, a.id LIMIT ?2");
+  if (!st) return std::unexpected(std::move(st.error()));
+  st->BindInt(1, ToUnixMillis(before));
+  st->BindInt(2, ClampLimit(limit));
+  std::vector<int64_t> ids;
+  std::map<std::string, std::pair<uint64_t, std::string>> starts;  // tenant → last deleted
+  for (;;) {
+    auto row = st->Step();
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row) break;
+    ids.push_back(st->ColumnInt(0));
+    if (const uint64_t seq = FromColumn(st->ColumnInt(2)); seq > 0) {
+      starts[std::string(st->ColumnText(1))] = {seq, std::string(st->ColumnText(3))};
+    }
+  }
+  for (int64_t id : ids) {
+    auto del = conn.Prepare("DELETE FROM attempts WHERE id = ?1");
+    if (!del) return std::unexpected(std::move(del.error()));
+    del->BindInt(1, id);
+    if (auto ok = del->Run(); !ok) return std::unexpected(std::move(ok.error()));
+  }
+  for (const auto& [tenant, last] : starts) {
+    auto mv = conn.Prepare(kMoveStart);
+    if (!mv) return std::unexpected(std::move(mv.error()));
+    mv->BindText(1, tenant);
+    mv->BindInt(2, ToColumn(last.first + 1));
+    mv->BindText(3, last.second);
+    if (auto ok = mv->Run(); !ok) return std::unexpected(std::move(ok.error()));
+  }
+  return ids.size();
 }
 
 Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilter& filter) {
-  std::string sql =
-      "SELECT at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail FROM attempts";
+  std::string sql = fmt::format("SELECT {} FROM attempts", kAttemptColumns);
   AppendWhere(sql, filter);
   sql += " ORDER BY at_ms DESC, id DESC LIMIT ?";
   auto st = conn.Prepare(sql);
@@ -241,24 +438,7 @@ Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilte
   st->BindInt(n + 1, ClampLimit(filter.limit));
 
   std::vector<Attempt> attempts;
-  for (;;) {
-    auto row = st->Step();
-    if (!row) return std::unexpected(std::move(row.error()));
-    if (!*row) break;
-    auto outcome = DecodeAttemptOutcome(conn, st->ColumnText(5));
-    if (!outcome) return std::unexpected(std::move(outcome.error()));
-    attempts.push_back(Attempt{
-        .at = FromUnixMillis(st->ColumnInt(0)),
-        .tenant = std::string(st->ColumnText(1)),
-        .key = std::string(st->ColumnText(2)),
-        .tool = std::string(st->ColumnText(3)),
-        .turn = std::string(st->ColumnText(4)),
-        .outcome = *outcome,
-        .latency = Duration(st->ColumnInt(6)),
-        .instance = std::string(st->ColumnText(7)),
-        .detail = std::string(st->ColumnText(8)),
-    });
-  }
+  if (auto ok = CollectAttempts(conn, *st, attempts); !ok) return std::unexpected(ok.error());
   return attempts;
 }
 

@@ -40,7 +40,17 @@ Result<uint64_t> FenceFloor(Connection& conn);
 // Rows in the records table.
 Result<uint64_t> CountRecordRows(Connection& conn);
 
+// Appends `attempt` to the log as the next entry of its tenant's chain and
+// moves the chain's head (attempt_heads), inside the caller's transaction.
 Result<void> InsertAttempt(Connection& conn, const Attempt& attempt);
+
+// Store::ChainHeads, ReadChain (ordered by tenant, seq, id) and
+// PurgeAttempts (inside the caller's transaction).
+Result<std::vector<ChainHead>> SelectChainHeads(Connection& conn,
+                                                const std::optional<std::string>& tenant);
+Result<ChainPage> SelectChain(Connection& conn, const std::optional<std::string>& tenant,
+                              const std::string& cursor, size_t limit);
+Result<size_t> DeleteOldAttempts(Connection& conn, TimePoint before, size_t limit);
 
 // Attempts matching `filter`, newest first, at most filter.limit.
 // kDataLoss for a row with an unknown outcome.

@@ -74,6 +74,25 @@ PRAGMA user_version = 2;
 ALTER TABLE records ADD COLUMN retention_ms INTEGER NOT NULL DEFAULT 0;
 PRAGMA user_version = 3;
 )sql"},
+    {4, R"sql(
+-- The audit log's hash chain (docs/DESIGN.md §7). Entries written before it
+-- have seq 0 and no hashes: verify reports them as before the chain.
+ALTER TABLE attempts ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE attempts ADD COLUMN hash TEXT NOT NULL DEFAULT '';
+-- Not unique: a duplicated seq is for verify to name, not for an insert to fail on.
+CREATE INDEX attempts_by_chain ON attempts (tenant, seq, id);
+-- Each tenant's chain head, moved in the transaction that appends an entry;
+-- start_seq/start_prev: where the chain restarts after a purge.
+CREATE TABLE attempt_heads (
+  tenant TEXT PRIMARY KEY,
+  seq INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  start_seq INTEGER NOT NULL DEFAULT 1,
+  start_prev TEXT NOT NULL DEFAULT ''
+) STRICT, WITHOUT ROWID;
+PRAGMA user_version = 4;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion);

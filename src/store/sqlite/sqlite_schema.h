@@ -9,7 +9,7 @@
 namespace idem::sqlite {
 
 // The schema this build writes; kept in PRAGMA user_version.
-inline constexpr int64_t kSchemaVersion = 3;
+inline constexpr int64_t kSchemaVersion = 4;
 // PRAGMA application_id of an idemgate file: "idem" in ASCII.
 inline constexpr int64_t kApplicationId = 0x6964656d;
 

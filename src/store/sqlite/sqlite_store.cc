@@ -437,4 +437,23 @@ Result<std::map<std::string, ToolStats>> SqliteStore::SummarizeAttempts(
   return sqlite::CountAttempts(**conn, filter);
 }
 
+Result<std::vector<ChainHead>> SqliteStore::ChainHeads(const std::optional<std::string>& tenant) {
+  auto conn = readers_->Acquire();
+  if (!conn) return std::unexpected(std::move(conn.error()));
+  return sqlite::SelectChainHeads(**conn, tenant);
+}
+
+Result<ChainPage> SqliteStore::ReadChain(const std::optional<std::string>& tenant,
+                                         const std::string& cursor, size_t limit) {
+  auto conn = readers_->Acquire();
+  if (!conn) return std::unexpected(std::move(conn.error()));
+  return sqlite::SelectChain(**conn, tenant, cursor, limit);
+}
+
+Result<size_t> SqliteStore::PurgeAttempts(TimePoint before, size_t limit) {
+  if (limit == 0) return 0;
+  return Write<size_t>(
+      [&](WriteContext& ctx) { return sqlite::DeleteOldAttempts(ctx.conn, before, limit); });
+}
+
 }  // namespace idem

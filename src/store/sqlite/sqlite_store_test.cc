@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "idem/attempt_chain.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
 
@@ -139,6 +140,15 @@ bool Eventually(Pred done) {
   return true;
 }
 
+// Undoes schema version 4 (the audit log's hash chain) in `raw`.
+void DropTheChain(RawDb& raw) {
+  ASSERT_EQ(raw.Exec("DROP INDEX attempts_by_chain"), SQLITE_OK);
+  ASSERT_EQ(raw.Exec("DROP TABLE attempt_heads"), SQLITE_OK);
+  for (const char* column : {"seq", "prev_hash", "hash"}) {
+    ASSERT_EQ(raw.Exec(std::string("ALTER TABLE attempts DROP COLUMN ") + column), SQLITE_OK);
+  }
+}
+
 class SqliteStoreTest : public ::testing::Test {
  protected:
   std::unique_ptr<SqliteStore> Open(const StoreOptions& options = {}) {
@@ -230,6 +240,7 @@ TEST_F(SqliteStoreTest, VersionOneFileMigratesAndItsRecordsHaveNoOwner) {
   }
   {
     RawDb raw(path_);  // back to version 1's layout
+    DropTheChain(raw);
     ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN retention_ms"), SQLITE_OK);
     ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN owner"), SQLITE_OK);
     ASSERT_EQ(raw.Exec("PRAGMA user_version = 1"), SQLITE_OK);
@@ -252,6 +263,7 @@ TEST_F(SqliteStoreTest, VersionTwoFileMigratesAndItsRecordsKeepNoRetention) {
   }
   {
     RawDb raw(path_);  // back to version 2's layout
+    DropTheChain(raw);
     ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN retention_ms"), SQLITE_OK);
     ASSERT_EQ(raw.Exec("PRAGMA user_version = 2"), SQLITE_OK);
   }
@@ -263,6 +275,96 @@ TEST_F(SqliteStoreTest, VersionTwoFileMigratesAndItsRecordsKeepNoRetention) {
   auto fresh = store->Claim(Req("new"));
   ASSERT_TRUE(fresh && fresh->claimed);
   EXPECT_EQ(fresh->record.retention, Req("new").retention);
+}
+
+// A file whose audit log predates the chain (schema version 3): its entries
+// are reported as before the chain, never as tampering; new ones chain.
+TEST_F(SqliteStoreTest, VersionThreeAttemptsAreBeforeTheChain) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->AppendAttempts({AuditEntry("t", "old", 1000)}));
+  }
+  {
+    RawDb raw(path_);  // back to version 3's layout, its entry still there
+    DropTheChain(raw);
+    ASSERT_EQ(raw.Exec("PRAGMA user_version = 3"), SQLITE_OK);
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(
+      store->AppendAttempts({AuditEntry("t", "new", 2000), AuditEntry("t", "newer", 3000)}));
+  auto report = VerifyChains(*store, std::nullopt);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->before_chain, 1u);
+  EXPECT_EQ(report->checked, 2u);
+}
+
+// Tampering with the file behind the store's back, as someone with write
+// access to it would: each is named by verify.
+TEST_F(SqliteStoreTest, VerifyNamesEntriesEditedDeletedOrInsertedInTheFile) {
+  auto fault_after = [&](const std::string& sql) -> std::optional<ChainFault> {
+    std::filesystem::remove(path_);
+    std::filesystem::remove(path_ + "-wal");
+    std::filesystem::remove(path_ + "-shm");
+    auto store = Open();
+    EXPECT_NE(store, nullptr);
+    std::vector<Attempt> batch;
+    for (int i = 1; i <= 5; ++i)
+      batch.push_back(AuditEntry("t", "k" + std::to_string(i), 1000 + i));
+    EXPECT_TRUE(store->AppendAttempts(batch));
+    {
+      RawDb raw(path_);
+      EXPECT_EQ(raw.Exec(sql), SQLITE_OK) << sql;
+    }
+    auto report = VerifyChains(*store, std::nullopt, 2);
+    EXPECT_TRUE(report) << report.error().ToString();
+    return report ? report->fault : std::nullopt;
+  };
+  auto edited = fault_after("UPDATE attempts SET outcome = 'executed' WHERE key = 'k3'");
+  ASSERT_TRUE(edited);
+  EXPECT_EQ(edited->kind, ChainFault::Kind::kEdited);
+  EXPECT_EQ(edited->entry.key, "k3");
+  EXPECT_NE(edited->message.find("tenant \"t\" seq 3 (key \"k3\", "), std::string::npos)
+      << edited->message;
+  auto deleted = fault_after("DELETE FROM attempts WHERE key = 'k2'");
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->kind, ChainFault::Kind::kDeleted);
+  EXPECT_EQ(deleted->entry.seq, 3u) << deleted->message;
+  auto last = fault_after("DELETE FROM attempts WHERE key = 'k5'");
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->kind, ChainFault::Kind::kDeleted) << last->message;
+  auto inserted = fault_after(
+      "INSERT INTO attempts (at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, "
+      "detail, seq, prev_hash, hash) SELECT at_ms, tenant, 'forged', tool, turn, outcome, "
+      "latency_ms, instance, detail, seq, prev_hash, hash FROM attempts WHERE key = 'k4'");
+  ASSERT_TRUE(inserted);
+  EXPECT_EQ(inserted->kind, ChainFault::Kind::kEdited) << inserted->message;  // its hash
+  EXPECT_EQ(inserted->entry.key, "forged");
+  auto rehashed = fault_after("UPDATE attempts SET seq = 9 WHERE key = 'k4'");
+  ASSERT_TRUE(rehashed);
+  EXPECT_NE(rehashed->kind, ChainFault::Kind::kInserted) << rehashed->message;
+  EXPECT_FALSE(fault_after("SELECT 1"));
+}
+
+// Two stores on one file (two processes): one chain per tenant.
+TEST_F(SqliteStoreTest, TwoInstancesOnOneFileAppendOneChain) {
+  auto a = Open();
+  auto b = Open();
+  ASSERT_TRUE(a && b);
+  std::vector<std::thread> threads;
+  for (Store* s : {static_cast<Store*>(a.get()), static_cast<Store*>(b.get())}) {
+    threads.emplace_back([s] {
+      for (int i = 0; i < 40; ++i)
+        ASSERT_TRUE(s->AppendAttempts({AuditEntry("t", "k", i), AuditEntry("u", "k", i)}));
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto report = VerifyChains(*a, std::nullopt, 7);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, 160u);
 }
 
 TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndData) {
