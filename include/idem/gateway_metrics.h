@@ -92,6 +92,10 @@ class GatewayMetrics {
   // Reads `running` (e.g. Ledger::running_executions) on every Render as
   // idemgate_in_flight_calls{front}.
   void TrackInFlight(std::string front, std::function<double()> running);
+  // idemgate_in_flight_limit{front}: the most executions `front` can have in
+  // flight, beside idemgate_in_flight_calls for the near-limit alert
+  // (deploy/prometheus/idemgate.rules.yml).
+  void SetInFlightLimit(const std::string& front, size_t limit);
 
   // Judges every tool's window now (see the top of this file).
   void Evaluate();

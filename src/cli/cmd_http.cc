@@ -84,15 +84,8 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   if (!core) return Fail("http", core.error());
   Ledger& ledger = *(*core)->ledger;
   // A gated request holds its connection until answered, so --max-connections bounds the
-  // executions in flight: exported beside idemgate_in_flight_calls for the near-limit alert
-  // (deploy/prometheus/idemgate.rules.yml).
-  (*core)
-      ->metrics->registry()
-      .AddGauge("idemgate_in_flight_limit",
-                "Most executions the front can have in flight (idemgate http: --max-connections).",
-                {"front"})
-      .With({"http"})
-      .Set(static_cast<double>(setup->options.max_connections));
+  // executions in flight.
+  (*core)->metrics->SetInFlightLimit("http", setup->options.max_connections);
 
   // Blocking ledger work (Begin waits up to policy.wait; store writes) runs
   // here, never on an I/O thread.

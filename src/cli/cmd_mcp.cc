@@ -286,15 +286,7 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   options.verbose = flags.verbose;
   options.log = LogLine;
   options.budget = std::make_shared<mcp::CallBudget>(config->mcp.max_in_flight);
-  // Exported beside idemgate_in_flight_calls for the near-limit alert
-  // (deploy/prometheus/idemgate.rules.yml), as idemgate http does.
-  (*core)
-      ->metrics->registry()
-      .AddGauge("idemgate_in_flight_limit",
-                "Most executions the front can have in flight (idemgate mcp: [mcp] max_in_flight).",
-                {"front"})
-      .With({"mcp"})
-      .Set(static_cast<double>(config->mcp.max_in_flight));
+  (*core)->metrics->SetInFlightLimit("mcp", config->mcp.max_in_flight);
   auto announcer = std::make_shared<GatingAnnouncer>();
   options.on_tools_listed = [announcer](const std::vector<std::string>& lines) {
     announcer->Announce(lines);

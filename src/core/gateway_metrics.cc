@@ -259,6 +259,8 @@ struct GatewayMetrics::Impl {
   CounterFamily& attempts;
   HistogramFamily& durations;
   GaugeFamily& in_flight;
+  std::once_flag in_flight_limit_made;
+  GaugeFamily* in_flight_limit = nullptr;  // SetInFlightLimit
   GaugeFamily& ratio;
   GaugeFamily& alert;
   CounterFamily& alerts_total;
@@ -326,6 +328,18 @@ void GatewayMetrics::TrackInFlight(std::string front, std::function<double()> ru
   Gauge& g = impl_->in_flight.With({front});
   std::lock_guard lock(impl_->in_flight_mu);
   impl_->in_flight_sources.emplace_back(&g, std::move(running));
+}
+
+void GatewayMetrics::SetInFlightLimit(const std::string& front, size_t limit) {
+  // Made on first use: a front without a limit (serve) exports no such family.
+  std::call_once(impl_->in_flight_limit_made, [&] {
+    impl_->in_flight_limit = &impl_->registry.AddGauge(
+        "idemgate_in_flight_limit",
+        "Most executions the front can have in flight (idemgate http: --max-connections; "
+        "idemgate mcp: [mcp] max_in_flight).",
+        {"front"});
+  });
+  impl_->in_flight_limit->With({front}).Set(static_cast<double>(limit));
 }
 
 void GatewayMetrics::Evaluate() { impl_->Evaluate(); }
