@@ -7,8 +7,8 @@
 #
 # IDEMGATE defaults to build/idemgate. Screenshots of each view are written to
 # CONSOLE_SCREENSHOTS when set; CONSOLE_SCREENSHOTS=docs/console refreshes the README's.
-# Installs playwright-core from the committed lock file (npm ci; npm install if the lock is
-# out of date). playwright-core downloads no browser: it drives the one at CHROMIUM.
+# Installs playwright-core from the committed lock file when it is missing or older
+# (tests/integration/npm_install.sh). playwright-core downloads no browser: it drives the one at CHROMIUM.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -20,8 +20,7 @@ if [ -n "${CONSOLE_SCREENSHOTS:-}" ]; then
   export CONSOLE_SCREENSHOTS
 fi
 
-flags=(--no-audit --no-fund --loglevel=error)
-(cd "$here" && { npm ci "${flags[@]}" || npm install "${flags[@]}"; })
+bash "$root/tests/integration/npm_install.sh" "$here"
 
 for need in "$IDEMGATE" "$CHROMIUM"; do
   if [ ! -x "$need" ]; then

@@ -5,18 +5,13 @@
 #   IDEMGATE=/path/to/idemgate tests/integration/mcp/run.sh [node --test args…] [FILE.mjs…]
 #
 # IDEMGATE defaults to build/idemgate. Installs the npm packages from the committed lock files
-# (npm ci; npm install if the lock is out of date) here and in examples/mcp-server.
+# here and in examples/mcp-server when they are missing or older (tests/integration/npm_install.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 export IDEMGATE=${IDEMGATE:-$root/build/idemgate}
 
-install() {
-  local flags=(--no-audit --no-fund --loglevel=error)
-  (cd "$1" && { npm ci "${flags[@]}" || npm install "${flags[@]}"; })
-}
-install "$here"
-install "$root/examples/mcp-server"
+bash "$root/tests/integration/npm_install.sh" "$here" "$root/examples/mcp-server"
 
 if [ ! -x "$IDEMGATE" ]; then
   echo "run.sh: no idemgate binary at $IDEMGATE (build it, or set IDEMGATE)" >&2
