@@ -10,14 +10,17 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "idem/clock.h"
 #include "idem/error.h"
 #include "idem/policy.h"
 #include "idem/record.h"
+#include "idem/resolve.h"
 #include "idem/store.h"
 
 namespace idem {
@@ -229,7 +232,30 @@ class Ledger {
   // is working on them). For the in-flight gauge.
   size_t running_executions();
 
-  Store& store() { return store_; }
+  // ── Reading records and the audit log, and an operator's acts ──────────
+  // What the ledger API, the console and other readers may do besides the
+  // gated call's steps, so that no front reaches around the ledger to its
+  // store (docs/DESIGN.md §6.3, §8). Each is the store's own operation, with
+  // its errors; the ledger adds nothing but the clock and the audit entry.
+
+  // The record of `id` as stored now, or nullopt.
+  Result<std::optional<Record>> Read(const RecordId& id);
+  // The same without blocking where the store can (Store::GetAsync); false
+  // when it cannot and `done` will not be called.
+  bool ReadAsync(const RecordId& id, Store::GetDone done);
+  // Settles an unknown record (release, or store what happened): ResolveRecord
+  // with this ledger's store and clock.
+  Result<Resolution> Resolve(const ResolveRequest& req,
+                             const std::function<Policy(const std::string& tool)>& policy_for,
+                             const Operator& who);
+  // Forgets a record whatever its state: EvictRecord with this ledger's store
+  // and clock. Returns whether there was one.
+  Result<bool> Evict(const RecordId& id, const Operator& who,
+                     std::optional<Error>* audit_error = nullptr);
+  // The audit log: its entries matching `filter`, and their counts per tool.
+  Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter);
+  Result<std::map<std::string, ToolStats>> SummarizeAttempts(const AttemptFilter& filter);
+
   Clock& clock() { return clock_; }
   // Names this process in the audit log (LedgerOptions::instance).
   const std::string& instance() const { return options_.instance; }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "json/json_text.h"
 #include "net/url_text.h"
 
 namespace idem::cli {
@@ -242,60 +243,15 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      // Copy a well-formed sequence whole; replace a bad byte with U+FFFD.
-      size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-      if (len > 1 && i + len <= s.size() && IsValidUtf8(s.substr(i, len))) {
-        out.append(s.substr(i, len));
-        i += len;
-      } else {
-        out += "\xEF\xBF\xBD";
-        ++i;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
-  return out + "\"";
-}
-
 void JsonObject::Name(std::string_view name) {
   if (out_.size() > 1) out_ += ',';
-  out_ += JsonString(name);
+  json_text::AppendQuoted(out_, name);
   out_ += ':';
 }
 
 JsonObject& JsonObject::Add(std::string_view name, std::string_view value) {
   Name(name);
-  out_ += JsonString(value);
+  json_text::AppendQuoted(out_, value);
   return *this;
 }
 

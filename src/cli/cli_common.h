@@ -132,8 +132,6 @@ class JsonObject {
   void Name(std::string_view name);
   std::string out_ = "{";
 };
-// A JSON string literal (with quotes).
-std::string JsonString(std::string_view s);
 
 // A plain-text table: columns padded to their widest cell, two spaces apart.
 class Table {

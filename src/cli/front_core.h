@@ -13,10 +13,10 @@
 
 #include "cli_common.h"
 #include "idem/caching_store.h"
-#include "idem/gateway_metrics.h"
-#include "idem/instrumented_store.h"
+#include "observe/gateway_metrics.h"
+#include "observe/instrumented_store.h"
 #include "idem/ledger.h"
-#include "idem/store_probe.h"
+#include "observe/store_probe.h"
 
 namespace idem::cli {
 

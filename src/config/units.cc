@@ -5,10 +5,13 @@
 #include <string>
 #include <string_view>
 
+#include "table_reader.h"
 #include "idem/config.h"
 
 namespace idem {
 namespace {
+
+using config_internal::Quote;
 
 constexpr std::string_view kDurationForms =
     "use digits followed by a unit (d, h, m, s or ms), largest unit first, e.g. \"24h\", "
@@ -54,15 +57,6 @@ bool ParseDigits(std::string_view text, size_t* pos, uint64_t* value) {
   }
   *value = v;
   return *pos > start;
-}
-
-std::string Quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <boost/json.hpp>
 #include <vector>
 
+#include "core/json_escape.h"
+#include "core/utf8.h"
+
 namespace idem::json_text {
 namespace {
 
@@ -278,8 +281,38 @@ Result<std::string> AppendElement(std::string_view array, std::string_view eleme
   return out;
 }
 
+void AppendQuoted(std::string& out, std::string_view s) {
+  out.push_back('"');
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    if (*p >= 0x80) {
+      utf8::Char c = utf8::DecodeMultiByte(p, end);
+      if (c.problem == utf8::Problem::kNone) {
+        out.append(reinterpret_cast<const char*>(p), c.length);
+        p += c.length;
+      } else {
+        out.append("\xEF\xBF\xBD");  // U+FFFD for a byte that is not UTF-8
+        ++p;
+      }
+      continue;
+    }
+    if (json::NeedsEscape(*p)) {
+      char escaped[6];
+      out.append(escaped, json::CanonicalEscape(*p, escaped));
+    } else {
+      out.push_back(static_cast<char>(*p));
+    }
+    ++p;
+  }
+  out.push_back('"');
+}
+
 std::string Quote(std::string_view s) {
-  return boost::json::serialize(boost::json::string_view(s));
+  std::string out;
+  out.reserve(s.size() + 2);
+  AppendQuoted(out, s);
+  return out;
 }
 
 }  // namespace idem::json_text

@@ -67,8 +67,13 @@ Result<std::string> RemoveMember(std::string_view object, std::string_view name)
 // `array` with the JSON text `element` appended as its last element.
 Result<std::string> AppendElement(std::string_view array, std::string_view element);
 
-// `s` as a JSON string literal, quotes included (minimal escapes; `s` should
-// be UTF-8).
+// `s` as a JSON string literal, quotes included: the one way idemgate quotes
+// a string into JSON text. Escapes are RFC 8785's (\" \\ \b \f \n \r \t,
+// other controls as \u00xx, everything else raw), and a byte that is not
+// part of well-formed UTF-8 becomes U+FFFD, so the result is always valid
+// JSON whatever `s` holds (a header, a corrupt row, a peer's message).
 std::string Quote(std::string_view s);
+// The same, appended to `out`.
+void AppendQuoted(std::string& out, std::string_view s);
 
 }  // namespace idem::json_text

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "idem/config.h"
+#include "json/json_text.h"
 #include "net/http_rules.h"
 
 namespace idem::http {
@@ -153,7 +154,7 @@ json::object RecordJson(const Record& r) {
 
 Response ResolutionAnswer(const Resolution& res, std::string_view key,
                           std::string_view evict_hint) {
-  const std::string key_member = "\"key\":" + json::serialize(json::string(key));
+  const std::string key_member = "\"key\":" + json_text::Quote(key);
   const Record& r = res.record;
   json::object o;
   o["key"] = key;

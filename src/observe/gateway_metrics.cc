@@ -1,4 +1,4 @@
-#include "idem/gateway_metrics.h"
+#include "observe/gateway_metrics.h"
 
 #include <array>
 #include <condition_variable>
@@ -10,9 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/replay_alert.h"
-#include "core/replay_window.h"
-#include "core/webhook.h"
+#include "observe/replay_alert.h"
+#include "observe/replay_window.h"
+#include "observe/webhook.h"
 
 namespace idem {
 namespace {

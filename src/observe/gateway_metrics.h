@@ -40,7 +40,7 @@
 #include "idem/config.h"
 #include "idem/error.h"
 #include "idem/ledger.h"
-#include "idem/metrics.h"
+#include "observe/metrics.h"
 #include "idem/record.h"
 
 namespace idem {

@@ -1,7 +1,7 @@
 // GatewayMetrics fed by a real Ledger (memory store, FakeClock) through the
 // on_attempt hook: counters, histograms, in-flight, the replay window and
 // the alert's log lines and gauges.
-#include "idem/gateway_metrics.h"
+#include "observe/gateway_metrics.h"
 
 #include <gtest/gtest.h>
 

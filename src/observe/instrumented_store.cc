@@ -1,4 +1,4 @@
-#include "idem/instrumented_store.h"
+#include "observe/instrumented_store.h"
 
 namespace idem {
 namespace {

@@ -21,7 +21,7 @@
 #include <array>
 #include <chrono>
 
-#include "idem/metrics.h"
+#include "observe/metrics.h"
 #include "idem/store.h"
 
 namespace idem {

@@ -1,6 +1,6 @@
 // InstrumentedStore: every call reaches the wrapped store, is timed by
 // operation, and its errors are counted by code.
-#include "idem/instrumented_store.h"
+#include "observe/instrumented_store.h"
 
 #include <gtest/gtest.h>
 

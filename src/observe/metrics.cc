@@ -1,4 +1,4 @@
-#include "idem/metrics.h"
+#include "observe/metrics.h"
 
 #include <algorithm>
 #include <array>

@@ -1,5 +1,5 @@
 // The registry and its Prometheus text exposition (format 0.0.4).
-#include "idem/metrics.h"
+#include "observe/metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -1,29 +1,14 @@
-#include "core/replay_alert.h"
+#include "observe/replay_alert.h"
 
 #include <time.h>
 
 #include <cstdio>
 
-#include "core/json_escape.h"
-#include "idem/metrics.h"
+#include "json/json_text.h"
+#include "observe/metrics.h"
 
 namespace idem {
 namespace {
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (json::NeedsEscape(u)) {
-      char esc[6];
-      out.append(esc, json::CanonicalEscape(u, esc));
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-  return out;
-}
 
 }  // namespace
 
@@ -56,7 +41,7 @@ std::string AlertLogLine(const AlertEvent& e, const AlertConfig& config) {
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%.2f", e.totals.ratio());
   std::string line = e.firing ? "ALERT replay ratio of tool " : "resolved: replay ratio of tool ";
-  line += JsonString(e.tool);
+  line += json_text::Quote(e.tool);
   line += " is ";
   line += ratio;
   line += " (" + std::to_string(e.totals.replays) + " replays of " +
@@ -70,15 +55,15 @@ std::string AlertLogLine(const AlertEvent& e, const AlertConfig& config) {
 std::string AlertJson(const AlertEvent& e, const AlertConfig& config, std::string_view instance) {
   std::string out = "{\"alert\":\"idemgate_replay_ratio\",\"status\":";
   out += e.firing ? "\"firing\"" : "\"resolved\"";
-  out += ",\"tool\":" + JsonString(e.tool);
+  out += ",\"tool\":" + json_text::Quote(e.tool);
   out += ",\"replay_ratio\":" + FormatMetricValue(e.totals.ratio());
   out += ",\"attempts\":" + std::to_string(e.totals.attempts);
   out += ",\"replays\":" + std::to_string(e.totals.replays);
   out += ",\"threshold\":" + FormatMetricValue(config.replay_ratio);
   out += ",\"min_attempts\":" + std::to_string(config.min_attempts);
   out += ",\"window_seconds\":" + FormatMetricValue(config.window.count() / 1000.0);
-  out += ",\"instance\":" + JsonString(instance);
-  out += ",\"at\":" + JsonString(FormatIsoTime(e.at, /*with_millis=*/false));
+  out += ",\"instance\":" + json_text::Quote(instance);
+  out += ",\"at\":" + json_text::Quote(FormatIsoTime(e.at, /*with_millis=*/false));
   out += "}";
   return out;
 }

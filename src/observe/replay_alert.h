@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/replay_window.h"
+#include "observe/replay_window.h"
 #include "idem/clock.h"
 #include "idem/config.h"
 

@@ -1,9 +1,9 @@
 // The sliding replay window and the alert rule, on a FakeClock.
-#include "core/replay_alert.h"
+#include "observe/replay_alert.h"
 
 #include <gtest/gtest.h>
 
-#include "core/replay_window.h"
+#include "observe/replay_window.h"
 
 namespace idem {
 namespace {

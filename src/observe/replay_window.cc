@@ -1,4 +1,4 @@
-#include "core/replay_window.h"
+#include "observe/replay_window.h"
 
 #include <algorithm>
 

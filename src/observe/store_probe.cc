@@ -1,4 +1,4 @@
-#include "idem/store_probe.h"
+#include "observe/store_probe.h"
 
 namespace idem {
 

@@ -1,5 +1,5 @@
 // StoreProbe: ready when the store answers, not ready when it errs or hangs.
-#include "idem/store_probe.h"
+#include "observe/store_probe.h"
 
 #include <gtest/gtest.h>
 

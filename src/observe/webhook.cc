@@ -1,4 +1,4 @@
-#include "core/webhook.h"
+#include "observe/webhook.h"
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>

@@ -1,5 +1,5 @@
 // The alert webhook against a real (tiny, one-request) HTTP server on port 0.
-#include "core/webhook.h"
+#include "observe/webhook.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <future>
 #include <thread>
 
-#include "idem/gateway_metrics.h"
+#include "observe/gateway_metrics.h"
 #include "memory_store.h"
 
 namespace idem {

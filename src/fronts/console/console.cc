@@ -180,6 +180,14 @@ Bucket CountOf(const ToolStats& s) {
   return b;
 }
 
+// A query parameter, or nullopt.
+std::optional<std::string> Param(const std::map<std::string, std::string>& query,
+                                 const std::string& name) {
+  auto it = query.find(name);
+  if (it == query.end()) return std::nullopt;
+  return it->second;
+}
+
 }  // namespace
 
 Console::Console(Ledger& ledger, const Config& config) : ledger_(ledger), config_(config) {}
@@ -273,235 +281,234 @@ void Console::Handle(http::Request request, http::Responder respond) {
 }
 
 http::Response Console::Api(const http::Request& request, std::string_view what) {
-  const http::Principal& who = request.principal;
-  const Operator op{who.tenant, "console", ledger_.instance()};
-  Store& store = ledger_.store();
   auto query = http::ParseQuery(request.query);
   if (!query) return BadRequest(query.error().message);
-  auto param = [&](const std::string& name) -> std::optional<std::string> {
-    auto it = query->find(name);
-    if (it == query->end()) return std::nullopt;
-    return it->second;
-  };
-
-  if (what == "whoami") {
-    json::object o;
-    o["tenant"] = who.tenant;
-    o["admin"] = who.admin;
-    o["instance"] = ledger_.instance();
-    json::object limits;
-    limits["max_records"] = config_.console.max_records;
-    limits["scan_attempts"] = config_.console.scan_attempts;
-    limits["max_attempts"] = config_.console.max_attempts;
-    limits["chart_buckets"] = config_.console.chart_buckets;
-    limits["chart_tools"] = config_.console.chart_tools;
-    o["limits"] = std::move(limits);
-    return Json(o);
-  }
-
-  if (what == "unknown") {
-    ledger_.Flush();  // entries still buffered are part of the answer
-    AttemptFilter filter;
-    filter.tenant.reset();
-    if (auto t = param("tenant"); t && *t != "*") filter.tenant = *t;
-    filter.outcome = AttemptOutcome::kUnknown;
-    filter.limit = config_.console.scan_attempts;
-    auto entries = store.QueryAttempts(filter);
-    if (!entries) return StoreError(entries.error());
-    std::set<std::pair<std::string, std::string>> seen;
-    json::array records;
-    bool truncated = false;
-    for (const Attempt& a : *entries) {
-      if (!seen.emplace(a.tenant, a.key).second) continue;
-      if (records.size() >= config_.console.max_records) {
-        truncated = true;
-        break;
-      }
-      auto got = store.Get(RecordId{a.tenant, a.key});
-      if (!got) return StoreError(got.error());
-      if (!*got || (*got)->state != RecordState::kUnknown) continue;
-      json::object r = http::RecordJson(**got);
-      r["since"] = r["completed_at"];
-      records.push_back(std::move(r));
-    }
-    json::object o;
-    o["records"] = std::move(records);
-    o["truncated"] = truncated || entries->size() >= filter.limit;
-    o["scanned"] = entries->size();
-    o["max_records"] = config_.console.max_records;
-    return Json(o);
-  }
-
-  if (what == "record") {
-    auto key = param("key");
-    if (!key || key->empty()) return BadRequest("send key= (and tenant=) of the record");
-    RecordId id{param("tenant").value_or("default"), *key};
-    auto got = store.Get(id);
-    if (!got) return StoreError(got.error());
-    if (!*got) {
-      return http::Problem(404, "no-record", "No such record",
-                           "idemgate: no live record for this key in this tenant: never begun, "
-                           "released, evicted, or past retention");
-    }
-    const Record& r = **got;
-    json::object o = http::RecordJson(r);
-    o["lease_expired"] =
-        r.state == RecordState::kInProgress && r.lease_expires_at <= ledger_.clock().Now();
-    if (r.outcome) {
-      const std::string& body = r.outcome->body;
-      o["outcome_bytes"] = body.size();
-      if (auto shown = Utf8Prefix(body, kShownOutcomeBytes)) {
-        o["outcome_body"] = *shown;
-        o["outcome_cut"] = shown->size() < body.size();
-      } else {
-        o["outcome_binary"] = true;  // not text: `idemgate inspect --json --show-outcome`
-      }
-    }
-    json::object answer;
-    answer["record"] = std::move(o);
-    return Json(answer);
-  }
-
-  if (what == "attempts") {
-    auto filter = http::ParseAttemptFilter(*query, who, ledger_.clock().Now(),
-                                           config_.console.max_attempts);
-    if (!filter) return std::move(filter.error());
-    if (!query->contains("tenant")) filter->tenant.reset();  // an admin sees every tenant
-    ledger_.Flush();
-    auto attempts = store.QueryAttempts(*filter);
-    if (!attempts) return StoreError(attempts.error());
-    json::object o;
-    o["attempts"] = http::AttemptsJson(*attempts);
-    o["limit"] = filter->limit;
-    return Json(o);
-  }
-
-  if (what == "replay") {
-    Duration period{3600 * 1000};
-    if (auto s = param("since")) {
-      auto d = ParseDuration(*s);
-      if (!d || d->count() <= 0) {
-        return BadRequest("\"since\" must be a duration back from now (\"1h\", \"30m\", \"7d\")");
-      }
-      period = *d;
-    }
-    const size_t n = config_.console.chart_buckets;
-    const Duration step = std::max(Duration(1), period / static_cast<int64_t>(n));
-    ledger_.Flush();
-    const TimePoint now = ledger_.clock().Now();
-    const TimePoint from = now - step * static_cast<int64_t>(n);
-    AttemptFilter filter;
-    filter.tenant.reset();
-    if (auto t = param("tenant"); t && *t != "*") filter.tenant = *t;
-    // The audit log summarizes everything since a time: bucket i is the
-    // summary since its start less the one since the next bucket's start.
-    // Oldest first, so an attempt logged meanwhile only adds to later sums.
-    std::vector<std::map<std::string, Bucket>> since(n + 1);
-    for (size_t i = 0; i < n; ++i) {
-      filter.since = from + step * static_cast<int64_t>(i);
-      auto summary = store.SummarizeAttempts(filter);
-      if (!summary) return StoreError(summary.error());
-      for (const auto& [tool, stats] : *summary) since[i][tool] = CountOf(stats);
-    }
-    std::map<std::string, uint64_t> totals;
-    for (const auto& [tool, b] : since[0]) totals[tool] = b.answers;
-    std::vector<std::pair<uint64_t, std::string>> ranked;
-    for (const auto& [tool, total] : totals) ranked.emplace_back(total, tool);
-    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first > b.first : a.second < b.second;
-    });
-    if (ranked.size() > config_.console.chart_tools) ranked.resize(config_.console.chart_tools);
-    json::array tools;
-    for (const auto& [total, tool] : ranked) {
-      json::array points;
-      for (size_t i = 0; i < n; ++i) {
-        auto at = [&](size_t j) {
-          auto it = since[j].find(tool);
-          return it == since[j].end() ? Bucket{} : it->second;
-        };
-        Bucket a = at(i), b = at(i + 1);
-        Bucket d{a.answers > b.answers ? a.answers - b.answers : 0,
-                 a.replays > b.replays ? a.replays - b.replays : 0};
-        json::object p;
-        p["t"] = ToUnixMillis(from + step * static_cast<int64_t>(i));
-        p["answers"] = d.answers;
-        p["replays"] = d.replays;
-        if (d.answers > 0) {
-          p["ratio"] = static_cast<double>(d.replays) / static_cast<double>(d.answers);
-        } else {
-          p["ratio"] = nullptr;
-        }
-        points.push_back(std::move(p));
-      }
-      json::object t;
-      t["tool"] = tool;
-      t["answers"] = total;
-      t["points"] = std::move(points);
-      tools.push_back(std::move(t));
-    }
-    json::object o;
-    o["from"] = ToUnixMillis(from);
-    o["to"] = ToUnixMillis(now);
-    o["bucket_ms"] = step.count();
-    o["tools"] = std::move(tools);
-    o["more_tools"] = totals.size() > ranked.size();
-    return Json(o);
-  }
-
+  if (what == "whoami") return Whoami(request.principal);
+  if (what == "unknown") return UnknownRecords(*query);
+  if (what == "record") return OneRecord(*query);
+  if (what == "attempts") return Attempts(request.principal, *query);
+  if (what == "replay") return ReplayChart(*query);
   if (what == "release" || what == "set-outcome" || what == "evict") {
-    boost::system::error_code ec;
-    json::value body = json::parse(request.body, ec);
-    if (ec || !body.is_object()) return BadRequest("the body must be a JSON object");
-    const json::object& o = body.get_object();
-    auto target = TargetOf(o, what != "evict");
-    if (!target) return std::move(target.error());
-    if (what == "evict") {
-      if (target->fence) {
-        auto got = store.Get(target->id);
-        if (!got) return StoreError(got.error());
-        if (*got && (*got)->fence != *target->fence) {
-          return http::Problem(409, "changed", "The record changed",
-                               "idemgate: the record's fence is now " +
-                                   std::to_string((*got)->fence) +
-                                   ": someone else acted on it; nothing was evicted. Look again");
-        }
-      }
-      std::optional<Error> audit_error;
-      auto evicted = EvictRecord(store, ledger_.clock(), target->id, op, &audit_error);
-      if (!evicted) return StoreError(evicted.error());
-      if (!*evicted) {
-        return http::Problem(404, "no-record", "No such record",
-                             "idemgate: no record for this key in this tenant; nothing was evicted");
-      }
-      json::object a;
-      a["key"] = target->id.key;
-      a["evicted"] = true;
-      if (audit_error) a["audit_error"] = audit_error->message;
-      return Json(a);
-    }
-    ResolveRequest req;
-    req.id = target->id;
-    req.expect_fence = target->fence;
-    if (what == "set-outcome") {
-      auto cls_name = StringMember(o, "class");
-      auto cls = ParseOutcomeClass(cls_name.value_or(""));
-      auto text = StringMember(o, "body");
-      if (!cls || *cls == OutcomeClass::kTooLarge || !text) {
-        return BadRequest(
-            "send \"class\" (\"success\" or \"tool_error\") and \"body\" (the outcome as the "
-            "front stores it, text)");
-      }
-      req.outcome = Outcome{*cls, std::move(*text)};
-    }
-    auto res = ResolveRecord(
-        store, ledger_.clock(), [this](const std::string& tool) { return config_.PolicyFor(tool); },
-        req, op);
-    if (!res) return StoreError(res.error());
-    return http::ResolutionAnswer(*res, target->id.key, "evict it");
+    return Act(request, what);
   }
-
   return http::Problem(404, "not-found", "Not found",
                        "idemgate: no such console endpoint; see /console/api/ in docs/DESIGN.md");
+}
+
+http::Response Console::Whoami(const http::Principal& who) {
+  json::object o;
+  o["tenant"] = who.tenant;
+  o["admin"] = who.admin;
+  o["instance"] = ledger_.instance();
+  json::object limits;
+  limits["max_records"] = config_.console.max_records;
+  limits["scan_attempts"] = config_.console.scan_attempts;
+  limits["max_attempts"] = config_.console.max_attempts;
+  limits["chart_buckets"] = config_.console.chart_buckets;
+  limits["chart_tools"] = config_.console.chart_tools;
+  o["limits"] = std::move(limits);
+  return Json(o);
+}
+
+http::Response Console::UnknownRecords(const std::map<std::string, std::string>& query) {
+  ledger_.Flush();  // entries still buffered are part of the answer
+  AttemptFilter filter;
+  filter.tenant.reset();
+  if (auto t = Param(query, "tenant"); t && *t != "*") filter.tenant = *t;
+  filter.outcome = AttemptOutcome::kUnknown;
+  filter.limit = config_.console.scan_attempts;
+  auto entries = ledger_.QueryAttempts(filter);
+  if (!entries) return StoreError(entries.error());
+  std::set<std::pair<std::string, std::string>> seen;
+  json::array records;
+  bool truncated = false;
+  for (const Attempt& a : *entries) {
+    if (!seen.emplace(a.tenant, a.key).second) continue;
+    if (records.size() >= config_.console.max_records) {
+      truncated = true;
+      break;
+    }
+    auto got = ledger_.Read(RecordId{a.tenant, a.key});
+    if (!got) return StoreError(got.error());
+    if (!*got || (*got)->state != RecordState::kUnknown) continue;
+    json::object r = http::RecordJson(**got);
+    r["since"] = r["completed_at"];
+    records.push_back(std::move(r));
+  }
+  json::object o;
+  o["records"] = std::move(records);
+  o["truncated"] = truncated || entries->size() >= filter.limit;
+  o["scanned"] = entries->size();
+  o["max_records"] = config_.console.max_records;
+  return Json(o);
+}
+
+http::Response Console::OneRecord(const std::map<std::string, std::string>& query) {
+  auto key = Param(query, "key");
+  if (!key || key->empty()) return BadRequest("send key= (and tenant=) of the record");
+  RecordId id{Param(query, "tenant").value_or("default"), *key};
+  auto got = ledger_.Read(id);
+  if (!got) return StoreError(got.error());
+  if (!*got) {
+    return http::Problem(404, "no-record", "No such record",
+                         "idemgate: no live record for this key in this tenant: never begun, "
+                         "released, evicted, or past retention");
+  }
+  const Record& r = **got;
+  json::object o = http::RecordJson(r);
+  o["lease_expired"] =
+      r.state == RecordState::kInProgress && r.lease_expires_at <= ledger_.clock().Now();
+  if (r.outcome) {
+    const std::string& body = r.outcome->body;
+    o["outcome_bytes"] = body.size();
+    if (auto shown = Utf8Prefix(body, kShownOutcomeBytes)) {
+      o["outcome_body"] = *shown;
+      o["outcome_cut"] = shown->size() < body.size();
+    } else {
+      o["outcome_binary"] = true;  // not text: `idemgate inspect --json --show-outcome`
+    }
+  }
+  json::object answer;
+  answer["record"] = std::move(o);
+  return Json(answer);
+}
+
+http::Response Console::Attempts(const http::Principal& who, const std::map<std::string, std::string>& query) {
+  auto filter = http::ParseAttemptFilter(query, who, ledger_.clock().Now(),
+                                         config_.console.max_attempts);
+  if (!filter) return std::move(filter.error());
+  if (!query.contains("tenant")) filter->tenant.reset();  // an admin sees every tenant
+  ledger_.Flush();
+  auto attempts = ledger_.QueryAttempts(*filter);
+  if (!attempts) return StoreError(attempts.error());
+  json::object o;
+  o["attempts"] = http::AttemptsJson(*attempts);
+  o["limit"] = filter->limit;
+  return Json(o);
+}
+
+http::Response Console::ReplayChart(const std::map<std::string, std::string>& query) {
+  Duration period{3600 * 1000};
+  if (auto s = Param(query, "since")) {
+    auto d = ParseDuration(*s);
+    if (!d || d->count() <= 0) {
+      return BadRequest("\"since\" must be a duration back from now (\"1h\", \"30m\", \"7d\")");
+    }
+    period = *d;
+  }
+  const size_t n = config_.console.chart_buckets;
+  const Duration step = std::max(Duration(1), period / static_cast<int64_t>(n));
+  ledger_.Flush();
+  const TimePoint now = ledger_.clock().Now();
+  const TimePoint from = now - step * static_cast<int64_t>(n);
+  AttemptFilter filter;
+  filter.tenant.reset();
+  if (auto t = Param(query, "tenant"); t && *t != "*") filter.tenant = *t;
+  // The audit log summarizes everything since a time: bucket i is the
+  // summary since its start less the one since the next bucket's start.
+  // Oldest first, so an attempt logged meanwhile only adds to later sums.
+  std::vector<std::map<std::string, Bucket>> since(n + 1);
+  for (size_t i = 0; i < n; ++i) {
+    filter.since = from + step * static_cast<int64_t>(i);
+    auto summary = ledger_.SummarizeAttempts(filter);
+    if (!summary) return StoreError(summary.error());
+    for (const auto& [tool, stats] : *summary) since[i][tool] = CountOf(stats);
+  }
+  std::map<std::string, uint64_t> totals;
+  for (const auto& [tool, b] : since[0]) totals[tool] = b.answers;
+  std::vector<std::pair<uint64_t, std::string>> ranked;
+  for (const auto& [tool, total] : totals) ranked.emplace_back(total, tool);
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  if (ranked.size() > config_.console.chart_tools) ranked.resize(config_.console.chart_tools);
+  json::array tools;
+  for (const auto& [total, tool] : ranked) {
+    json::array points;
+    for (size_t i = 0; i < n; ++i) {
+      auto at = [&](size_t j) {
+        auto it = since[j].find(tool);
+        return it == since[j].end() ? Bucket{} : it->second;
+      };
+      Bucket a = at(i), b = at(i + 1);
+      Bucket d{a.answers > b.answers ? a.answers - b.answers : 0,
+               a.replays > b.replays ? a.replays - b.replays : 0};
+      json::object p;
+      p["t"] = ToUnixMillis(from + step * static_cast<int64_t>(i));
+      p["answers"] = d.answers;
+      p["replays"] = d.replays;
+      if (d.answers > 0) {
+        p["ratio"] = static_cast<double>(d.replays) / static_cast<double>(d.answers);
+      } else {
+        p["ratio"] = nullptr;
+      }
+      points.push_back(std::move(p));
+    }
+    json::object t;
+    t["tool"] = tool;
+    t["answers"] = total;
+    t["points"] = std::move(points);
+    tools.push_back(std::move(t));
+  }
+  json::object o;
+  o["from"] = ToUnixMillis(from);
+  o["to"] = ToUnixMillis(now);
+  o["bucket_ms"] = step.count();
+  o["tools"] = std::move(tools);
+  o["more_tools"] = totals.size() > ranked.size();
+  return Json(o);
+}
+
+http::Response Console::Act(const http::Request& request, std::string_view what) {
+  const Operator op{request.principal.tenant, "console", ledger_.instance()};
+  boost::system::error_code ec;
+  json::value body = json::parse(request.body, ec);
+  if (ec || !body.is_object()) return BadRequest("the body must be a JSON object");
+  const json::object& o = body.get_object();
+  auto target = TargetOf(o, what != "evict");
+  if (!target) return std::move(target.error());
+  if (what == "evict") {
+    if (target->fence) {
+      auto got = ledger_.Read(target->id);
+      if (!got) return StoreError(got.error());
+      if (*got && (*got)->fence != *target->fence) {
+        return http::Problem(409, "changed", "The record changed",
+                             "idemgate: the record's fence is now " +
+                                 std::to_string((*got)->fence) +
+                                 ": someone else acted on it; nothing was evicted. Look again");
+      }
+    }
+    std::optional<Error> audit_error;
+    auto evicted = ledger_.Evict(target->id, op, &audit_error);
+    if (!evicted) return StoreError(evicted.error());
+    if (!*evicted) {
+      return http::Problem(404, "no-record", "No such record",
+                           "idemgate: no record for this key in this tenant; nothing was evicted");
+    }
+    json::object a;
+    a["key"] = target->id.key;
+    a["evicted"] = true;
+    if (audit_error) a["audit_error"] = audit_error->message;
+    return Json(a);
+  }
+  ResolveRequest req;
+  req.id = target->id;
+  req.expect_fence = target->fence;
+  if (what == "set-outcome") {
+    auto cls_name = StringMember(o, "class");
+    auto cls = ParseOutcomeClass(cls_name.value_or(""));
+    auto text = StringMember(o, "body");
+    if (!cls || *cls == OutcomeClass::kTooLarge || !text) {
+      return BadRequest(
+          "send \"class\" (\"success\" or \"tool_error\") and \"body\" (the outcome as the "
+          "front stores it, text)");
+    }
+    req.outcome = Outcome{*cls, std::move(*text)};
+  }
+  auto res = ledger_.Resolve(
+      req, [this](const std::string& tool) { return config_.PolicyFor(tool); }, op);
+  if (!res) return StoreError(res.error());
+  return http::ResolutionAnswer(*res, target->id.key, "evict it");
 }
 
 }  // namespace idem::console

@@ -32,6 +32,7 @@
 // I/O thread.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,15 @@ class Console {
 
  private:
   http::Response Api(const http::Request& request, std::string_view what);
+  // One per /console/api/ endpoint (what the page reads, what it does).
+  http::Response Whoami(const http::Principal& who);
+  http::Response UnknownRecords(const std::map<std::string, std::string>& query);
+  http::Response OneRecord(const std::map<std::string, std::string>& query);
+  http::Response Attempts(const http::Principal& who,
+                          const std::map<std::string, std::string>& query);
+  http::Response ReplayChart(const std::map<std::string, std::string>& query);
+  // release, set-outcome, evict: fence-checked acts on one record.
+  http::Response Act(const http::Request& request, std::string_view what);
 
   Ledger& ledger_;
   const Config& config_;

@@ -3,7 +3,7 @@
 #include <ctime>
 
 #include "core/fault_point.h"
-#include "core/json_escape.h"
+#include "json/json_text.h"
 #include "fronts/http_proxy/stored_response.h"
 
 namespace idem::proxy {
@@ -11,23 +11,8 @@ namespace {
 
 constexpr std::string_view kReplayedHeader = "Idempotent-Replayed";
 
-// A JSON string literal. Keys are visible ASCII; times are ASCII.
-std::string Quoted(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (json::NeedsEscape(c)) {
-      char escaped[6];
-      out.append(escaped, json::CanonicalEscape(c, escaped));
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  out.push_back('"');
-  return out;
-}
-
 // Extra problem members naming the key.
-std::string KeyMember(const Call& call) { return "\"key\":" + Quoted(call.id.key); }
+std::string KeyMember(const Call& call) { return "\"key\":" + json_text::Quote(call.id.key); }
 
 // The client's address without its port: "127.0.0.1:5312" → "127.0.0.1",
 // "[::1]:5312" → "::1".
@@ -276,7 +261,7 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
       }
       Result<StoredResponse> stored = DecodeStoredResponse(outcome->body);
       if (outcome->cls == OutcomeClass::kTooLarge) {
-        std::string extra = KeyMember(call) + ",\"first_at\":" + Quoted(FormatIsoTime(record.created_at));
+        std::string extra = KeyMember(call) + ",\"first_at\":" + json_text::Quote(FormatIsoTime(record.created_at));
         if (stored) extra += ",\"upstream_status\":" + std::to_string(stored->status);
         g->Reply(http::Problem(
             409, "result-too-large", "Result too large to replay",
@@ -323,7 +308,7 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
               "performed again; do not repeat it blindly. Check at the upstream, then an operator "
               "can settle the record (`idemgate resolve " +
               call.id.key + "`) or wait for it to expire.",
-          KeyMember(call) + ",\"first_at\":" + Quoted(FormatIsoTime(record.created_at))));
+          KeyMember(call) + ",\"first_at\":" + json_text::Quote(FormatIsoTime(record.created_at))));
       note = "outcome unknown";
       break;
     case Decision::Kind::kDrift:
@@ -333,7 +318,7 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
               " for a request with a different method, path, query or body; a key names one "
               "request. Send the original request to get its answer, or use a new key for a new "
               "request.",
-          KeyMember(call) + ",\"first_at\":" + Quoted(FormatIsoTime(record.created_at))));
+          KeyMember(call) + ",\"first_at\":" + json_text::Quote(FormatIsoTime(record.created_at))));
       note = "drift";
       break;
     case Decision::Kind::kExecute:

@@ -43,7 +43,6 @@ Response Json(int status, const json::object& o, std::string_view raw_outcome = 
   return r;
 }
 
-std::string Quoted(std::string_view s) { return json::serialize(json::string(s)); }
 
 // The answer while the worker pool is stopping: nothing was done.
 Response Stopping() {
@@ -52,7 +51,7 @@ Response Stopping() {
 
 // Maps a store or ledger error to its answer (STYLE.md: one table per front).
 Response FromError(const Error& e, std::string_view key) {
-  std::string extra = key.empty() ? std::string() : "\"key\":" + Quoted(key);
+  std::string extra = key.empty() ? std::string() : "\"key\":" + json_text::Quote(key);
   switch (e.code) {
     case ErrorCode::kUnavailable: {
       Response r = Problem(503, "store-unavailable", "Store unavailable",
@@ -106,7 +105,7 @@ std::optional<Response> RefusedOnUnknown(const Record& r) {
                  "only an admin settles it: POST /v1/records/{key}/resolve with an admin "
                  "token, or `idemgate resolve " +
                      r.id.key + "`",
-                 "\"key\":" + json::serialize(json::string(r.id.key)));
+                 "\"key\":" + json_text::Quote(r.id.key));
 }
 
 // ── Request bodies ──────────────────────────────────────────────────────────
@@ -334,7 +333,7 @@ Response Forbidden(std::string_view what) {
 // The answer to begin for what the ledger decided.
 Response BeginAnswer(const Call& call, const Decision& d) {
   json::object o;
-  const std::string key_member = "\"key\":" + Quoted(call.id.key);
+  const std::string key_member = "\"key\":" + json_text::Quote(call.id.key);
   switch (d.kind) {
     case Decision::Kind::kExecute:
       o["decision"] = "execute";
@@ -396,9 +395,126 @@ Response BeginAnswer(const Call& call, const Decision& d) {
                          FormatIsoTime(d.record.created_at) +
                          " with different arguments. Send the original arguments to get "
                          "its outcome, or use a new key for a new action",
-                     key_member + ",\"first_at\":" + Quoted(FormatIsoTime(d.record.created_at)));
+                     key_member + ",\"first_at\":" + json_text::Quote(FormatIsoTime(d.record.created_at)));
   }
   return Problem(500, "internal", "Internal error", "idemgate: unexpected decision");
+}
+
+// 405 naming what `path` answers.
+Response NotAllowed(std::string_view path, std::string_view allow) {
+  Response r = Problem(405, "method-not-allowed", "Method not allowed",
+                       "idemgate: " + std::string(path) + " answers " + std::string(allow));
+  r.headers.push_back({"Allow", std::string(allow)});
+  return r;
+}
+
+// A begin's "args", byte for byte: "{}" when absent or null.
+Answer<std::string_view> ArgsOf(const Body& body) {
+  auto raw = body.Raw("args");
+  if (!raw || body.Find("args")->is_null()) return std::string_view("{}");
+  if (!body.Find("args")->is_object()) {
+    return std::unexpected(BadRequest("\"args\" must be a JSON object (the tool's arguments)"));
+  }
+  return *raw;
+}
+
+// A begin's key mode: "mode" when sent, else the tool's configured one; a
+// sent key always wins over a tool configured off.
+Answer<KeyMode> ModeOf(const Body& body, const std::string& tool, bool has_key,
+                       const Config& config) {
+  auto name = OptionalString(body, "mode");
+  if (!name) return std::unexpected(std::move(name.error()));
+  KeyMode mode = config.ModeFor(tool, /*mutating=*/true);
+  if (*name) {
+    auto parsed = ParseKeyMode(**name);
+    if (!parsed || *parsed == KeyMode::kOff) {
+      return std::unexpected(BadRequest("\"mode\" must be one of turn, args, fields, explicit; got \"" +
+                                        net::PrintableExcerpt(**name, 40) + "\""));
+    }
+    mode = *parsed;
+  }
+  if (mode == KeyMode::kOff && has_key) mode = KeyMode::kExplicit;
+  return mode;
+}
+
+// A begin's "fields" (JSON Pointers), else the tool's [[tool]] rule's.
+Answer<std::vector<std::string>> FieldsOf(const Body& body, const std::string& tool,
+                                          const Config& config) {
+  std::vector<std::string> fields;
+  const json::value* f = body.Find("fields");
+  if (!f || f->is_null()) {
+    if (const ToolRule* rule = config.RuleFor(tool)) fields = rule->fields;
+    return fields;
+  }
+  auto refused = [] {
+    return std::unexpected(BadRequest("\"fields\" must be an array of JSON Pointers (\"/email\")"));
+  };
+  if (!f->is_array()) return refused();
+  for (const json::value& p : f->get_array()) {
+    if (!p.is_string()) return refused();
+    fields.emplace_back(p.get_string());
+  }
+  return fields;
+}
+
+// The call a begin body asks for, or nullopt when its tool is configured off
+// (not guarded), or the refusal naming what was wrong.
+Answer<std::optional<Call>> PlanBegin(const Body& body, const Principal& who, const Config& config) {
+  if (auto ok = OnlyMembers(body, {"turn_id", "tool", "args", "key", "mode", "fields"}); !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
+  auto tool = RequiredString(body, "tool", "the name of the tool about to run");
+  if (!tool) return std::unexpected(std::move(tool.error()));
+  auto turn = OptionalString(body, "turn_id");
+  if (!turn) return std::unexpected(std::move(turn.error()));
+  auto key = OptionalString(body, "key");
+  if (!key) return std::unexpected(std::move(key.error()));
+  auto args = ArgsOf(body);
+  if (!args) return std::unexpected(std::move(args.error()));
+  auto mode = ModeOf(body, *tool, key->has_value(), config);
+  if (!mode) return std::unexpected(std::move(mode.error()));
+  auto fields = FieldsOf(body, *tool, config);
+  if (!fields) return std::unexpected(std::move(fields.error()));
+  if (*mode == KeyMode::kOff) return std::nullopt;  // configured off: not guarded
+  if (*mode == KeyMode::kFields && fields->empty() && !*key) {
+    return std::unexpected(
+        BadRequest("mode fields needs \"fields\": JSON Pointers into args that "
+                   "identify the call, e.g. [\"/email\"] (or a [[tool]] rule)"));
+  }
+  if (*mode == KeyMode::kExplicit && !*key) {
+    return std::unexpected(BadRequest("missing \"key\": tool \"" +
+                                      net::PrintableExcerpt(*tool, 80) +
+                                      "\" is keyed explicitly (mode explicit); send a key"));
+  }
+  CanonOptions canon;
+  canon.max_bytes = config.limits.max_body_bytes;
+  canon.max_depth = config.limits.max_depth;
+  auto fingerprint = Fingerprint(*args, canon);
+  if (!fingerprint) {
+    return std::unexpected(
+        BadRequest("\"args\" cannot be fingerprinted: " + fingerprint.error().message));
+  }
+  std::string key_fingerprint = *fingerprint;
+  if (*mode == KeyMode::kFields && !*key) {
+    auto selected = FingerprintFields(*args, *fields, canon);
+    if (!selected) return std::unexpected(BadRequest("\"fields\": " + selected.error().message));
+    key_fingerprint = std::move(*selected);
+  }
+  auto derived = DeriveKey(KeyInput{*mode, turn->value_or(""), *tool, key_fingerprint, *key});
+  if (!derived) {
+    return std::unexpected(BadRequest((*key ? "\"key\": " : "") + derived.error().message));
+  }
+  Call call;
+  call.id = RecordId{who.tenant, derived->key};
+  call.fingerprint = std::move(*fingerprint);
+  call.tool = *tool;
+  call.turn = turn->value_or("");
+  call.policy = config.PolicyFor(*tool);
+  call.turn_fallback = derived->turn_fallback;
+  call.detail = *key                     ? "ledger api, explicit key"
+                : derived->turn_fallback ? "ledger api, turn fallback: no turn id"
+                                         : "ledger api";
+  return call;
 }
 
 }  // namespace
@@ -413,7 +529,7 @@ bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
     FaultPoint("before_reply");
     respond(std::move(r));
   };
-  return ledger_.store().GetAsync(
+  return ledger_.ReadAsync(
       id, [this, id, fence, outcome, answer, respond](Result<std::optional<Record>> got) {
         if (!got) return answer(FromError(got.error(), id.key));
         if (!*got) return answer(FromError(Error{ErrorCode::kNotFound, "no record"}, id.key));
@@ -443,312 +559,244 @@ bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
       });
 }
 
+void LedgerApi::Offload(const Responder& respond, bool before_reply,
+                        std::function<Response()> work) {
+  if (!pool_.Submit([work = std::move(work), respond, before_reply] {
+        Response answer = work();
+        if (before_reply) FaultPoint("before_reply");
+        respond(std::move(answer));
+      })) {
+    respond(Stopping());
+  }
+}
+
 void LedgerApi::Handle(Request request, Responder respond) {
-  const std::string path = request.path;
-  const std::string method = request.method;
-  auto not_allowed = [&](std::string_view allow) {
-    Response r = Problem(405, "method-not-allowed", "Method not allowed",
-                         "idemgate: " + path + " answers " + std::string(allow));
-    r.headers.push_back({"Allow", std::string(allow)});
-    respond(std::move(r));
-  };
-  // Runs `work` on the pool; answers 503 if the pool is stopping. The answers
-  // of begin and complete pass the before_reply fault point. Copyable: it may
-  // run after Handle returned.
-  const bool call_answer = path == "/v1/calls/begin" || path == "/v1/calls/complete";
-  auto offload = [this, respond, call_answer](std::function<Response()> work) {
-    if (!pool_.Submit([work = std::move(work), respond, call_answer] {
-          Response answer = work();
-          if (call_answer) FaultPoint("before_reply");
-          respond(std::move(answer));
-        })) {
-      respond(Stopping());
-    }
-  };
-  const Principal& who = request.principal;
-
-  // ── /v1/calls/* ──
-  if (path.starts_with("/v1/calls/")) {
-    std::string_view step = std::string_view(path).substr(10);
-    if (step != "begin" && step != "complete" && step != "release" && step != "heartbeat" &&
-        step != "mark_unknown") {
-      return respond(Problem(404, "not-found", "Not found",
-                             "idemgate: no such endpoint; the steps are /v1/calls/begin, "
-                             "complete, release, heartbeat and mark_unknown"));
-    }
-    if (method != "POST") return not_allowed("POST");
-    auto body = ParseBody(request, config_);
-    if (!body) return respond(std::move(body.error()));
-
-    if (step == "begin") {
-      if (auto ok = OnlyMembers(*body, {"turn_id", "tool", "args", "key", "mode", "fields"}); !ok) {
-        return respond(std::move(ok.error()));
-      }
-      auto tool = RequiredString(*body, "tool", "the name of the tool about to run");
-      if (!tool) return respond(std::move(tool.error()));
-      auto turn = OptionalString(*body, "turn_id");
-      if (!turn) return respond(std::move(turn.error()));
-      auto key = OptionalString(*body, "key");
-      if (!key) return respond(std::move(key.error()));
-      auto mode_name = OptionalString(*body, "mode");
-      if (!mode_name) return respond(std::move(mode_name.error()));
-      std::string_view args = "{}";
-      if (auto raw = body->Raw("args"); raw && !body->Find("args")->is_null()) {
-        if (!body->Find("args")->is_object()) {
-          return respond(BadRequest("\"args\" must be a JSON object (the tool's arguments)"));
-        }
-        args = *raw;
-      }
-      KeyMode mode = config_.ModeFor(*tool, /*mutating=*/true);
-      if (*mode_name) {
-        auto parsed = ParseKeyMode(**mode_name);
-        if (!parsed || *parsed == KeyMode::kOff) {
-          return respond(BadRequest("\"mode\" must be one of turn, args, fields, explicit; got \"" +
-                                    net::PrintableExcerpt(**mode_name, 40) + "\""));
-        }
-        mode = *parsed;
-      }
-      std::vector<std::string> fields;
-      if (const json::value* f = body->Find("fields"); f && !f->is_null()) {
-        if (!f->is_array()) {
-          return respond(BadRequest("\"fields\" must be an array of JSON Pointers (\"/email\")"));
-        }
-        for (const json::value& p : f->get_array()) {
-          if (!p.is_string()) {
-            return respond(BadRequest("\"fields\" must be an array of JSON Pointers (\"/email\")"));
-          }
-          fields.emplace_back(p.get_string());
-        }
-      } else if (const ToolRule* rule = config_.RuleFor(*tool)) {
-        fields = rule->fields;
-      }
-      if (mode == KeyMode::kOff && *key) mode = KeyMode::kExplicit;  // a sent key always wins
-      if (mode == KeyMode::kOff) {
-        // Configured off: the call is not guarded; the helper runs it as is.
-        json::object o;
-        o["decision"] = "execute";
-        o["unguarded"] = true;
-        o["fence"] = 0;
-        o["key"] = nullptr;
-        return respond(Json(200, o));
-      }
-      if (mode == KeyMode::kFields && fields.empty() && !*key) {
-        return respond(
-            BadRequest("mode fields needs \"fields\": JSON Pointers into args that "
-                       "identify the call, e.g. [\"/email\"] (or a [[tool]] rule)"));
-      }
-      if (mode == KeyMode::kExplicit && !*key) {
-        return respond(BadRequest("missing \"key\": tool \"" + net::PrintableExcerpt(*tool, 80) +
-                                  "\" is keyed explicitly (mode explicit); send a key"));
-      }
-      CanonOptions canon;
-      canon.max_bytes = config_.limits.max_body_bytes;
-      canon.max_depth = config_.limits.max_depth;
-      auto fingerprint = Fingerprint(args, canon);
-      if (!fingerprint) {
-        return respond(
-            BadRequest("\"args\" cannot be fingerprinted: " + fingerprint.error().message));
-      }
-      std::string key_fingerprint = *fingerprint;
-      if (mode == KeyMode::kFields && !*key) {
-        auto selected = FingerprintFields(args, fields, canon);
-        if (!selected) {
-          return respond(BadRequest("\"fields\": " + selected.error().message));
-        }
-        key_fingerprint = std::move(*selected);
-      }
-      auto derived = DeriveKey(KeyInput{mode, turn->value_or(""), *tool, key_fingerprint, *key});
-      if (!derived) {
-        return respond(BadRequest((*key ? "\"key\": " : "") + derived.error().message));
-      }
-      Call call;
-      call.id = RecordId{who.tenant, derived->key};
-      call.fingerprint = std::move(*fingerprint);
-      call.tool = *tool;
-      call.turn = turn->value_or("");
-      call.policy = config_.PolicyFor(*tool);
-      call.turn_fallback = derived->turn_fallback;
-      call.detail = *key                     ? "ledger api, explicit key"
-                    : derived->turn_fallback ? "ledger api, turn fallback: no turn id"
-                                             : "ledger api";
-      auto shared = std::make_shared<const Call>(std::move(call));
-      auto reply = [shared, respond](const Result<Decision>& d) {
-        Response r = d ? BeginAnswer(*shared, *d) : FromError(d.error(), shared->id.key);
-        FaultPoint("before_reply");
-        respond(std::move(r));
-      };
-      // Without a worker where the store allows (Ledger::BeginWithoutBlocking).
-      auto to_pool = [this, respond](std::function<void()> begin) {
-        if (!pool_.Submit(std::move(begin))) respond(Stopping());
-      };
-      ledger_.BeginWithoutBlocking(*shared, to_pool, reply);
-      return;
-    }
-
-    // complete / release / heartbeat / mark_unknown
-    if (step == "complete") {
-      if (auto ok = OnlyMembers(*body, {"key", "fence", "outcome"}); !ok) {
-        return respond(std::move(ok.error()));
-      }
-    } else if (auto ok = OnlyMembers(*body, {"key", "fence"}); !ok) {
-      return respond(std::move(ok.error()));
-    }
-    auto key = RequiredKey(*body);
-    if (!key) return respond(std::move(key.error()));
-    auto fence = RequiredFence(*body);
-    if (!fence) return respond(std::move(fence.error()));
-    // complete: the outcome, made once and shared by whichever path stores it.
-    std::shared_ptr<Outcome> outcome;
-    if (step == "complete") {
-      auto o = RequiredOutcome(*body);
-      if (!o) return respond(std::move(o.error()));
-      outcome = std::make_shared<Outcome>(Outcome{o->cls, std::move(o->text)});
-    }
-    const RecordId id{who.tenant, *key};
-    // A complete reads the record and stores the outcome without a worker
-    // where the store allows (Store::GetAsync, Ledger::CompleteAsync).
-    if (outcome && CompleteWithoutBlocking(id, *fence, outcome, respond)) return;
-    return offload([this, step = std::string(step), id, fence = *fence, outcome]() -> Response {
-      auto got = ledger_.store().Get(id);
-      if (!got) return FromError(got.error(), id.key);
-      if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
-      if (auto refused = RefusedOnUnknown(**got)) return std::move(*refused);
-      const Call call = CallOf(**got, config_);
-      const Decision d = ExecutionOf(**got, fence);
-      json::object o;
-      o["key"] = id.key;
-      if (step == "heartbeat") {
-        auto until = ledger_.Heartbeat(call, fence);
-        if (!until) return FromError(until.error(), id.key);
-        o["lease_expires_at"] = FormatIsoTime(*until);
-        o["lease_ms"] = call.policy.lease.count();
-        return Json(200, o);
-      }
-      if (step == "release" || (step == "complete" && ReleasesOn(call, outcome->cls))) {
-        return ReleaseAnswer(id, ledger_.Release(call, d));
-      }
-      if (step == "mark_unknown") {
-        auto marked = ledger_.MarkUnknown(call, d);
-        if (!marked) return FromError(marked.error(), id.key);
-        o["state"] = "unknown";
-        o["expires_at"] = FormatIsoTime(marked->expires_at);
-        return Json(200, o);
-      }
-      // The asynchronous path declined and dropped its share: the outcome is
-      // this lambda's alone.
-      return CompleteAnswer(id, ledger_.Complete(call, d, std::move(*outcome)));
-    });
-  }
-
-  // ── /v1/records/{key}[/resolve] ──
-  if (path.starts_with("/v1/records/")) {
-    std::string_view rest = std::string_view(path).substr(12);
-    bool resolve = false;
-    if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
-      if (rest.substr(slash) != "/resolve") {
-        return respond(Problem(404, "not-found", "Not found",
-                               "idemgate: no such endpoint; percent-encode a '/' in the key "
-                               "as %2F"));
-      }
-      resolve = true;
-      rest = rest.substr(0, slash);
-    }
-    auto key = PercentDecode(rest);
-    if (!key) return respond(BadRequest(key.error().message));
-    if (auto ok = ValidateKey(*key); !ok) return respond(BadRequest("key: " + ok.error().message));
-    auto query = ParseQuery(request.query);
-    if (!query) return respond(BadRequest(query.error().message));
-    std::string tenant = who.tenant;
-    if (auto t = query->find("tenant"); t != query->end()) {
-      if (!who.admin && t->second != who.tenant)
-        return respond(Forbidden("another tenant's record"));
-      tenant = t->second;
-    }
-    RecordId id{tenant, *key};
-    if (resolve) {
-      if (method != "POST") return not_allowed("POST");
-      if (!who.admin) return respond(Forbidden("resolving a record"));
-      auto body = ParseBody(request, config_);
-      if (!body) return respond(std::move(body.error()));
-      if (auto ok = OnlyMembers(*body, {"release", "outcome", "force"}); !ok) {
-        return respond(std::move(ok.error()));
-      }
-      const json::value* release = body->Find("release");
-      bool releasing = release && release->is_bool() && release->get_bool();
-      if (release && !release->is_bool()) return respond(BadRequest("\"release\" must be true"));
-      std::optional<ParsedOutcome> outcome;
-      if (body->Find("outcome")) {
-        auto o = RequiredOutcome(*body);
-        if (!o) return respond(std::move(o.error()));
-        outcome = std::move(*o);
-      }
-      if (releasing == outcome.has_value()) {
-        return respond(
-            BadRequest("send exactly one of \"release\": true (the action did not "
-                       "happen) or \"outcome\" (it happened; its outcome)"));
-      }
-      const json::value* force_v = body->Find("force");
-      if (force_v && !force_v->is_bool()) return respond(BadRequest("\"force\" must be a boolean"));
-      bool force = force_v && force_v->get_bool();
-      Operator op{who.tenant, "ledger api", ledger_.instance()};
-      return offload([this, id, outcome = std::move(outcome), force, op]() mutable -> Response {
-        ResolveRequest req;
-        req.id = id;
-        req.force = force;
-        if (outcome) req.outcome = Outcome{outcome->cls, std::move(outcome->text)};
-        auto res = ResolveRecord(
-            ledger_.store(), ledger_.clock(),
-            [this](const std::string& tool) { return config_.PolicyFor(tool); }, req, op);
-        if (!res) return FromError(res.error(), id.key);
-        return ResolutionAnswer(*res, id.key, "DELETE /v1/records/{key}");
-      });
-    }
-    if (method == "GET" || method == "HEAD") {
-      return offload([this, id]() -> Response {
-        auto got = ledger_.store().Get(id);
-        if (!got) return FromError(got.error(), id.key);
-        if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
-        const Record& r = **got;
-        json::object o = RecordJson(r);
-        return Json(200, o, HasReplayableOutcome(r) ? std::string_view(r.outcome->body) : "");
-      });
-    }
-    if (method == "DELETE") {
-      if (!who.admin) return respond(Forbidden("evicting a record"));
-      Operator op{who.tenant, "ledger api", ledger_.instance()};
-      return offload([this, id, op]() -> Response {
-        auto evicted = EvictRecord(ledger_.store(), ledger_.clock(), id, op);
-        if (!evicted) return FromError(evicted.error(), id.key);
-        if (!*evicted) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
-        json::object o;
-        o["key"] = id.key;
-        o["evicted"] = true;
-        return Json(200, o);
-      });
-    }
-    return not_allowed("GET, DELETE");
-  }
-
-  // ── /v1/attempts ──
-  if (path == "/v1/attempts") {
-    if (method != "GET" && method != "HEAD") return not_allowed("GET");
-    auto query = ParseQuery(request.query);
-    if (!query) return respond(BadRequest(query.error().message));
-    auto filter = ParseAttemptFilter(*query, who, ledger_.clock().Now(), kMaxAttempts);
-    if (!filter) return respond(std::move(filter.error()));
-    return offload([this, filter = *filter]() -> Response {
-      ledger_.Flush();  // attempts still buffered are part of the answer
-      auto attempts = ledger_.store().QueryAttempts(filter);
-      if (!attempts) return FromError(attempts.error(), "");
-      json::object o;
-      o["attempts"] = AttemptsJson(*attempts);
-      return Json(200, o);
-    });
-  }
-
+  const std::string_view path = request.path;
+  if (path.starts_with("/v1/calls/")) return HandleStep(request, respond);
+  if (path.starts_with("/v1/records/")) return HandleRecord(request, respond);
+  if (path == "/v1/attempts") return HandleAttempts(request, respond);
   respond(Problem(404, "not-found", "Not found",
                   "idemgate: no such endpoint; the ledger API is under /v1/calls/, /v1/records/ "
                   "and /v1/attempts"));
+}
+
+// ── /v1/calls/{step} ────────────────────────────────────────────────────────
+
+void LedgerApi::HandleStep(Request& request, const Responder& respond) {
+  const std::string_view step = std::string_view(request.path).substr(10);
+  if (step != "begin" && step != "complete" && step != "release" && step != "heartbeat" &&
+      step != "mark_unknown") {
+    return respond(Problem(404, "not-found", "Not found",
+                           "idemgate: no such endpoint; the steps are /v1/calls/begin, "
+                           "complete, release, heartbeat and mark_unknown"));
+  }
+  if (request.method != "POST") return respond(NotAllowed(request.path, "POST"));
+  if (step == "begin") return Begin(request, respond);
+  FenceStep(std::string(step), request, respond);
+}
+
+void LedgerApi::Begin(Request& request, const Responder& respond) {
+  auto body = ParseBody(request, config_);
+  if (!body) return respond(std::move(body.error()));
+  auto planned = PlanBegin(*body, request.principal, config_);
+  if (!planned) return respond(std::move(planned.error()));
+  if (!*planned) {
+    // Configured off: the call is not guarded; the helper runs it as is.
+    json::object o;
+    o["decision"] = "execute";
+    o["unguarded"] = true;
+    o["fence"] = 0;
+    o["key"] = nullptr;
+    return respond(Json(200, o));
+  }
+  auto shared = std::make_shared<const Call>(std::move(**planned));
+  auto reply = [shared, respond](const Result<Decision>& d) {
+    Response r = d ? BeginAnswer(*shared, *d) : FromError(d.error(), shared->id.key);
+    FaultPoint("before_reply");
+    respond(std::move(r));
+  };
+  // Without a worker where the store allows (Ledger::BeginWithoutBlocking).
+  auto to_pool = [this, respond](std::function<void()> begin) {
+    if (!pool_.Submit(std::move(begin))) respond(Stopping());
+  };
+  ledger_.BeginWithoutBlocking(*shared, to_pool, reply);
+}
+
+void LedgerApi::FenceStep(std::string step, Request& request, const Responder& respond) {
+  auto parsed = ParseBody(request, config_);
+  if (!parsed) return respond(std::move(parsed.error()));
+  const Body& body = *parsed;
+  if (step == "complete") {
+    if (auto ok = OnlyMembers(body, {"key", "fence", "outcome"}); !ok) {
+      return respond(std::move(ok.error()));
+    }
+  } else if (auto ok = OnlyMembers(body, {"key", "fence"}); !ok) {
+    return respond(std::move(ok.error()));
+  }
+  auto key = RequiredKey(body);
+  if (!key) return respond(std::move(key.error()));
+  auto fence = RequiredFence(body);
+  if (!fence) return respond(std::move(fence.error()));
+  // complete: the outcome, made once and shared by whichever path stores it.
+  std::shared_ptr<Outcome> outcome;
+  if (step == "complete") {
+    auto o = RequiredOutcome(body);
+    if (!o) return respond(std::move(o.error()));
+    outcome = std::make_shared<Outcome>(Outcome{o->cls, std::move(o->text)});
+  }
+  const RecordId id{request.principal.tenant, *key};
+  // A complete reads the record and stores the outcome without a worker
+  // where the store allows (Ledger::ReadAsync, Ledger::CompleteAsync).
+  if (outcome && CompleteWithoutBlocking(id, *fence, outcome, respond)) return;
+  const bool before_reply = step == "complete";
+  Offload(respond, before_reply, [this, step = std::move(step), id, fence = *fence, outcome] {
+    return SettleStep(step, id, fence, outcome);
+  });
+}
+
+Response LedgerApi::SettleStep(std::string_view step, const RecordId& id, uint64_t fence,
+                               const std::shared_ptr<Outcome>& outcome) {
+  auto got = ledger_.Read(id);
+  if (!got) return FromError(got.error(), id.key);
+  if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+  if (auto refused = RefusedOnUnknown(**got)) return std::move(*refused);
+  const Call call = CallOf(**got, config_);
+  const Decision d = ExecutionOf(**got, fence);
+  json::object o;
+  o["key"] = id.key;
+  if (step == "heartbeat") {
+    auto until = ledger_.Heartbeat(call, fence);
+    if (!until) return FromError(until.error(), id.key);
+    o["lease_expires_at"] = FormatIsoTime(*until);
+    o["lease_ms"] = call.policy.lease.count();
+    return Json(200, o);
+  }
+  if (step == "release" || (step == "complete" && ReleasesOn(call, outcome->cls))) {
+    return ReleaseAnswer(id, ledger_.Release(call, d));
+  }
+  if (step == "mark_unknown") {
+    auto marked = ledger_.MarkUnknown(call, d);
+    if (!marked) return FromError(marked.error(), id.key);
+    o["state"] = "unknown";
+    o["expires_at"] = FormatIsoTime(marked->expires_at);
+    return Json(200, o);
+  }
+  // The asynchronous path declined and dropped its share: the outcome is
+  // this step's alone.
+  return CompleteAnswer(id, ledger_.Complete(call, d, std::move(*outcome)));
+}
+
+// ── /v1/records/{key}[/resolve] ─────────────────────────────────────────────
+
+void LedgerApi::HandleRecord(Request& request, const Responder& respond) {
+  const Principal& who = request.principal;
+  std::string_view rest = std::string_view(request.path).substr(12);
+  bool resolve = false;
+  if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    if (rest.substr(slash) != "/resolve") {
+      return respond(Problem(404, "not-found", "Not found",
+                             "idemgate: no such endpoint; percent-encode a '/' in the key "
+                             "as %2F"));
+    }
+    resolve = true;
+    rest = rest.substr(0, slash);
+  }
+  auto key = PercentDecode(rest);
+  if (!key) return respond(BadRequest(key.error().message));
+  if (auto ok = ValidateKey(*key); !ok) return respond(BadRequest("key: " + ok.error().message));
+  auto query = ParseQuery(request.query);
+  if (!query) return respond(BadRequest(query.error().message));
+  std::string tenant = who.tenant;
+  if (auto t = query->find("tenant"); t != query->end()) {
+    if (!who.admin && t->second != who.tenant) return respond(Forbidden("another tenant's record"));
+    tenant = t->second;
+  }
+  const RecordId id{tenant, *key};
+  if (resolve) return Resolve(request, id, respond);
+  const std::string& method = request.method;
+  if (method == "GET" || method == "HEAD") {
+    return Offload(respond, false, [this, id]() -> Response {
+      auto got = ledger_.Read(id);
+      if (!got) return FromError(got.error(), id.key);
+      if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+      const Record& r = **got;
+      json::object o = RecordJson(r);
+      return Json(200, o, HasReplayableOutcome(r) ? std::string_view(r.outcome->body) : "");
+    });
+  }
+  if (method == "DELETE") {
+    if (!who.admin) return respond(Forbidden("evicting a record"));
+    Operator op{who.tenant, "ledger api", ledger_.instance()};
+    return Offload(respond, false, [this, id, op]() -> Response {
+      auto evicted = ledger_.Evict(id, op);
+      if (!evicted) return FromError(evicted.error(), id.key);
+      if (!*evicted) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+      json::object o;
+      o["key"] = id.key;
+      o["evicted"] = true;
+      return Json(200, o);
+    });
+  }
+  respond(NotAllowed(request.path, "GET, DELETE"));
+}
+
+void LedgerApi::Resolve(Request& request, const RecordId& id, const Responder& respond) {
+  const Principal& who = request.principal;
+  if (request.method != "POST") return respond(NotAllowed(request.path, "POST"));
+  if (!who.admin) return respond(Forbidden("resolving a record"));
+  auto body = ParseBody(request, config_);
+  if (!body) return respond(std::move(body.error()));
+  if (auto ok = OnlyMembers(*body, {"release", "outcome", "force"}); !ok) {
+    return respond(std::move(ok.error()));
+  }
+  const json::value* release = body->Find("release");
+  bool releasing = release && release->is_bool() && release->get_bool();
+  if (release && !release->is_bool()) return respond(BadRequest("\"release\" must be true"));
+  std::optional<ParsedOutcome> outcome;
+  if (body->Find("outcome")) {
+    auto o = RequiredOutcome(*body);
+    if (!o) return respond(std::move(o.error()));
+    outcome = std::move(*o);
+  }
+  if (releasing == outcome.has_value()) {
+    return respond(
+        BadRequest("send exactly one of \"release\": true (the action did not "
+                   "happen) or \"outcome\" (it happened; its outcome)"));
+  }
+  const json::value* force_v = body->Find("force");
+  if (force_v && !force_v->is_bool()) return respond(BadRequest("\"force\" must be a boolean"));
+  ResolveRequest req;
+  req.id = id;
+  req.force = force_v && force_v->get_bool();
+  if (outcome) req.outcome = Outcome{outcome->cls, std::move(outcome->text)};
+  Operator op{who.tenant, "ledger api", ledger_.instance()};
+  Offload(respond, false, [this, req = std::move(req), op]() -> Response {
+    auto res =
+        ledger_.Resolve(req, [this](const std::string& tool) { return config_.PolicyFor(tool); }, op);
+    if (!res) return FromError(res.error(), req.id.key);
+    return ResolutionAnswer(*res, req.id.key, "DELETE /v1/records/{key}");
+  });
+}
+
+// ── /v1/attempts ────────────────────────────────────────────────────────────
+
+void LedgerApi::HandleAttempts(const Request& request, const Responder& respond) {
+  if (request.method != "GET" && request.method != "HEAD") {
+    return respond(NotAllowed(request.path, "GET"));
+  }
+  auto query = ParseQuery(request.query);
+  if (!query) return respond(BadRequest(query.error().message));
+  auto filter =
+      ParseAttemptFilter(*query, request.principal, ledger_.clock().Now(), kMaxAttempts);
+  if (!filter) return respond(std::move(filter.error()));
+  Offload(respond, false, [this, filter = *filter]() -> Response {
+    ledger_.Flush();  // attempts still buffered are part of the answer
+    auto attempts = ledger_.QueryAttempts(filter);
+    if (!attempts) return FromError(attempts.error(), "");
+    json::object o;
+    o["attempts"] = AttemptsJson(*attempts);
+    return Json(200, o);
+  });
 }
 
 }  // namespace idem::http

@@ -31,7 +31,10 @@
 // store work (Begin may wait up to policy.wait) on `pool`.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "core/worker_pool.h"
 #include "net/http_listener.h"
@@ -57,6 +60,21 @@ class LedgerApi {
   // blocking (`respond` is not used: the caller completes on a worker).
   bool CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
                                std::shared_ptr<const Outcome> outcome, const Responder& respond);
+  // Runs `work` on the pool and answers what it returns; 503 when the pool is
+  // stopping. `before_reply`: the answer passes that fault point first.
+  void Offload(const Responder& respond, bool before_reply, std::function<Response()> work);
+
+  // One handler per endpoint; each answers through `respond` exactly once.
+  void HandleStep(Request& request, const Responder& respond);     // /v1/calls/{step}
+  void Begin(Request& request, const Responder& respond);          // /v1/calls/begin
+  // /v1/calls/complete, release, heartbeat, mark_unknown: parses the body
+  // on the I/O thread, then SettleStep on a worker.
+  void FenceStep(std::string step, Request& request, const Responder& respond);
+  Response SettleStep(std::string_view step, const RecordId& id, uint64_t fence,
+                      const std::shared_ptr<Outcome>& outcome);
+  void HandleRecord(Request& request, const Responder& respond);   // /v1/records/{key}
+  void Resolve(Request& request, const RecordId& id, const Responder& respond);  // .../resolve
+  void HandleAttempts(const Request& request, const Responder& respond);  // /v1/attempts
 
   Ledger& ledger_;
   const Config& config_;
