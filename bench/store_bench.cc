@@ -527,10 +527,16 @@ void PrintRatio(const std::string& what, const std::vector<Sample>& num,
     ratios.push_back(num[r].calls_per_second / den[r].calls_per_second);
   }
   if (ratios.empty()) return;
-  std::printf("%s: %.2f (target %s; median of %zu rounds, range %.2f-%.2f)\n", what.c_str(),
+  // "met" or "NOT met" for a target ">= X" (the only kind here); nothing for "none".
+  double floor = 0;
+  const char* verdict = "";
+  if (std::sscanf(target, ">= %lf", &floor) == 1) {
+    verdict = Median(ratios) >= floor ? " met" : " NOT met";
+  }
+  std::printf("%s: %.2f (target %s; median of %zu rounds, range %.2f-%.2f)%s\n", what.c_str(),
               Median(ratios), target, ratios.size(),
               *std::min_element(ratios.begin(), ratios.end()),
-              *std::max_element(ratios.begin(), ratios.end()));
+              *std::max_element(ratios.begin(), ratios.end()), verdict);
 }
 
 std::string WriteBenchScript(const std::string& url) {
