@@ -475,6 +475,19 @@ TEST(RedisClusterTest, InstancesAppendingAtOnceKeepOneChain) {
   InstancesAppendOneChain("IDEM_REDIS_CLUSTER_URL_FILE");
 }
 
+// The single server's URL (into *server) and a connection to it, for
+// commands behind the store's back; nullptr after recording a failure.
+std::unique_ptr<redis::Connection> AdminOfSingle(std::string* server) {
+  *server = ServerUrl("IDEM_REDIS_URL_FILE");
+  if (server->empty()) return nullptr;
+  auto config = redis::ParseRedisUrl(*server);
+  if (!config) {
+    ADD_FAILURE() << config.error().ToString();
+    return nullptr;
+  }
+  return Connect(config->nodes.front());
+}
+
 // EVALSHA calls the server has run, from INFO commandstats.
 long long EvalshaCalls(redis::Connection& admin) {
   redis::Reply info = RunCmd(admin, {"INFO", "commandstats"});
@@ -491,11 +504,8 @@ long long EvalshaCalls(redis::Connection& admin) {
 // connections they raced: 29 scripts per claim and completion at 16
 // threads, each refusal making the entries in flight behind it stale too.)
 TEST(RedisSingleTest, ChainedClaimsAndCompletionsFromManyThreadsAreSentOnce) {
-  const std::string server = ServerUrl("IDEM_REDIS_URL_FILE");
-  ASSERT_FALSE(server.empty());
-  auto config = redis::ParseRedisUrl(server);
-  ASSERT_TRUE(config);
-  auto admin = Connect(config->nodes.front());
+  std::string server;
+  auto admin = AdminOfSingle(&server);
   ASSERT_TRUE(admin);
   FakeClock clock;
   auto store = OpenOrFail(WithOptions(server, "prefix=" + UniquePrefix("order")), clock);
@@ -571,11 +581,8 @@ TEST(RedisClusterTest, TrimmingTheStreamToMaxlenKeepsTheChainVerifiable) {
 // deleted, the stream rewritten with one entry edited, a forged entry
 // appended, an entry from before the chain.
 TEST(RedisSingleTest, VerifyNamesStreamEntriesChangedBehindItsBack) {
-  const std::string server = ServerUrl("IDEM_REDIS_URL_FILE");
-  ASSERT_FALSE(server.empty());
-  auto config = redis::ParseRedisUrl(server);
-  ASSERT_TRUE(config);
-  auto admin = Connect(config->nodes.front());
+  std::string server;
+  auto admin = AdminOfSingle(&server);
   ASSERT_TRUE(admin);
   FakeClock clock;
   // A fresh log of five entries of tenant t; the fault verify finds after `tamper`.
