@@ -801,7 +801,8 @@ void PreloadRedis(const std::string& url, int db, const std::string& prefix, uin
           {"co", std::to_string(co)},
           {"ex", std::to_string(ex)},
           {"oc", outcome.cls},
-          {"ow", call.fingerprint.substr(32)}};
+          {"ow", call.fingerprint.substr(32)},
+          {"rt", std::to_string(times.ttl_ms)}};  // the retention the claim decided
       std::vector<const char*> argv = {"HSET", key.c_str()};
       std::vector<size_t> lens = {4, key.size()};
       for (const std::string& name : names) {
