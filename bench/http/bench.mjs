@@ -449,6 +449,15 @@ function report(all, fronts, elapsed) {
         ratio(`${m} CPU/req / best Node peer CPU/req (front process)`, (rd) => get('idemgate', m, rd)?.cpu.front / best(m, rd, (r) => r.cpu.front, Math.min), 1 / 3, '<=');
       }
     }
+    // Issue 18, target 1: against @node-idempotency in front of the same vendor, CPU per request
+    // of idemgate itself and of the Redis it drives, and the fresh p99.
+    if (fronts.includes('node-idempotency')) {
+      const vsPeer = (m, key) => (rd) => key(get('idemgate', m, rd)) / key(get('node-idempotency', m, rd));
+      ratio('fresh CPU/req / node-idempotency (front process, #18)', vsPeer('fresh', (r) => r?.cpu.front), 0.5, '<=');
+      ratio('replay CPU/req / node-idempotency (front process, #18)', vsPeer('replay', (r) => r?.cpu.front), 0.33, '<=');
+      ratio('fresh Redis CPU/req / node-idempotency (#18)', vsPeer('fresh', (r) => r?.cpu.redis), 1.0, '<=');
+      ratio('fresh p99 / node-idempotency p99 (#18)', vsPeer('fresh', (r) => r?.p99), 1.0, '<=');
+    }
     ratio('replay req/s / vendor-direct', (rd) => get('idemgate', 'replay', rd)?.perSec / get('vendor', 'replay', rd)?.perSec, 0.8, '>=');
     ratio('fresh req/s / vendor-direct', (rd) => get('idemgate', 'fresh', rd)?.perSec / get('vendor', 'fresh', rd)?.perSec, 0.4, '>=');
   }

@@ -27,6 +27,10 @@ Pipeline::~Pipeline() {
 }
 
 void Pipeline::Submit(Command command, Done done) {
+  SubmitBuilt([&command] { return std::move(command); }, std::move(done));
+}
+
+void Pipeline::SubmitBuilt(const std::function<Command()>& make, Done done) {
   // The thread starts with the first command: a store opened by a command
   // that never uses it (inspect, audit) costs no thread.
   std::call_once(started_, [this] { thread_ = std::thread([this] { Run(); }); });
@@ -38,7 +42,7 @@ void Pipeline::Submit(Command command, Done done) {
       return;
     }
     wake = queued_.empty();  // else the thread is already due to take the queue
-    queued_.emplace_back(std::move(command), std::move(done));
+    queued_.emplace_back(make(), std::move(done));
   }
   if (wake) {
     const uint64_t one = 1;
@@ -52,6 +56,7 @@ Error Pipeline::Failure(std::string_view what) const {
 }
 
 void Pipeline::Run() {
+  thread_id_ = std::this_thread::get_id();
   using Clock = std::chrono::steady_clock;
   std::unique_ptr<Connection> conn;
   std::deque<Done> in_flight;    // in the order the commands were written

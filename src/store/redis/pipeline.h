@@ -15,6 +15,7 @@
 // and its caller must treat it so. Thread-safe; a callback may Submit.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -41,6 +42,14 @@ class Pipeline {
 
   // Queues `command`; `done` runs exactly once.
   void Submit(Command command, Done done);
+  // As Submit, with the command built by `make` under the queue's lock:
+  // commands are written in the order they were built, whatever the
+  // threads (the store chains audit entries in that order, docs/DESIGN.md
+  // §7). `make` must be quick and must not call into this pipeline.
+  void SubmitBuilt(const std::function<Command()>& make, Done done);
+  // Whether the caller is the pipeline's thread, the one that runs every
+  // `done`: it must not wait for a reply.
+  bool OnPipelineThread() const { return std::this_thread::get_id() == thread_id_; }
 
  private:
   using Queued = std::pair<Command, Done>;
@@ -57,6 +66,7 @@ class Pipeline {
 
   std::once_flag started_;
   std::thread thread_;  // started by the first Submit
+  std::atomic<std::thread::id> thread_id_{};  // thread_'s, once it runs
 };
 
 }  // namespace idem::redis

@@ -209,13 +209,17 @@ Result<Reply> RedisClient::RunOnNode(const NodeAddress& node, const Request& req
 
     auto send = [&](const Command& command) -> Result<Reply> {
       std::vector<Command> batch;
-      if (asking) batch.push_back({"ASKING"});
-      batch.push_back(command);
-      if (req.wait_replicas) {
-        batch.push_back({"WAIT", std::to_string(config_.wait_replicas),
-                         std::to_string(config_.wait_timeout.count())});
+      if (asking || req.wait_replicas) {
+        if (asking) batch.push_back({"ASKING"});
+        batch.push_back(command);
+        if (req.wait_replicas) {
+          batch.push_back({"WAIT", std::to_string(config_.wait_replicas),
+                           std::to_string(config_.wait_timeout.count())});
+        }
       }
-      auto replies = (*conn)->Pipeline(batch);
+      // The common case sends `command` as it is, without a copy.
+      auto replies = (*conn)->Pipeline(batch.empty() ? std::span<const Command>(&command, 1)
+                                                     : std::span<const Command>(batch));
       if (!replies) return std::unexpected(replies.error());
       Reply main = std::move((*replies)[asking ? 1 : 0]);
       if (req.wait_replicas && main->type != REDIS_REPLY_ERROR) {
@@ -234,8 +238,11 @@ Result<Reply> RedisClient::RunOnNode(const NodeAddress& node, const Request& req
     };
 
     auto reply = send(req.command);
-    if (reply && !req.fallback.empty() && IsError(**reply, "NOSCRIPT")) {
-      reply = send(req.fallback);
+    if (reply && req.script_source && IsError(**reply, "NOSCRIPT")) {
+      Command eval = req.command;
+      eval[0] = "EVAL";
+      eval[1] = *req.script_source;
+      reply = send(eval);
     }
     const bool broken = (*conn)->broken();
     pool.Release(std::move(*conn));
@@ -338,7 +345,7 @@ Result<Reply> RedisClient::Eval(const Script& script, std::span<const std::strin
     return c;
   };
   req.command = build("EVALSHA", script.sha1);
-  req.fallback = build("EVAL", script.source);
+  req.script_source = &script.source;  // the scripts are static
   return Route(keys.empty() ? std::string_view() : std::string_view(keys.front()), req);
 }
 

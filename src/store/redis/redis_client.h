@@ -80,7 +80,10 @@ class RedisClient {
  private:
   struct Request {
     Command command;
-    Command fallback;  // sent instead when `command` answers NOSCRIPT; may be empty
+    // A script's source, if `command` is its EVALSHA: when that answers
+    // NOSCRIPT, `command` goes again as EVAL with the source (built only
+    // then: the source is kilobytes).
+    const std::string* script_source = nullptr;
     bool resend_safe = false;
     bool wait_replicas = false;
   };

@@ -19,6 +19,8 @@ local function fields()
   return redis.call('HMGET', rec, 'st', 'fp', 'tool', 'turn', 'fence', 'cr', 'le', 'co', 'ex', 'oc',
                     'ow', 'rt')
 end
+-- fields() indices of st, fence, co, ex, oc.
+local F_ST, F_FENCE, F_CO, F_EX, F_OC = 1, 5, 8, 9, 10
 local function whole()
   return redis.call('HGETALL', rec)
 end
@@ -77,6 +79,16 @@ local function owned(fence, states)
   if not states[r[1]] then return nil, {'state', r[1]} end
   return r
 end
+-- As owned, but reads and returns all of fields() (a missing one is
+-- false), for a script that answers with the record it changed without
+-- reading it again.
+local function owned_fields(fence, states)
+  local r = fields()
+  if not r[F_ST] or not r[F_EX] or tonumber(r[F_EX]) <= now then return nil, {'notfound'} end
+  if r[F_FENCE] ~= fence then return nil, {'aborted', r[F_FENCE]} end
+  if not states[r[F_ST]] then return nil, {'state', r[F_ST]} end
+  return r
+end
 )lua";
 
 // The audit log's hash chain (docs/DESIGN.md §7), shared by the scripts that
@@ -94,6 +106,9 @@ local function cnum(x) return string.format('%.0f', x) end
 -- needs (ms): others are refused ('reserved') until it has written, so that
 -- a writer whose competitor writes back to back cannot be starved.
 local reserve_ms = 50
+-- Each tenant's restart point (start_seq, start_prev) as chain_stale read
+-- it, for chain_append: a script reads a tenant's head once.
+local restart = {}
 -- seq, hash, start_seq, start_prev of `tenant`'s head, and who reserved it
 -- until when ('' and 0 if nobody).
 local function head_of(heads, tenant)
@@ -120,6 +135,7 @@ local function chain_stale(heads, at, n, token, now)
     if not first[t] then
       local s, h, ss, sp, tok, untl = head_of(heads, t)
       first[t] = {s, h, ss, sp}
+      restart[t] = {ss, sp}
       order[#order + 1] = t
       expect[t] = {s, h}
       if tok ~= '' and tok ~= token and untl > now then reserved = true end
@@ -173,8 +189,12 @@ local function chain_append(stream, heads, at, n, maxlen)
                'tool', ARGV[b + 3], 'turn', ARGV[b + 4], 'outcome', ARGV[b + 5],
                'latency', ARGV[b + 6], 'instance', ARGV[b + 7], 'detail', ARGV[b + 8],
                'seq', ARGV[b + 9], 'prev', ARGV[b + 10], 'hash', ARGV[b + 11])
-    local _, _, ss, sp = head_of(heads, ARGV[b + 1])
-    set_head(heads, ARGV[b + 1], tonumber(ARGV[b + 9]), ARGV[b + 11], ss, sp)
+    local t = ARGV[b + 1]
+    if not restart[t] then
+      local _, _, ss, sp = head_of(heads, t)
+      restart[t] = {ss, sp}
+    end
+    set_head(heads, t, tonumber(ARGV[b + 9]), ARGV[b + 11], restart[t][1], restart[t][2])
   end
   chain_trim(stream, heads, maxlen)
 end
@@ -189,13 +209,21 @@ if stale then return stale end
 local fence = next_fence(cur[3])
 local expires = now + math.max(retention, lease)
 log_attempt(10)
-redis.call('DEL', rec)
-redis.call('HSET', rec, 'st', 'in_progress', 'fp', ARGV[6], 'tool', ARGV[7], 'turn', ARGV[8],
-           'fence', n2s(fence), 'cr', n2s(now), 'le', n2s(now + lease), 'co', '0',
-           'ex', n2s(expires), 'ow', ARGV[9], 'rt', ARGV[5])
+-- An expired record or a tombstone is replaced. An absent key (the common
+-- case, a new key) has nothing to delete and nobody to tell: a waiter
+-- returns as soon as the record it waits on is gone (Store::WaitForChange),
+-- and deletions that leave no tombstone come retention + margin after the
+-- record's lease, past every waiter's deadline.
+local existed = cur[1] or cur[3]
+if existed then redis.call('DEL', rec) end
+local hash = {'st', 'in_progress', 'fp', ARGV[6], 'tool', ARGV[7], 'turn', ARGV[8],
+              'fence', n2s(fence), 'cr', n2s(now), 'le', n2s(now + lease), 'co', '0',
+              'ex', n2s(expires), 'ow', ARGV[9], 'rt', ARGV[5]}
+redis.call('HSET', rec, unpack(hash))
 keep(expires)
-changed('in_progress ' .. n2s(fence))
-return {'claimed', whole()}
+if existed then changed('in_progress ' .. n2s(fence)) end
+-- What HGETALL would answer now: the hash holds exactly these fields.
+return {'claimed', hash}
 )lua";
 
 constexpr char kHeartbeat[] = R"lua(
@@ -209,7 +237,7 @@ return {'ok', n2s(le)}
 )lua";
 
 constexpr char kComplete[] = R"lua(
-local r, refusal = owned(ARGV[4], {in_progress = true, unknown = true})
+local r, refusal = owned_fields(ARGV[4], {in_progress = true, unknown = true})
 if not r then
   if ARGV[7] == '1' then log_head(8) end
   return refusal
@@ -227,8 +255,9 @@ end
 redis.call('HSET', rec, 'st', 'completed', 'oc', ARGV[6], 'co', n2s(now), 'ex', n2s(ex),
            unpack(ARGV, body_at))
 keep(ex)
-changed('completed ' .. r[2])
-return {'ok', fields()}
+changed('completed ' .. r[F_FENCE])
+r[F_ST], r[F_OC], r[F_CO], r[F_EX] = 'completed', ARGV[6], n2s(now), n2s(ex)
+return {'ok', r}
 )lua";
 
 constexpr char kRelease[] = R"lua(

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -94,14 +95,18 @@ class RedisStore final : public Store {
   // process's cached head of the tenant; the script refuses it ('stale')
   // if another write moved the head first, and it is sent again.
   Result<ClaimResult> Claim(const ClaimRequest& req) override {
+    if (Ordered(req.logged)) {
+      return Await<ClaimResult>([&](ClaimDone done) { ClaimAsync(req, std::move(done)); });
+    }
     const auto keys = redis::KeysOf(prefix_, req.id);
     const auto give_up = SteadyClock::now() + kChainPatience;
     for (int round = 0; SteadyClock::now() < give_up; ++round) {
-      const std::optional<Attempt> entry = Chained(req.logged ? &*req.logged : nullptr);
+      uint64_t lessons = 0;
+      const std::optional<Attempt> entry = Chained(req.logged ? &*req.logged : nullptr, &lessons);
       auto reply = client_->Eval(redis::ClaimScript(), ScriptKeys(keys, entry.has_value()),
                                  ScriptArgs(clock_.Now(), ClaimArgs(req, entry)), /*write=*/true);
       if (!reply) return std::unexpected(reply.error());
-      if (Refused(**reply, round)) continue;
+      if (Refused(**reply, round, lessons)) continue;
       return Claimed(req, keys, entry, **reply);
     }
     return std::unexpected(ChainBusy(req.id.tenant));
@@ -130,16 +135,22 @@ class RedisStore final : public Store {
 
   Result<Record> Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                           Duration retention, const Attempt* logged = nullptr) override {
+    if (Ordered(logged)) {
+      return Await<Record>([&](CompleteDone done) {
+        CompleteAsync(id, fence, outcome, retention, std::move(done), logged);
+      });
+    }
     const auto keys = redis::KeysOf(prefix_, id);
     const auto give_up = SteadyClock::now() + kChainPatience;
     for (int round = 0; SteadyClock::now() < give_up; ++round) {
-      const std::optional<Attempt> entry = Chained(logged);
+      uint64_t lessons = 0;
+      const std::optional<Attempt> entry = Chained(logged, &lessons);
       auto reply =
           client_->Eval(redis::CompleteScript(), ScriptKeys(keys, entry.has_value()),
                         ScriptArgs(clock_.Now(), CompleteArgs(fence, outcome, retention, entry)),
                         /*write=*/true);
       if (!reply) return std::unexpected(reply.error());
-      if (Refused(**reply, round)) continue;
+      if (Refused(**reply, round, lessons)) continue;
       return Completed(id, fence, outcome, keys, **reply);
     }
     return std::unexpected(ChainBusy(id.tenant));
@@ -535,18 +546,24 @@ class RedisStore final : public Store {
   void SubmitClaim(std::shared_ptr<const ClaimRequest> req, ClaimDone done,
                    SteadyClock::time_point give_up) {
     const auto keys = redis::KeysOf(prefix_, req->id);
-    const std::optional<Attempt> entry = Chained(req->logged ? &*req->logged : nullptr);
-    SubmitScript(redis::ClaimScript(), ScriptKeys(keys, entry.has_value()), clock_.Now(),
-                 ClaimArgs(*req, entry),
-                 [this, req, keys, entry, give_up, done](Result<Reply> reply) {
+    // Chained as the command is queued: entries reach the server in the
+    // order they were chained.
+    auto entry = std::make_shared<std::optional<Attempt>>();
+    auto lessons = std::make_shared<uint64_t>(0);
+    auto args = [this, &req, &entry, &lessons] {
+      *entry = Chained(req->logged ? &*req->logged : nullptr, lessons.get());
+      return ClaimArgs(*req, *entry);
+    };
+    SubmitScript(redis::ClaimScript(), ScriptKeys(keys, Logs(req->logged)), args,
+                 [this, req, keys, entry, lessons, give_up, done](Result<Reply> reply) {
                    if (!reply) return done(std::unexpected(reply.error()));
-                   if (Refused(**reply, /*round=*/-1)) {
+                   if (Refused(**reply, /*round=*/-1, *lessons)) {
                      if (SteadyClock::now() >= give_up) {
                        return done(std::unexpected(ChainBusy(req->id.tenant)));
                      }
                      return SubmitClaim(req, done, give_up);
                    }
-                   done(Claimed(*req, keys, entry, **reply));
+                   done(Claimed(*req, keys, *entry, **reply));
                  });
   }
 
@@ -561,12 +578,16 @@ class RedisStore final : public Store {
   void SubmitComplete(std::shared_ptr<const CompleteCall> call, CompleteDone done,
                       SteadyClock::time_point give_up) {
     const auto keys = redis::KeysOf(prefix_, call->id);
-    const std::optional<Attempt> entry = Chained(call->logged ? &*call->logged : nullptr);
-    SubmitScript(redis::CompleteScript(), ScriptKeys(keys, entry.has_value()), clock_.Now(),
-                 CompleteArgs(call->fence, call->outcome, call->retention, entry),
-                 [this, call, keys, give_up, done](Result<Reply> reply) {
+    auto lessons = std::make_shared<uint64_t>(0);
+    auto args = [this, &call, &lessons] {  // chained as queued, as in SubmitClaim
+      const std::optional<Attempt> entry =
+          Chained(call->logged ? &*call->logged : nullptr, lessons.get());
+      return CompleteArgs(call->fence, call->outcome, call->retention, entry);
+    };
+    SubmitScript(redis::CompleteScript(), ScriptKeys(keys, Logs(call->logged)), args,
+                 [this, call, keys, lessons, give_up, done](Result<Reply> reply) {
                    if (!reply) return done(std::unexpected(reply.error()));
-                   if (Refused(**reply, /*round=*/-1)) {
+                   if (Refused(**reply, /*round=*/-1, *lessons)) {
                      if (SteadyClock::now() >= give_up) {
                        return done(std::unexpected(ChainBusy(call->id.tenant)));
                      }
@@ -578,34 +599,44 @@ class RedisStore final : public Store {
 
   // `logged` as the next entry of its tenant's chain by the cached head
   // (which moves to it), if the record's script writes it (Logs); else none.
-  std::optional<Attempt> Chained(const Attempt* logged) {
+  // `lessons` gets the cache's CachedHead::lessons of the tenant then.
+  std::optional<Attempt> Chained(const Attempt* logged, uint64_t* lessons) {
     if (!Logs(logged)) return std::nullopt;
     Attempt a = *logged;
     std::lock_guard g(chain_mu_);
     Predict(a);
+    *lessons = chain_heads_[a.tenant].lessons;
     return a;
   }
 
   // Under chain_mu_: chains `a` on the cached head of its tenant, and moves
   // the cache to it, so that the next write of this process follows it.
   void Predict(Attempt& a) {
-    std::pair<uint64_t, std::string>& cached = chain_heads_[a.tenant];
-    ChainHead head{a.tenant, cached.first, cached.second};
+    CachedHead& cached = chain_heads_[a.tenant];
+    ChainHead head{a.tenant, cached.seq, cached.hash};
     ChainAppend(head, a);
-    cached = {head.seq, head.hash};
+    cached.seq = head.seq;
+    cached.hash = head.hash;
   }
 
   // Takes the heads of a refusal into the cache: 'stale' (this writer is
   // now first in line for them: send again at once) or 'reserved' (another
   // writer is: a blocking caller, round >= 0, waits a little, longer each
-  // round, with jitter). False for any other reply.
-  bool Refused(const redisReply& r, int round) {
+  // round, with jitter). False for any other reply. With `lessons` (those of
+  // the refused entry's chaining), a tenant's head is taken only if no
+  // refusal was taken since that entry was chained: one taken later is
+  // newer than this reply, and the cache holds the entries sent again
+  // since, which taking this reply would make stale in turn.
+  bool Refused(const redisReply& r, int round, std::optional<uint64_t> lessons = std::nullopt) {
     const std::string_view status = Status(r);
     if (status != "stale" && status != "reserved") return false;
     {
       std::lock_guard g(chain_mu_);
       for (size_t i = 1; i + 1 < r.elements; i += 2) {
+        CachedHead& cached = chain_heads_[std::string(Str(*r.element[i]))];
+        if (lessons && *lessons != cached.lessons) continue;
         Learn(Str(*r.element[i]), Str(*r.element[i + 1]));
+        ++cached.lessons;
       }
     }
     if (status == "reserved" && round >= 0) {
@@ -619,18 +650,19 @@ class RedisStore final : public Store {
   // Under chain_mu_: the cache's head of `tenant` is `value` (a heads-hash
   // value, "" for none).
   void Learn(std::string_view tenant, std::string_view value) {
-    auto& cached = chain_heads_[std::string(tenant)];
+    CachedHead& cached = chain_heads_[std::string(tenant)];
     auto head =
         value.empty() ? Result<ChainHead>(ChainHead{}) : redis::ParseChainHead(tenant, value);
-    cached = head ? std::pair(head->seq, head->hash) : std::pair(uint64_t{0}, std::string());
+    cached.seq = head ? head->seq : 0;
+    cached.hash = head ? head->hash : std::string();
   }
 
   // A claim that found a live record wrote no entry: the cache, if nothing
   // was chained on top of `entry` since, goes back to the store's head.
   void Unpredict(const Attempt& entry, std::string_view head) {
     std::lock_guard g(chain_mu_);
-    const auto& cached = chain_heads_[entry.tenant];
-    if (cached.first == entry.seq && cached.second == entry.hash) Learn(entry.tenant, head);
+    const CachedHead& cached = chain_heads_[entry.tenant];
+    if (cached.seq == entry.seq && cached.hash == entry.hash) Learn(entry.tenant, head);
   }
 
   static Error ChainBusy(const std::string& tenant) {
@@ -735,17 +767,43 @@ class RedisStore final : public Store {
   // follow them.
   bool PipelinedWrites() const { return pipeline_ && client_->config().wait_replicas == 0; }
 
+  // Whether a blocking Claim or Complete that writes `entry` goes through
+  // the pipeline and waits: then this process's entries reach the server in
+  // the order they were chained, where calls on pooled connections race
+  // each other and are refused as stale, again and again under load. Not
+  // on the pipeline's own thread, which must not wait for itself.
+  template <typename Entry>
+  bool Ordered(const Entry& entry) const {
+    return Logs(entry) && PipelinedWrites() && !pipeline_->OnPipelineThread();
+  }
+
+  // Starts an asynchronous call with a `done` that hands its result over,
+  // and waits for it: `done` runs exactly once (Store::ClaimAsync).
+  template <typename T, typename Start>
+  static Result<T> Await(Start start) {
+    std::promise<Result<T>> result;
+    std::future<Result<T>> ready = result.get_future();
+    start([&result](Result<T> r) { result.set_value(std::move(r)); });
+    return ready.get();
+  }
+
   // Eval through the pipeline: EVALSHA, then EVAL once if the server does not
-  // have the script yet. `done` (on the pipeline's thread) gets the reply, or
-  // the error that an error reply means.
+  // have the script yet. `extra` (the script's own arguments) runs as the
+  // command is queued (Pipeline::SubmitBuilt). `done` (on the pipeline's
+  // thread) gets the reply, or the error that an error reply means.
   void SubmitScript(const redis::Script& script, const std::vector<std::string>& keys,
-                    TimePoint now, std::vector<std::string> extra,
+                    const std::function<std::vector<std::string>()>& extra,
                     std::function<void(Result<Reply>)> done) {
-    redis::Command command = {"EVALSHA", script.sha1, std::to_string(keys.size())};
-    command.insert(command.end(), keys.begin(), keys.end());
-    std::vector<std::string> args = ScriptArgs(now, std::move(extra));
-    command.insert(command.end(), std::make_move_iterator(args.begin()),
-                   std::make_move_iterator(args.end()));
+    auto sent = std::make_shared<redis::Command>();  // kept for a NOSCRIPT retry
+    auto make = [&] {
+      redis::Command command = {"EVALSHA", script.sha1, std::to_string(keys.size())};
+      command.insert(command.end(), keys.begin(), keys.end());
+      std::vector<std::string> args = ScriptArgs(clock_.Now(), extra());
+      command.insert(command.end(), std::make_move_iterator(args.begin()),
+                     std::make_move_iterator(args.end()));
+      *sent = command;
+      return command;
+    };
     auto answer = [this, done](Result<Reply> reply) {
       if (reply && redis::IsError(**reply)) {
         return done(std::unexpected(redis::ReplyError(client_->Masters().front(), Str(**reply))));
@@ -753,15 +811,16 @@ class RedisStore final : public Store {
       done(std::move(reply));
     };
     // The scripts are static: `script` outlives every command.
-    auto on_reply = [this, &script, retry = command, answer](Result<Reply> reply) mutable {
+    auto on_reply = [this, &script, sent, answer](Result<Reply> reply) {
       if (reply && redis::IsError(**reply, "NOSCRIPT")) {
+        redis::Command retry = std::move(*sent);
         retry[0] = "EVAL";
         retry[1] = script.source;
         return pipeline_->Submit(std::move(retry), answer);
       }
       answer(std::move(reply));
     };
-    pipeline_->Submit(std::move(command), std::move(on_reply));
+    pipeline_->SubmitBuilt(make, std::move(on_reply));
   }
 
   Result<Reply> RunScript(const redis::Script& script, const redis::RecordKeys& keys, TimePoint now,
@@ -836,7 +895,12 @@ class RedisStore final : public Store {
   // The last head this process wrote or learnt per tenant: a hint for
   // chaining entries, checked by every script (never trusted).
   std::mutex chain_mu_;
-  std::map<std::string, std::pair<uint64_t, std::string>> chain_heads_;
+  struct CachedHead {
+    uint64_t seq = 0;
+    std::string hash;
+    uint64_t lessons = 0;  // refusals whose heads were taken (Refused)
+  };
+  std::map<std::string, CachedHead> chain_heads_;
   std::unique_ptr<redis::Pipeline> pipeline_;  // one server only; destroyed first
 };
 
