@@ -16,6 +16,12 @@ namespace {
 // PostgresStore runs a single statement again).
 constexpr int kMaxTransientPasses = 4;
 
+// Transaction control as prepared statements, so that they travel in one
+// pipeline with the writes (the extended protocol accepts them).
+const Statement kBegin{"idem_batch_begin", "BEGIN"};
+const Statement kCommit{"idem_batch_commit", "COMMIT"};
+const Params kNoParams;
+
 bool InKeyOrder(const BatchOp* a, const BatchOp* b) {
   return std::tie(a->id().tenant, a->id().key) < std::tie(b->id().tenant, b->id().key);
 }
@@ -117,6 +123,7 @@ void BatchWriter::RunBatch(std::vector<BatchOp*>& batch) {
     auto culprit = batch.cend();
     Error error{};
     const Pass pass = RunPass(**conn, log_inline, batch, &culprit, &error);
+    (*conn)->DropPrefetched();
     if ((*conn)->last_failure() == Failure::kConnectionLost) conn->Discard();
     switch (pass) {
       case Pass::kCommitted:
@@ -155,39 +162,83 @@ void BatchWriter::Rollback(Connection& conn) {
   (void)conn.ExecuteScript("ROLLBACK", "rolling back a batch of writes");
 }
 
+BatchWriter::Pass BatchWriter::Abandoned(Connection& conn, Failure failure) {
+  Rollback(conn);
+  if (failure == Failure::kConnectionLost) return Pass::kConnectionLost;
+  return failure == Failure::kTransient ? Pass::kTransient : Pass::kFailed;
+}
+
 BatchWriter::Pass BatchWriter::RunPass(Connection& conn, bool log_inline,
                                        const std::vector<BatchOp*>& batch,
                                        std::vector<BatchOp*>::const_iterator* culprit,
                                        Error* error) {
-  if (auto begun = conn.ExecuteScript("BEGIN", "starting a batch of writes"); !begun) {
+  std::vector<Call> calls{{&kBegin, &kNoParams}};
+  std::vector<size_t> op_of_call{batch.size()};  // BEGIN is no write's
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i]->first(log_inline).statement == nullptr) continue;
+    calls.push_back(batch[i]->first(log_inline));
+    op_of_call.push_back(i);
+  }
+  auto sent = conn.Prefetch(calls, "sending a batch of writes");
+  if (!sent) {
+    *error = std::move(sent.error());
+    return Abandoned(conn, conn.last_failure());
+  }
+  if (auto begun = conn.Execute(kBegin, kNoParams, "starting a batch of writes"); !begun) {
     *error = std::move(begun.error());
-    const Failure failure = conn.last_failure();
-    Rollback(conn);
-    if (failure == Failure::kConnectionLost) return Pass::kConnectionLost;
-    return failure == Failure::kTransient ? Pass::kTransient : Pass::kFailed;
+    return Abandoned(conn, conn.last_failure());
   }
   BatchContext ctx{conn, log_inline, {}};
-  for (auto it = batch.cbegin(); it != batch.cend(); ++it) {
+  // A first statement that failed aborted the transaction: the writes before
+  // it must not run their next statements in it; that write is the culprit.
+  auto from = batch.cbegin();
+  if (*sent) from += static_cast<std::ptrdiff_t>(op_of_call[**sent]);
+  for (auto it = from; it != batch.cend(); ++it) {
     auto ran = (*it)->Run(ctx);
     if (ran) continue;
     *culprit = it;
     *error = std::move(ran.error());
     const Failure failure = conn.last_failure();
+    if (failure != Failure::kOther) return Abandoned(conn, failure);
     Rollback(conn);
-    if (failure == Failure::kOther) return Pass::kOneFailed;
-    // Nothing was committed: the whole batch may run again.
-    return failure == Failure::kTransient ? Pass::kTransient : Pass::kConnectionLost;
+    return Pass::kOneFailed;
   }
+  return Commit(ctx, error);
+}
+
+BatchWriter::Pass BatchWriter::Commit(BatchContext& ctx, Error* error) {
+  Connection& conn = ctx.conn;
+  Params log;
   if (!ctx.log.empty()) {
-    if (auto logged = InsertAttempts(conn, ctx.log); !logged) {
-      *error = std::move(logged.error());
-      const Failure failure = conn.last_failure();
+    if (auto bound = BindAttempts(log, ctx.log, conn.where()); !bound) {
+      *error = std::move(bound.error());
       Rollback(conn);
-      if (failure == Failure::kOther || failure == Failure::kNone) return Pass::kLogFailed;
-      return failure == Failure::kTransient ? Pass::kTransient : Pass::kConnectionLost;
+      return Pass::kLogFailed;
     }
   }
-  if (auto committed = conn.ExecuteScript("COMMIT", "committing a batch of writes"); !committed) {
+  std::vector<Call> calls;
+  if (!ctx.log.empty()) calls.push_back({&kInsertAttempts, &log});
+  calls.push_back({&kCommit, &kNoParams});
+  // COMMIT may have reached the server before the connection broke: the
+  // outcome is unknown, so the batch is not run again.
+  if (auto sent = conn.Prefetch(calls, "committing a batch of writes"); !sent) {
+    *error = std::move(sent.error());
+    return Pass::kFailed;
+  }
+  if (!ctx.log.empty()) {
+    if (auto logged = conn.Execute(kInsertAttempts, log, "appending a batch's audit entries");
+        !logged) {
+      *error = std::move(logged.error());
+      const Failure failure = conn.last_failure();
+      if (failure == Failure::kOther) {
+        Rollback(conn);
+        return Pass::kLogFailed;
+      }
+      return Abandoned(conn, failure);
+    }
+  }
+  if (auto committed = conn.Execute(kCommit, kNoParams, "committing a batch of writes");
+      !committed) {
     *error = std::move(committed.error());
     // A serialization failure at COMMIT rolled everything back: run again. A
     // connection lost during COMMIT leaves the outcome unknown: never again.

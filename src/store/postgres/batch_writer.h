@@ -44,7 +44,11 @@ struct BatchContext {
 // in BatchWriter::Execute until the batch holding it committed or failed.
 class BatchOp {
  public:
-  explicit BatchOp(const RecordId& id) : id_(id) {}
+  // `first` (with the write's own audit entry, and without): the statement
+  // the write runs first, which the batch sends together with the others'
+  // (Connection::Prefetch); null statements if there is none.
+  BatchOp(const RecordId& id, Call first_logged, Call first_unlogged)
+      : id_(id), first_{first_logged, first_unlogged} {}
   virtual ~BatchOp() = default;
 
   // Runs the write's statements inside the batch's open transaction and
@@ -59,6 +63,7 @@ class BatchOp {
   virtual void Fail(const Error& error) = 0;
 
   const RecordId& id() const { return id_; }
+  const Call& first(bool log_inline) const { return first_[log_inline ? 0 : 1]; }
 
  private:
   friend class BatchWriter;
@@ -68,6 +73,7 @@ class BatchOp {
   void Await();
 
   const RecordId& id_;
+  const Call first_[2];
   std::atomic<uint32_t> done_{0};
   BatchOp* wakes_[2] = {nullptr, nullptr};
 };
@@ -76,7 +82,8 @@ class BatchOp {
 template <typename T, typename Fn>
 class FnOp final : public BatchOp {
  public:
-  FnOp(const RecordId& id, Fn& fn) : BatchOp(id), fn_(fn) {}
+  FnOp(const RecordId& id, Call first_logged, Call first_unlogged, Fn& fn)
+      : BatchOp(id, first_logged, first_unlogged), fn_(fn) {}
   Result<void> Run(BatchContext& ctx) override {
     result.emplace(fn_(ctx));
     if (ctx.conn.last_failure() == Failure::kNone) return {};
@@ -94,7 +101,8 @@ class FnOp final : public BatchOp {
 // Runs queued writes in shared transactions: `writers` threads each take up
 // to `max_batch` queued writes (all there are, never waiting for more, so a
 // lone write is not delayed) and run them as BEGIN; write; …; COMMIT on one
-// pooled connection, in (tenant, key) order so that two batches lock records
+// pooled connection, BEGIN and every write's first statement sent together
+// (one round trip), then the audit entries and COMMIT together, in (tenant, key) order so that two batches lock records
 // in the same order, with their audit entries appended in one statement
 // before COMMIT (BatchContext::log). A write's caller returns only after its transaction
 // committed (durable, as the server's synchronous_commit promises) or
@@ -118,11 +126,13 @@ class BatchWriter {
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
 
-  // Runs fn(BatchContext&) -> Result<T> for record `id` in the next batch and returns
-  // its answer once that batch committed, or the error that failed it.
+  // Runs fn(BatchContext&) -> Result<T> for record `id` in the next batch
+  // and returns its answer once that batch committed, or the error that
+  // failed it. fn's first statement is `first_logged` if it logs inline,
+  // else `first_unlogged` (see BatchOp).
   template <typename T, typename Fn>
-  Result<T> Run(const RecordId& id, Fn fn) {
-    FnOp<T, Fn> op(id, fn);
+  Result<T> Run(const RecordId& id, Call first_logged, Call first_unlogged, Fn fn) {
+    FnOp<T, Fn> op(id, first_logged, first_unlogged, fn);
     Execute(op);
     return std::move(*op.result);
   }
@@ -144,6 +154,10 @@ class BatchWriter {
   void Loop();
   // Rolls back the open transaction unless the connection is gone.
   static void Rollback(Connection& conn);
+  // The pass's answer when `failure` ended it before anything could commit.
+  static Pass Abandoned(Connection& conn, Failure failure);
+  // Appends ctx.log and commits: the end of a pass.
+  static Pass Commit(BatchContext& ctx, Error* error);
   void RunBatch(std::vector<BatchOp*>& batch);
   // Runs `batch` once in a transaction on `conn`. kOneFailed: *culprit is
   // the write whose statement failed. kLogFailed: the statement appending

@@ -147,14 +147,15 @@ Result<T> PostgresStore::Run(Retry retry, Fn fn) {
 }
 
 template <typename T, typename Fn>
-Result<T> PostgresStore::RunShared(const RecordId& id, Fn fn) {
+Result<T> PostgresStore::RunShared(const RecordId& id, const postgres::Statement& first,
+                                   const std::pair<Params, Params>& params, Fn fn) {
   if (!batch_) {
     return Run<T>(Retry::kUnsafe, [&](Connection& conn) {
       postgres::BatchContext ctx{conn, /*log_inline=*/true, {}};
       return fn(ctx);
     });
   }
-  return batch_->Run<T>(id, std::move(fn));
+  return batch_->Run<T>(id, {&first, &params.first}, {&first, &params.second}, std::move(fn));
 }
 
 Result<std::pair<Params, Params>> PostgresStore::BindLogged(const Params& p,
@@ -250,8 +251,8 @@ Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
   if (!with_log) return std::unexpected(std::move(with_log.error()));
   const std::string what = "claiming " + Describe(req.id);
 
-  auto claimed = RunShared<ClaimResult>(req.id, [&](postgres::BatchContext& ctx)
-                                                    -> Result<ClaimResult> {
+  auto claimed = RunShared<ClaimResult>(req.id, postgres::kClaimInsert, *with_log,
+                                        [&](postgres::BatchContext& ctx) -> Result<ClaimResult> {
     Connection& conn = ctx.conn;
     const Params& params = ctx.log_inline ? with_log->first : with_log->second;
     for (int round = 0; round < kMaxClaimRounds; ++round) {
@@ -326,7 +327,8 @@ Result<Record> PostgresStore::Complete(const RecordId& id, uint64_t fence, const
       .Text(ChangePayload(url_->schema, id));
   auto with_log = BindLogged(p, logged);
   if (!with_log) return std::unexpected(std::move(with_log.error()));
-  auto done = RunShared<Record>(id, [&](postgres::BatchContext& ctx) -> Result<Record> {
+  auto done = RunShared<Record>(id, postgres::kComplete, *with_log,
+                                [&](postgres::BatchContext& ctx) -> Result<Record> {
     Connection& conn = ctx.conn;
     auto rows = conn.Execute(postgres::kComplete,
                              ctx.log_inline ? with_log->first : with_log->second,

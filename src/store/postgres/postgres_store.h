@@ -27,6 +27,7 @@ class Connection;
 class ConnectionPool;
 class Params;
 struct PostgresUrl;
+struct Statement;
 struct WriteRule;
 }  // namespace postgres
 
@@ -116,9 +117,12 @@ class PostgresStore final : public Store {
 
   // Runs the write `fn` of record `id` in a transaction shared with other
   // concurrent claims and completions (BatchWriter), or, with batch_size 1,
-  // as Run(kUnsafe). Returns once its transaction committed or failed.
+  // as Run(kUnsafe). fn's first statement is `first` with params.first
+  // (its audit entry inline) or params.second (BindLogged). Returns once
+  // its transaction committed or failed.
   template <typename T, typename Fn>
-  Result<T> RunShared(const RecordId& id, Fn fn);
+  Result<T> RunShared(const RecordId& id, const postgres::Statement& first,
+                      const std::pair<postgres::Params, postgres::Params>& params, Fn fn);
 
   // `p` twice, followed by BindAttempts' arrays: of `logged` (may be null)
   // for a write that appends its own audit entry, and empty for one whose
