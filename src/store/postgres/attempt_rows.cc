@@ -6,13 +6,14 @@
 #include <limits>
 
 namespace idem::postgres {
-namespace {
 
 // Each entry as the next of its tenant's chain (pg_schema.cc, schema 5).
 const Statement kInsertAttempts{
     "idem_insert_attempts",
     "SELECT idemgate_log_attempts($1::bigint[], $2::text[], $3::text[], $4::text[], "
     "$5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[])"};
+
+namespace {
 
 #define IDEM_ATTEMPT_COLUMNS \
   "at_ms, tenant, key, tool, turn, outcome, latency_ms, instance, detail, seq, prev_hash, hash"

@@ -23,6 +23,10 @@ namespace idem::postgres {
 // PostgreSQL refuses (NUL); `where` names the store in that error.
 Result<void> BindAttempts(Params& p, std::span<const Attempt> attempts, std::string_view where);
 
+// Parameters: BindAttempts' nine arrays. Appends them to the audit log, each
+// as the next entry of its tenant's chain.
+extern const Statement kInsertAttempts;
+
 // Inserts `attempts` with one statement (arrays unnested into rows), in
 // order. kInvalidArgument for text the database refuses (not UTF-8, NUL).
 Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attempts);

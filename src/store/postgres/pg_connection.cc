@@ -215,36 +215,106 @@ Result<Rows> Connection::Check(PGresult* result, std::string_view what) {
                                 OneLine(why), state ? state : "none")});
 }
 
+Connection::Values Connection::ValuesOf(const Params& params) {
+  Values v;
+  v.values.resize(params.values_.size());
+  v.lengths.resize(params.values_.size());
+  for (size_t i = 0; i < v.values.size(); ++i) {
+    v.values[i] = params.nulls_[i] ? nullptr : params.values_[i].data();
+    v.lengths[i] = static_cast<int>(params.values_[i].size());
+  }
+  return v;
+}
+
+Result<void> Connection::Prepare(const Statement& st, const Params& params,
+                                 std::string_view what) {
+  if (prepared_.contains(st.name)) return {};
+  auto prepared =
+      Check(PQprepare(conn_, st.name.c_str(), st.sql.c_str(), params.size(), params.types_.data()),
+            what);
+  if (!prepared) return std::unexpected(std::move(prepared.error()));
+  prepared_.insert(st.name);
+  return {};
+}
+
+std::optional<Result<Rows>> Connection::TakePrefetched(const Statement& st, const Params& params) {
+  for (auto it = prefetched_.begin(); it != prefetched_.end(); ++it) {
+    if (it->call.statement != &st || it->call.params != &params) continue;
+    Result<Rows> rows = std::move(it->rows);
+    last_failure_ = it->failure;
+    prefetched_.erase(it);
+    return rows;
+  }
+  return std::nullopt;
+}
+
 Result<Rows> Connection::Execute(const Statement& st, const Params& params, std::string_view what) {
-  if (!prepared_.contains(st.name)) {
-    auto prepared = Check(
-        PQprepare(conn_, st.name.c_str(), st.sql.c_str(), params.size(), params.types_.data()),
-        what);
-    if (!prepared) return prepared;
-    prepared_.insert(st.name);
+  if (!prefetched_.empty()) {
+    if (auto kept = TakePrefetched(st, params)) return std::move(*kept);
   }
-  std::vector<const char*> values(params.values_.size());
-  std::vector<int> lengths(params.values_.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = params.nulls_[i] ? nullptr : params.values_[i].data();
-    lengths[i] = static_cast<int>(params.values_[i].size());
-  }
-  return Check(PQexecPrepared(conn_, st.name.c_str(), params.size(), values.data(), lengths.data(),
-                              params.formats_.data(), kBinaryFormat),
+  if (auto ok = Prepare(st, params, what); !ok) return std::unexpected(std::move(ok.error()));
+  const Values v = ValuesOf(params);
+  return Check(PQexecPrepared(conn_, st.name.c_str(), params.size(), v.values.data(),
+                              v.lengths.data(), params.formats_.data(), kBinaryFormat),
                what);
+}
+
+Result<std::optional<size_t>> Connection::Prefetch(std::span<const Call> calls,
+                                                   std::string_view what) {
+  prefetched_.clear();
+  size_t n = 0, bytes = 0;
+  for (; n < calls.size(); ++n) {
+    for (const std::string& value : calls[n].params->values_) bytes += value.size();
+    if (n > 0 && bytes > kMaxPrefetchBytes) break;
+    if (auto ok = Prepare(*calls[n].statement, *calls[n].params, what); !ok) {
+      return std::unexpected(std::move(ok.error()));
+    }
+  }
+  auto broken = [&]() -> Result<std::optional<size_t>> {
+    prefetched_.clear();
+    last_failure_ = Failure::kConnectionLost;
+    return std::unexpected(Unavailable(what, PQerrorMessage(conn_)));
+  };
+  if (PQenterPipelineMode(conn_) != 1) return broken();
+  for (size_t i = 0; i < n; ++i) {
+    const Params& p = *calls[i].params;
+    const Values v = ValuesOf(p);
+    if (PQsendQueryPrepared(conn_, calls[i].statement->name.c_str(), p.size(), v.values.data(),
+                            v.lengths.data(), p.formats_.data(), kBinaryFormat) != 1) {
+      return broken();
+    }
+  }
+  if (PQpipelineSync(conn_) != 1) return broken();
+  std::optional<size_t> failed;
+  for (size_t i = 0; i < n; ++i) {
+    PGresult* r = PQgetResult(conn_);
+    if (r == nullptr) return broken();
+    if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
+      PQclear(r);  // skipped after a failure: runs when asked for, in the aborted transaction
+    } else {
+      Result<Rows> rows = Check(r, what);
+      if (!rows && !failed) failed = i;
+      prefetched_.push_back(Prefetched{calls[i], std::move(rows), last_failure_});
+    }
+    while ((r = PQgetResult(conn_)) != nullptr) PQclear(r);  // the end of this call's results
+  }
+  PGresult* sync = PQgetResult(conn_);
+  const bool synced = sync != nullptr && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+  PQclear(sync);
+  if (!synced || PQexitPipelineMode(conn_) != 1 || PQstatus(conn_) != CONNECTION_OK) {
+    return broken();
+  }
+  last_failure_ = Failure::kNone;
+  return failed;
 }
 
 Result<Rows> Connection::ExecuteOnce(std::string_view sql, const Params& params,
                                      std::string_view what) {
-  std::vector<const char*> values(params.values_.size());
-  std::vector<int> lengths(params.values_.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = params.nulls_[i] ? nullptr : params.values_[i].data();
-    lengths[i] = static_cast<int>(params.values_[i].size());
-  }
+  const Values v = ValuesOf(params);
   const std::string text(sql);
-  return Check(PQexecParams(conn_, text.c_str(), params.size(), params.types_.data(), values.data(),
-                            lengths.data(), params.formats_.data(), kBinaryFormat),
+  return Check(PQexecParams(conn_, text.c_str(), params.size(), params.types_.data(),
+                            v.values.data(), v.lengths.data(), params.formats_.data(),
+                            kBinaryFormat),
                what);
 }
 

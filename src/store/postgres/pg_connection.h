@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -57,6 +59,12 @@ struct Statement {
   std::string sql;
 };
 
+// A statement and its parameters, for Connection::Prefetch.
+struct Call {
+  const Statement* statement;
+  const Params* params;
+};
+
 // The rows of a statement, in binary format. Owns its PGresult.
 class Rows {
  public:
@@ -101,6 +109,22 @@ class Connection {
   // Runs `st` (prepared on this connection the first time) with `params`.
   // `what` names the operation for error messages ("completing record k").
   Result<Rows> Execute(const Statement& st, const Params& params, std::string_view what);
+  // Sends a prefix of `calls` to the server in one go (pipeline mode: one
+  // round trip instead of one each) and keeps their results: the next
+  // Execute of the same Statement with the same Params object returns its
+  // kept result instead of running it again. The prefix ends where the
+  // parameters reach kMaxPrefetchBytes (so neither side's socket buffer
+  // fills while the other waits); the rest, and calls the server skipped
+  // after one that failed, run when their Execute asks. For statements inside
+  // an open transaction, each of which will be asked for. Returns the index
+  // of the call that failed, if one did (the transaction is then aborted:
+  // ask for that call's result next); kUnavailable if the connection broke
+  // (nothing kept).
+  Result<std::optional<size_t>> Prefetch(std::span<const Call> calls, std::string_view what);
+  // Forgets the results Prefetch kept that no Execute asked for.
+  void DropPrefetched() { prefetched_.clear(); }
+  static constexpr size_t kMaxPrefetchBytes = 32 * 1024;
+
   // Runs one parameterised statement without keeping it prepared (schema
   // migration, administration).
   Result<Rows> ExecuteOnce(std::string_view sql, const Params& params, std::string_view what);
@@ -126,10 +150,28 @@ class Connection {
  private:
   Connection(PGconn* conn, std::string where);
   Result<Rows> Check(PGresult* result, std::string_view what);
+  // Prepares `st` on this connection unless it already is.
+  Result<void> Prepare(const Statement& st, const Params& params, std::string_view what);
+  // The kept result of (st, params), if Prefetch kept one.
+  std::optional<Result<Rows>> TakePrefetched(const Statement& st, const Params& params);
+
+  // Pointers into the values of `params`, as libpq takes them.
+  struct Values {
+    std::vector<const char*> values;
+    std::vector<int> lengths;
+  };
+  static Values ValuesOf(const Params& params);
+
+  struct Prefetched {
+    Call call;
+    Result<Rows> rows;
+    Failure failure;
+  };
 
   PGconn* conn_;
   const std::string where_;
   std::unordered_set<std::string> prepared_;
+  std::list<Prefetched> prefetched_;  // Rows cannot be move-assigned: no deque
   Failure last_failure_ = Failure::kNone;
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "attempt_rows.h"
+#include "batch_writer.h"
 #include "change_announcer.h"
 #include "change_listener.h"
 #include "connection_pool.h"
@@ -99,6 +100,10 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(std::string_view url,
   store->hub_ = std::make_unique<ChangeHub>();
   store->pool_ = std::make_unique<postgres::ConnectionPool>(*store->url_);
   store->announcer_ = std::make_unique<postgres::ChangeAnnouncer>(*store->pool_);
+  if (store->url_->batch_size > 1) {
+    store->batch_ = std::make_unique<postgres::BatchWriter>(
+        *store->pool_, store->url_->batch_size, store->url_->batch_writers);
+  }
   {
     auto conn = store->pool_->Acquire();
     if (!conn) return std::unexpected(std::move(conn.error()));
@@ -114,6 +119,11 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(std::string_view url,
 }
 
 bool PostgresStore::listening() const { return listener_->listening(); }
+
+PostgresStore::BatchCounts PostgresStore::batch_counts() const {
+  if (!batch_) return {};
+  return BatchCounts{batch_->commits(), batch_->writes(), batch_->queued()};
+}
 
 bool PostgresStore::WatchEvictions(EvictionFeed on_change) {
   listener_->WatchEvictions(std::move(on_change));
@@ -134,6 +144,29 @@ Result<T> PostgresStore::Run(Retry retry, Fn fn) {
                         (failure == Failure::kConnectionLost && retry == Retry::kSafe && run == 1));
     if (!again) return result;
   }
+}
+
+template <typename T, typename Fn>
+Result<T> PostgresStore::RunShared(const RecordId& id, const postgres::Statement& first,
+                                   const std::pair<Params, Params>& params, Fn fn) {
+  if (!batch_) {
+    return Run<T>(Retry::kUnsafe, [&](Connection& conn) {
+      postgres::BatchContext ctx{conn, /*log_inline=*/true, {}};
+      return fn(ctx);
+    });
+  }
+  return batch_->Run<T>(id, {&first, &params.first}, {&first, &params.second}, std::move(fn));
+}
+
+Result<std::pair<Params, Params>> PostgresStore::BindLogged(const Params& p,
+                                                            const Attempt* logged) const {
+  std::pair<Params, Params> out{p, p};
+  auto bound = postgres::BindAttempts(
+      out.first, logged ? std::span<const Attempt>(logged, 1) : std::span<const Attempt>(),
+      url_->where);
+  if (!bound) return std::unexpected(std::move(bound.error()));
+  (void)postgres::BindAttempts(out.second, std::span<const Attempt>(), url_->where);
+  return out;
 }
 
 void PostgresStore::Changed(const RecordId& id, bool announce) {
@@ -194,6 +227,13 @@ Error PostgresStore::WhyNotWritten(Connection& conn, const RecordId& id, uint64_
 
 Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
   const TimePoint now = clock_.Now();
+  // A duplicate (a replay, or a call still in progress) is answered from a
+  // read of committed rows: it writes nothing, so it waits for no batch.
+  auto seen = Run<std::optional<Record>>(
+      Retry::kSafe, [&](Connection& conn) { return postgres::ReadRecord(conn, req.id); });
+  if (!seen) return std::unexpected(std::move(seen.error()));
+  if (*seen && (*seen)->expires_at > now) return ClaimResult{false, std::move(**seen)};
+
   Params p;
   p.Text(req.id.tenant)
       .Text(req.id.key)
@@ -206,21 +246,22 @@ Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
       .Text(ChangePayload(url_->schema, req.id))
       .Text(req.owner)
       .Int(req.retention.count());
-  if (auto bound = postgres::BindAttempts(
-          p, req.logged ? std::span<const Attempt>(&*req.logged, 1) : std::span<const Attempt>(),
-          url_->where);
-      !bound) {
-    return std::unexpected(bound.error());
-  }
+  const Attempt* logged = req.logged ? &*req.logged : nullptr;
+  auto with_log = BindLogged(p, logged);
+  if (!with_log) return std::unexpected(std::move(with_log.error()));
   const std::string what = "claiming " + Describe(req.id);
 
-  auto claimed = Run<ClaimResult>(Retry::kUnsafe, [&](Connection& conn) -> Result<ClaimResult> {
+  auto claimed = RunShared<ClaimResult>(req.id, postgres::kClaimInsert, *with_log,
+                                        [&](postgres::BatchContext& ctx) -> Result<ClaimResult> {
+    Connection& conn = ctx.conn;
+    const Params& params = ctx.log_inline ? with_log->first : with_log->second;
     for (int round = 0; round < kMaxClaimRounds; ++round) {
-      auto inserted = conn.Execute(postgres::kClaimInsert, p, what);
+      auto inserted = conn.Execute(postgres::kClaimInsert, params, what);
       if (!inserted) return std::unexpected(std::move(inserted.error()));
       if (inserted->size() == 1) {
         auto r = postgres::DecodeRecord(*inserted, 0, req.id, url_->where);
         if (!r) return std::unexpected(std::move(r.error()));
+        ctx.Defer(logged);
         return ClaimResult{true, std::move(*r)};
       }
 
@@ -231,11 +272,12 @@ Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
       if (!*existing) continue;  // deleted since the insert: insert again
       if ((*existing)->expires_at > now) return ClaimResult{false, std::move(**existing)};
 
-      auto replaced = conn.Execute(postgres::kClaimReplace, p, what);
+      auto replaced = conn.Execute(postgres::kClaimReplace, params, what);
       if (!replaced) return std::unexpected(std::move(replaced.error()));
       if (replaced->size() == 1) {
         auto r = postgres::DecodeRecord(*replaced, 0, req.id, url_->where);
         if (!r) return std::unexpected(std::move(r.error()));
+        ctx.Defer(logged);
         return ClaimResult{true, std::move(*r)};
       }
       // Another instance replaced or deleted it first: look again.
@@ -274,29 +316,31 @@ Result<Record> PostgresStore::Complete(const RecordId& id, uint64_t fence, const
                                        Duration retention, const Attempt* logged) {
   const TimePoint now = clock_.Now();
   bool watched = false;
-  auto done = Run<Record>(Retry::kUnsafe, [&](Connection& conn) -> Result<Record> {
-    Params p;
-    p.Text(id.tenant)
-        .Text(id.key)
-        .Int(static_cast<int64_t>(fence))
-        .Text(OutcomeClassName(outcome.cls))
-        .Bytes(outcome.body)
-        .Int(ToUnixMillis(now))
-        .Int(ToUnixMillis(now + retention))
-        .Text(ChangePayload(url_->schema, id));
-    if (auto bound = postgres::BindAttempts(
-            p, logged ? std::span<const Attempt>(logged, 1) : std::span<const Attempt>(),
-            url_->where);
-        !bound) {
-      return std::unexpected(bound.error());
-    }
-    auto rows = conn.Execute(postgres::kComplete, p, "completing " + Describe(id));
+  Params p;
+  p.Text(id.tenant)
+      .Text(id.key)
+      .Int(static_cast<int64_t>(fence))
+      .Text(OutcomeClassName(outcome.cls))
+      .Bytes(outcome.body)
+      .Int(ToUnixMillis(now))
+      .Int(ToUnixMillis(now + retention))
+      .Text(ChangePayload(url_->schema, id));
+  auto with_log = BindLogged(p, logged);
+  if (!with_log) return std::unexpected(std::move(with_log.error()));
+  auto done = RunShared<Record>(id, postgres::kComplete, *with_log,
+                                [&](postgres::BatchContext& ctx) -> Result<Record> {
+    Connection& conn = ctx.conn;
+    auto rows = conn.Execute(postgres::kComplete,
+                             ctx.log_inline ? with_log->first : with_log->second,
+                             "completing " + Describe(id));
     if (!rows) return std::unexpected(std::move(rows.error()));
     if (rows->size() == 0) {
       return std::unexpected(WhyNotWritten(conn, id, fence, now, kCompleteRule));
     }
     watched = rows->Bool(0, postgres::kCompleteWatchedColumn).value_or(true);
-    return postgres::DecodeRecord(*rows, 0, id, url_->where);
+    auto record = postgres::DecodeRecord(*rows, 0, id, url_->where);
+    if (record) ctx.Defer(logged);
+    return record;
   });
   // The common case, a call without duplicates, sends no announcement: no
   // other instance waits for this record unless it marked it watched.

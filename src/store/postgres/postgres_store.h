@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "idem/clock.h"
@@ -19,11 +20,14 @@ namespace idem {
 
 class ChangeHub;
 namespace postgres {
+class BatchWriter;
 class ChangeAnnouncer;
 class ChangeListener;
 class Connection;
 class ConnectionPool;
+class Params;
 struct PostgresUrl;
+struct Statement;
 struct WriteRule;
 }  // namespace postgres
 
@@ -37,7 +41,9 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url, Clock& cl
 
 // A Store in three tables of one PostgreSQL schema. Every operation is one
 // atomic statement (a claim that loses a race takes up to three), run on a
-// pooled connection with prepared statements. Expiry is judged by `clock`,
+// pooled connection with prepared statements; concurrent claims and
+// completions share a transaction and its commit (BatchWriter, up to the
+// URL's batch_size), each still answered only once it is durable. Expiry is judged by `clock`,
 // passed to every statement as a parameter, never by the server's now().
 // Each state change is announced on the channel idemgate_changes
 // (pg_notify) once it has committed, batched off the request path by a
@@ -86,6 +92,16 @@ class PostgresStore final : public Store {
   // immediate) or down (they wait for the next poll).
   bool listening() const;
 
+  // Shared commits so far (BatchWriter): transactions committed, the claims
+  // and completions they held, and writes waiting for a batch now. All zero
+  // with batch_size 1.
+  struct BatchCounts {
+    uint64_t commits = 0;
+    uint64_t writes = 0;
+    size_t queued = 0;
+  };
+  BatchCounts batch_counts() const;
+
  private:
   // Whether an operation may run again after its connection broke mid-way:
   // reads may; a write may have committed before the connection dropped.
@@ -98,6 +114,22 @@ class PostgresStore final : public Store {
   // or serialization failure, and (kSafe) once after a lost connection.
   template <typename T, typename Fn>
   Result<T> Run(Retry retry, Fn fn);
+
+  // Runs the write `fn` of record `id` in a transaction shared with other
+  // concurrent claims and completions (BatchWriter), or, with batch_size 1,
+  // as Run(kUnsafe). fn's first statement is `first` with params.first
+  // (its audit entry inline) or params.second (BindLogged). Returns once
+  // its transaction committed or failed.
+  template <typename T, typename Fn>
+  Result<T> RunShared(const RecordId& id, const postgres::Statement& first,
+                      const std::pair<postgres::Params, postgres::Params>& params, Fn fn);
+
+  // `p` twice, followed by BindAttempts' arrays: of `logged` (may be null)
+  // for a write that appends its own audit entry, and empty for one whose
+  // batch appends it (postgres::BatchContext). kInvalidArgument for text
+  // PostgreSQL cannot store.
+  Result<std::pair<postgres::Params, postgres::Params>> BindLogged(const postgres::Params& p,
+                                                                  const Attempt* logged) const;
 
   // Explains why a fence-conditional write of `id` changed nothing: the
   // same codes as the memory store (kNotFound, kAborted, kFailedPrecondition).
@@ -119,6 +151,7 @@ class PostgresStore final : public Store {
   std::unique_ptr<ChangeHub> hub_;
   std::unique_ptr<postgres::ConnectionPool> pool_;
   std::unique_ptr<postgres::ChangeAnnouncer> announcer_;  // uses pool_
+  std::unique_ptr<postgres::BatchWriter> batch_;          // uses pool_; null for batch_size 1
   std::unique_ptr<postgres::ChangeListener> listener_;    // last: stopped first
 };
 

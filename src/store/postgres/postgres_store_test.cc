@@ -737,6 +737,137 @@ TEST_F(PostgresStoreTest, CompletionIsAnnouncedOnlyWhenAnotherInstanceWaitsForTh
   }
 }
 
+// Shared commits (BatchWriter): with the one writer held up by a row lock, a
+// crowd of claims and completions queues, then runs as one transaction, and
+// each write still gets its own answer: one winner and three duplicates of a
+// key, fresh keys, a completion, a stale fence, text the server refuses in a
+// record and in an audit entry. Nothing of a refused write is applied.
+TEST_F(PostgresStoreTest, OneBatchGivesEachWriteItsOwnAnswer) {
+  url_ += "&batch_writers=1&batch_size=64";
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  auto blocker = store->Claim(Req("blocker"));
+  auto to_complete = store->Claim(Req("to-complete"));
+  auto stale = store->Claim(Req("stale"));
+  auto refused_log = store->Claim(Req("refused-log"));
+  ASSERT_TRUE(blocker && to_complete && stale && refused_log);
+
+  // The writer's next batch (the blocker's completion) waits for this row.
+  Admin lock(base_);
+  lock.Exec("BEGIN");
+  lock.Exec(fmt::format("SELECT 1 FROM \"{}\".idemgate_records WHERE key = 'blocker' FOR UPDATE",
+                        schema_));
+  std::thread first([&] {
+    EXPECT_TRUE(store->Complete(blocker->record.id, blocker->record.fence, Ok("b"), kTtl));
+  });
+  Admin watch(base_);
+  while (watch.Exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()") == "0") {
+    std::this_thread::yield();
+  }
+
+  auto logged = [](const std::string& key, const std::string& detail = "") {
+    return AuditEntry("default", key, 1000, detail, AttemptOutcome::kExecuted);
+  };
+  std::vector<std::thread> crowd;
+  constexpr int kDuplicates = 4, kFresh = 3;
+  std::atomic<int> winners{0};
+  std::mutex mu;
+  std::set<uint64_t> dup_fences;
+  for (int i = 0; i < kDuplicates; ++i) {
+    crowd.emplace_back([&] {
+      ClaimRequest r = Req("dup");
+      r.logged = logged("dup");
+      auto c = store->Claim(r);
+      ASSERT_TRUE(c) << c.error().ToString();
+      if (c->claimed) ++winners;
+      std::lock_guard g(mu);
+      dup_fences.insert(c->record.fence);
+    });
+  }
+  for (int i = 0; i < kFresh; ++i) {
+    crowd.emplace_back([&, i] {
+      ClaimRequest r = Req("fresh-" + std::to_string(i));
+      r.logged = logged(r.id.key);
+      auto c = store->Claim(r);
+      ASSERT_TRUE(c) << c.error().ToString();
+      EXPECT_TRUE(c->claimed);
+    });
+  }
+  crowd.emplace_back([&] {
+    const Attempt entry = logged("to-complete");
+    auto done = store->Complete(to_complete->record.id, to_complete->record.fence, Ok("done"),
+                                kTtl, &entry);
+    ASSERT_TRUE(done) << done.error().ToString();
+    EXPECT_EQ(done->outcome->body, "done");
+  });
+  crowd.emplace_back([&] {
+    auto late = store->Complete(stale->record.id, stale->record.fence + 1, Ok("late"), kTtl);
+    ASSERT_FALSE(late);
+    EXPECT_EQ(late.error().code, ErrorCode::kAborted) << late.error().ToString();
+  });
+  crowd.emplace_back([&] {
+    ClaimRequest bad = Req("bad-tool");
+    bad.tool = "not utf-8 \xff";
+    auto c = store->Claim(bad);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument) << c.error().ToString();
+  });
+  crowd.emplace_back([&] {
+    const Attempt entry = logged("refused-log", "not utf-8 \xff");
+    auto c = store->Complete(refused_log->record.id, refused_log->record.fence, Ok("x"), kTtl,
+                             &entry);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument) << c.error().ToString();
+  });
+  const size_t writes = crowd.size();
+  while (store->batch_counts().queued < writes) std::this_thread::yield();
+  const auto before = store->batch_counts();
+  lock.Exec("COMMIT");
+  first.join();
+  for (auto& t : crowd) t.join();
+
+  const auto after = store->batch_counts();
+  EXPECT_EQ(after.commits - before.commits, 2u) << "the blocker's batch, then the crowd's";
+  EXPECT_EQ(after.writes - before.writes, 1 + writes - 2) << "all but the two refused writes";
+  EXPECT_EQ(winners.load(), 1);
+  EXPECT_EQ(dup_fences.size(), 1u) << "every duplicate sees the winner's record";
+  auto state_of = [&](const std::string& key) {
+    auto got = store->Get(RecordId{"default", key});
+    EXPECT_TRUE(got && got->has_value()) << key;
+    return got && got->has_value() ? (*got)->state : RecordState::kUnknown;
+  };
+  EXPECT_EQ(state_of("to-complete"), RecordState::kCompleted);
+  EXPECT_EQ(state_of("stale"), RecordState::kInProgress);
+  EXPECT_EQ(state_of("refused-log"), RecordState::kInProgress) << "nothing half-applied";
+  auto bad = store->Get(RecordId{"default", "bad-tool"});
+  ASSERT_TRUE(bad);
+  EXPECT_FALSE(bad->has_value());
+  // The audit entries of the writes that committed: the winner's, the fresh
+  // claims', the completion's; one chain.
+  auto entries = store->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(entries) << entries.error().ToString();
+  EXPECT_EQ(entries->size(), 1u + kFresh + 1u);
+  auto report = VerifyChains(*store, std::nullopt);
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, 1u + kFresh + 1u);
+}
+
+// A lone write is not held back for company, and batch_size=1 turns shared
+// commits off: each write commits on its own, as before them.
+TEST_F(PostgresStoreTest, BatchSizeOneRunsEachWriteInItsOwnTransaction) {
+  url_ += "&batch_size=1";
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  auto c = store->Claim(Req("alone"));
+  ASSERT_TRUE(c && c->claimed);
+  ASSERT_TRUE(store->Complete(c->record.id, c->record.fence, Ok("x"), kTtl));
+  const auto counts = store->batch_counts();
+  EXPECT_EQ(counts.commits, 0u);
+  EXPECT_EQ(counts.writes, 0u);
+}
+
 TEST_F(PostgresStoreTest, AttemptsWithAwkwardTextRoundTrip) {
   auto store = Open(clock_);
   ASSERT_NE(store, nullptr);

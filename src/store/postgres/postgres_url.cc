@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <charconv>
 #include <memory>
 
@@ -20,6 +21,7 @@ constexpr std::pair<const char*, const char*> kDefaults[] = {
 };
 
 constexpr size_t kMaxPoolSize = 256;
+constexpr size_t kMaxBatchSize = 1024;
 constexpr size_t kMaxIdentifierBytes = 63;  // PostgreSQL's NAMEDATALEN - 1
 
 int HexValue(char c) {
@@ -54,7 +56,21 @@ struct Split {
   std::string libpq_url;  // the URL without idemgate's own parameters
   std::string schema = "public";
   size_t pool_size = 16;
+  size_t batch_size = 16;
+  size_t batch_writers = 2;
 };
+
+// `raw` as a number from 1 to `max`, or kInvalidArgument naming `name`.
+Result<size_t> ParseCount(std::string_view name, std::string_view raw, size_t max) {
+  size_t n = 0;
+  auto [end, ec] = std::from_chars(raw.data(), raw.data() + raw.size(), n);
+  if (ec != std::errc() || end != raw.data() + raw.size() || n == 0 || n > max) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("postgres store URL: {} \"{}\" is not a number from 1 to {}",
+                                 name, raw, max));
+  }
+  return n;
+}
 
 // Takes idemgate's parameters out of the query string; libpq refuses
 // parameters it does not know.
@@ -84,22 +100,19 @@ Result<Split> TakeOwnParameters(std::string_view url) {
                                      *value, kMaxIdentifierBytes));
       }
       split.schema = std::move(*value);
-    } else if (name == "pool_size") {
-      size_t n = 0;
-      auto [end, ec] = std::from_chars(raw.data(), raw.data() + raw.size(), n);
-      if (ec != std::errc() || end != raw.data() + raw.size() || n == 0 || n > kMaxPoolSize) {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         fmt::format("postgres store URL: pool_size \"{}\" is not a number from "
-                                     "1 to {}",
-                                     raw, kMaxPoolSize));
-      }
-      split.pool_size = n;
+    } else if (name == "pool_size" || name == "batch_size" || name == "batch_writers") {
+      const bool pool = name == "pool_size";
+      auto n = ParseCount(name, raw, pool ? kMaxPoolSize : kMaxBatchSize);
+      if (!n) return std::unexpected(std::move(n.error()));
+      (pool ? split.pool_size : name == "batch_size" ? split.batch_size : split.batch_writers) = *n;
     } else if (!item.empty()) {
       kept += kept.empty() ? "?" : "&";
       kept += item;
     }
   }
   split.libpq_url += kept;
+  // Each writer holds a pooled connection while it runs a batch.
+  split.batch_writers = std::min(split.batch_writers, split.pool_size);
   return split;
 }
 
@@ -135,6 +148,8 @@ Result<PostgresUrl> ParsePostgresUrl(std::string_view url) {
   PostgresUrl parsed;
   parsed.schema = std::move(split->schema);
   parsed.pool_size = split->pool_size;
+  parsed.batch_size = split->batch_size;
+  parsed.batch_writers = split->batch_writers;
   std::string host, port, dbname;
   for (const PQconninfoOption* o = options.get(); o->keyword; ++o) {
     if (!o->val) continue;

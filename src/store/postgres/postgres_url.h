@@ -1,8 +1,9 @@
 // The store URL of the PostgreSQL backend, taken apart without any I/O.
 //
-//   postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME?schema=NAME&pool_size=N&LIBPQ_PARAM=...
+//   postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME?schema=NAME&pool_size=N&batch_size=N
+//       &batch_writers=N&LIBPQ_PARAM=...
 //
-// `schema` and `pool_size` are idemgate's own; every other query parameter
+// `schema`, `pool_size`, `batch_size` and `batch_writers` are idemgate's own; every other query parameter
 // (sslmode, connect_timeout, application_name, ...) goes to libpq as it is.
 #pragma once
 
@@ -29,12 +30,22 @@ struct PostgresUrl {
   // for each of its claim and completion, and concurrent commits share WAL
   // flushes only if they can be in flight together (bench/README.md).
   size_t pool_size = 16;
+  // Most claims and completions that share one transaction (BatchWriter):
+  // concurrent calls share a commit instead of each paying for its own.
+  // Default 16; 1 runs each write in a transaction of its own on the
+  // caller's connection (no writer threads).
+  size_t batch_size = 16;
+  // Threads (each with one pooled connection while it runs a batch) that run
+  // batches: while one commits, the next batch runs its statements. Default
+  // 2; capped at pool_size.
+  size_t batch_writers = 2;
   // "host:port/dbname schema NAME", for messages. Never holds the password.
   std::string where;
 };
 
 // kInvalidArgument, naming what is wrong, for a URL libpq cannot parse, a bad
-// schema (empty, longer than 63 bytes) or a pool_size outside 1..256.
+// schema (empty, longer than 63 bytes), a pool_size outside 1..256, a
+// batch_size or batch_writers outside 1..1024.
 Result<PostgresUrl> ParsePostgresUrl(std::string_view url);
 
 }  // namespace idem::postgres

@@ -19,6 +19,8 @@ TEST(PostgresUrlTest, DefaultsForSchemaPoolAndTimeouts) {
   ASSERT_TRUE(url) << url.error().ToString();
   EXPECT_EQ(url->schema, "public");
   EXPECT_EQ(url->pool_size, 16u);
+  EXPECT_EQ(url->batch_size, 16u);
+  EXPECT_EQ(url->batch_writers, 2u);
   auto m = AsMap(*url);
   EXPECT_EQ(m["host"], "db.example");
   EXPECT_EQ(m["port"], "6543");
@@ -44,10 +46,25 @@ TEST(PostgresUrlTest, OwnParametersAreTakenOutAndTheRestGoToLibpq) {
   EXPECT_EQ(m.count("pool_size"), 0u);
 }
 
+TEST(PostgresUrlTest, BatchParametersAreTakenOutAndWritersAreCappedAtThePool) {
+  auto url = ParsePostgresUrl("postgres://h/db?batch_size=1&batch_writers=3&pool_size=4");
+  ASSERT_TRUE(url) << url.error().ToString();
+  EXPECT_EQ(url->batch_size, 1u);
+  EXPECT_EQ(url->batch_writers, 3u);
+  auto m = AsMap(*url);
+  EXPECT_EQ(m.count("batch_size"), 0u);
+  EXPECT_EQ(m.count("batch_writers"), 0u);
+  auto capped = ParsePostgresUrl("postgres://h/db?pool_size=1");
+  ASSERT_TRUE(capped) << capped.error().ToString();
+  EXPECT_EQ(capped->batch_writers, 1u) << "each writer holds a pooled connection";
+}
+
 TEST(PostgresUrlTest, BadOwnParametersAreInvalid) {
   for (const char* bad :
        {"postgres://h/db?pool_size=0", "postgres://h/db?pool_size=x",
-        "postgres://h/db?pool_size=257", "postgres://h/db?schema=", "postgres://h/db?schema=%zz",
+        "postgres://h/db?pool_size=257", "postgres://h/db?batch_size=0",
+        "postgres://h/db?batch_size=1025", "postgres://h/db?batch_writers=0",
+        "postgres://h/db?batch_writers=2x", "postgres://h/db?schema=", "postgres://h/db?schema=%zz",
         "postgres://h/db?schema=0123456789012345678901234567890123456789"
         "012345678901234567890123"}) {
     auto url = ParsePostgresUrl(bad);
