@@ -18,38 +18,17 @@
 #include "idem/attempt_chain.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
+#include "temp_dir.h"
 
 namespace idem {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using testing::TempDir;
 
 constexpr Duration kLease = 30s;
 constexpr Duration kTtl = 24h;
-
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/idem_sqlite_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // A SqliteStore on a file in its own temporary directory, for the contract
 // suite: the directory goes when the store does.
@@ -174,6 +153,8 @@ TEST_F(SqliteStoreTest, FilesAndDirectoriesAreOwnerOnly) {
   EXPECT_EQ(ModeOf(nested + "-wal"), 0600u);
   ASSERT_TRUE(fs::exists(nested + "-shm"));
   EXPECT_EQ(ModeOf(nested + "-shm"), 0600u);
+  ASSERT_TRUE(fs::exists(nested + "-lock"));
+  EXPECT_EQ(ModeOf(nested + "-lock"), 0600u);
 }
 
 TEST_F(SqliteStoreTest, JunkFileIsDataLossAndLeftUntouched) {
