@@ -18,17 +18,17 @@
 #include "idem/attempt_chain.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
-#include "temp_dir.h"
+#include "test_support.h"
 
 namespace idem {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using testing::Eventually;
+using testing::kTtl;
+using testing::Req;
 using testing::TempDir;
-
-constexpr Duration kLease = 30s;
-constexpr Duration kTtl = 24h;
 
 // A SqliteStore on a file in its own temporary directory, for the contract
 // suite: the directory goes when the store does.
@@ -56,17 +56,6 @@ INSTANTIATE_TEST_SUITE_P(
           return std::make_unique<TempSqliteStore>(std::move(dir), std::move(*store));
         }}),
     [](const ::testing::TestParamInfo<StoreContractParam>& info) { return info.param.name; });
-
-ClaimRequest Req(const std::string& key) {
-  ClaimRequest r;
-  r.id = RecordId{"default", key};
-  r.fingerprint = "fp";
-  r.tool = "charge";
-  r.turn = "turn-1";
-  r.lease = kLease;
-  r.retention = kTtl;
-  return r;
-}
 
 Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
 
@@ -105,19 +94,6 @@ class RawDb {
  private:
   sqlite3* db_ = nullptr;
 };
-
-// Blocks until `done()` holds, yielding; fails the test instead of hanging
-// if it never does. Not a timing assumption: the bound only turns a hang
-// into a failure.
-template <typename Pred>
-bool Eventually(Pred done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 // Undoes schema version 4 (the audit log's hash chain) in `raw`.
 void DropTheChain(RawDb& raw) {

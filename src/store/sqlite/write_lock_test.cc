@@ -19,37 +19,16 @@
 #include <vector>
 
 #include "sqlite_store.h"
-#include "temp_dir.h"
+#include "test_support.h"
 
 namespace idem {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Eventually;
+using testing::kTtl;
+using testing::Req;
 using testing::TempDir;
-
-constexpr Duration kTtl = 24h;
-
-ClaimRequest Req(const std::string& key) {
-  ClaimRequest r;
-  r.id = RecordId{"default", key};
-  r.fingerprint = "fp";
-  r.tool = "charge";
-  r.turn = "turn-1";
-  r.lease = 30s;
-  r.retention = kTtl;
-  return r;
-}
-
-// Blocks until `done()` holds; the bound only turns a hang into a failure.
-template <typename Pred>
-bool Eventually(Pred done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 // A child process that takes the write lock of `db` with flock, says so on
 // a pipe and sleeps until killed; only async-signal-safe calls after fork.
