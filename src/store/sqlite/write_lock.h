@@ -20,9 +20,10 @@ std::string WriteLockPath(const std::string& database_path);
 // transaction. SQLite's own write lock cannot be waited for: a connection
 // that finds it taken polls through its busy handler, which with many
 // processes on one file costs more CPU than the writes. This lock is waited
-// for asleep in the kernel, which wakes one waiter when it is released, and
-// releases it when its holder's process dies, however it dies: a dead
-// holder never blocks the others. Every flock is its own holder (it belongs
+// for asleep in the kernel, which wakes the waiters when it is released (one
+// gets it, the others sleep again: a wake-up per waiter and commit, not a
+// poll every 100 µs to 2 ms), and releases it when its holder's process
+// dies, however it dies: a dead holder never blocks the others. Every flock is its own holder (it belongs
 // to the open file description), so two objects in one process exclude
 // each other as two processes do.
 //
@@ -31,7 +32,8 @@ std::string WriteLockPath(const std::string& database_path);
 // still orders the transactions, and its busy timeout bounds the wait for
 // theirs. A wait for this lock has no timeout of its own: its holder holds
 // it for one write transaction, which is itself bounded by the busy timeout
-// (and by the disk).
+// (and by the disk); a holder that is stopped (SIGSTOP, a debugger) stops
+// the other writers until it goes on or dies.
 //
 // Thread-compatible: one thread at a time takes and releases it (the
 // group-commit writer); waits() may be read from any thread.
