@@ -574,6 +574,15 @@ async function main() {
       (r.ratio >= r.target ? 'met' : 'NOT met') +
       `; by CPU per call ${r.cpuRatio.toFixed(2)}`);
   }
+  // Issue #18 target 5: N stdio proxies on one SQLite file.
+  const freshStdio = rows.find((r) => r.name === 'gated fresh stdio');
+  if (freshStdio && Number.isFinite(freshStdio.ratio)) {
+    console.log(`gated fresh stdio / direct: ${freshStdio.ratio.toFixed(2)} (target ≥ 0.5)`);
+  }
+  if (freshStdio && freshStdio.cpu.idemgate !== undefined) {
+    console.log(`idemgate CPU per gated fresh call, stdio: ${freshStdio.cpu.idemgate.toFixed(0)} µs ` +
+      '(target ≤ 100)');
+  }
   const errors = rows.reduce((a, r) => a + r.errors, 0);
   if (errors) console.log(`ERRORS: ${errors} calls did not get the expected answer`);
   if (opts.json) fs.writeFileSync(opts.json, JSON.stringify({ opts, rows, results }, null, 2));

@@ -10,9 +10,8 @@
 #include <filesystem>
 
 namespace idem::sqlite {
-namespace {
 
-Error FromErrno(int err, const std::string& path, std::string_view doing) {
+Error ErrorFromErrno(int err, const std::string& path, std::string_view doing) {
   std::string_view advice;
   ErrorCode code = ErrorCode::kUnavailable;
   switch (err) {
@@ -41,6 +40,8 @@ Error FromErrno(int err, const std::string& path, std::string_view doing) {
                fmt::format("sqlite store {}: {}: {}; {}", path, doing, std::strerror(err), advice)};
 }
 
+namespace {
+
 Result<void> MakeParentDirectories(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::filesystem::path prefix;
@@ -59,7 +60,7 @@ Result<void> MakeParentDirectories(const std::string& path) {
     }
     if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
       return std::unexpected(
-          FromErrno(errno, path, fmt::format("creating the directory {}", prefix.string())));
+          ErrorFromErrno(errno, path, fmt::format("creating the directory {}", prefix.string())));
     }
   }
   return {};
@@ -74,7 +75,7 @@ Result<void> PrepareDatabaseFile(const std::string& path) {
   }
   if (auto made = MakeParentDirectories(path); !made) return made;
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return std::unexpected(FromErrno(errno, path, "opening the file for writing"));
+  if (fd < 0) return std::unexpected(ErrorFromErrno(errno, path, "opening the file for writing"));
   struct stat st {};
   const int stat_rc = ::fstat(fd, &st);
   ::close(fd);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "idem/error.h"
 
@@ -15,5 +16,11 @@ namespace idem::sqlite {
 // through a file; kUnavailable for a directory or file that cannot be
 // created or written (permissions, read-only file system, disk full).
 Result<void> PrepareDatabaseFile(const std::string& path);
+
+// The Error for a failed system call with `err` (errno) on a file of the
+// store at `path` while `doing`, with what the operator can do about it:
+// kInvalidArgument for a path that cannot name a file (ENOTDIR, EISDIR,
+// ELOOP, ENAMETOOLONG), else kUnavailable.
+Error ErrorFromErrno(int err, const std::string& path, std::string_view doing);
 
 }  // namespace idem::sqlite

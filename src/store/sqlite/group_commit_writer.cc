@@ -38,9 +38,11 @@ void GroupCommitWriter::FinishAll(const std::vector<WriteOp*>& batch) {
   batch[0]->Finish();
 }
 
-GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn, size_t max_batch,
+GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn,
+                                     std::unique_ptr<WriteLock> lock, size_t max_batch,
                                      CommitHook on_commit)
     : conn_(std::move(conn)),
+      lock_(std::move(lock)),
       max_batch_(std::max<size_t>(max_batch, 1)),
       on_commit_(std::move(on_commit)),
       thread_([this] { Loop(); }) {}
@@ -70,19 +72,36 @@ void GroupCommitWriter::Execute(WriteOp& op) {
   pending_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+bool GroupCommitWriter::AwaitWork() {
+  std::unique_lock lock(mu_);
+  wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+  return !queue_.empty();  // stopping, and everything queued is done, if empty
+}
+
+void GroupCommitWriter::TakeBatch(std::vector<WriteOp*>& batch) {
+  std::lock_guard lock(mu_);
+  const size_t n = std::min(queue_.size(), max_batch_);
+  batch.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 void GroupCommitWriter::Loop() {
   std::vector<WriteOp*> batch;
   batch.reserve(max_batch_);
-  for (;;) {
-    {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued is done
-      const size_t n = std::min(queue_.size(), max_batch_);
-      batch.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+  // Only this thread takes writes off the queue, so the queue is not empty
+  // between AwaitWork and TakeBatch, however long the write lock took.
+  while (AwaitWork()) {
+    if (lock_) {
+      if (auto held = lock_->Acquire(); !held) {
+        TakeBatch(batch);
+        for (WriteOp* op : batch) op->Fail(held.error());
+        FinishAll(batch);
+        continue;
+      }
     }
+    TakeBatch(batch);
     RunBatch(batch);
+    if (lock_) lock_->Release();
   }
 }
 

@@ -17,6 +17,7 @@
 #include "idem/error.h"
 #include "idem/record.h"
 #include "sqlite_connection.h"
+#include "write_lock.h"
 
 namespace idem::sqlite {
 
@@ -61,15 +62,20 @@ class WriteOp {
 // max_batch writes per BEGIN IMMEDIATE … COMMIT. A write's caller returns
 // only after its transaction committed, so a write is durable (as the
 // connection's synchronous setting promises) before it is acknowledged. If
-// BEGIN or COMMIT fails, every write of the batch gets the error.
+// BEGIN or COMMIT fails, every write of the batch gets the error. With a
+// WriteLock, the thread holds it from before BEGIN until after COMMIT (or
+// ROLLBACK), and takes the batch only once it holds it, so the writes that
+// queued while it waited for another writer share the next transaction.
 // Thread-safe; the destructor finishes the queued writes and stops the thread.
 class GroupCommitWriter {
  public:
   using CommitHook = std::function<void(const std::vector<RecordId>& changed)>;
 
   // `on_commit` runs on the writer thread after each successful COMMIT,
-  // before the batch's callers are released.
-  GroupCommitWriter(std::unique_ptr<Connection> conn, size_t max_batch, CommitHook on_commit);
+  // before the batch's callers are released. `lock`, if not null, is taken
+  // around every transaction.
+  GroupCommitWriter(std::unique_ptr<Connection> conn, std::unique_ptr<WriteLock> lock,
+                    size_t max_batch, CommitHook on_commit);
   ~GroupCommitWriter();
   GroupCommitWriter(const GroupCommitWriter&) = delete;
   GroupCommitWriter& operator=(const GroupCommitWriter&) = delete;
@@ -85,15 +91,22 @@ class GroupCommitWriter {
   // Writes submitted whose callers have not returned yet: the queue depth
   // plus the batch in flight.
   uint64_t pending() const { return pending_.load(std::memory_order_relaxed); }
+  // Times the writer found the write lock taken and slept (0 without one).
+  uint64_t lock_waits() const { return lock_ ? lock_->waits() : 0; }
 
  private:
   void Loop();
+  // Blocks until a write is queued; false once stopping and none is.
+  bool AwaitWork();
+  // Moves up to max_batch_ queued writes into `batch`.
+  void TakeBatch(std::vector<WriteOp*>& batch);
   void RunBatch(std::vector<WriteOp*>& batch);
   void Rollback();
   // Releases the owners of every write in `batch`.
   static void FinishAll(const std::vector<WriteOp*>& batch);
 
   std::unique_ptr<Connection> conn_;
+  std::unique_ptr<WriteLock> lock_;  // null: SQLite's own lock only
   const size_t max_batch_;
   CommitHook on_commit_;
 

@@ -15,6 +15,7 @@
 #include "sqlite_connection.h"
 #include "sqlite_rows.h"
 #include "sqlite_schema.h"
+#include "write_lock.h"
 
 namespace idem {
 namespace {
@@ -32,6 +33,36 @@ Result<const char*> SynchronousPragma(const std::string& mode) {
                    fmt::format("sqlite store: synchronous \"{}\" is not one of full, normal, "
                                "extra, off",
                                mode));
+}
+
+// The parts of a sqlite: store URL after the scheme.
+struct Target {
+  std::string path;
+  bool write_lock = true;
+};
+
+// Splits PATH[?NAME=VALUE&…] (see OpenSqliteStore).
+Result<Target> ParseTarget(std::string_view url) {
+  const size_t q = url.find('?');
+  Target target{std::string(url.substr(0, q)), true};
+  if (q == std::string_view::npos) return target;
+  std::string_view params = url.substr(q + 1);
+  while (!params.empty()) {
+    const size_t amp = params.find('&');
+    const std::string_view param = params.substr(0, amp);
+    params = amp == std::string_view::npos ? std::string_view() : params.substr(amp + 1);
+    if (param == "write_lock=flock") {
+      target.write_lock = true;
+    } else if (param == "write_lock=none") {
+      target.write_lock = false;
+    } else {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("sqlite store {}: unknown parameter \"{}\"; the one known is "
+                                   "write_lock=flock|none (a path with '?' in it cannot be used)",
+                                   target.path, param));
+    }
+  }
+  return target;
 }
 
 Result<void> CheckOptions(const StoreOptions& options) {
@@ -149,8 +180,11 @@ SqliteStore::SqliteStore(std::string path, Clock& clock, const StoreOptions& opt
 
 SqliteStore::~SqliteStore() = default;
 
-Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, Clock& clock,
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, Clock& clock,
                                                        const StoreOptions& options) {
+  auto target = ParseTarget(url);
+  if (!target) return std::unexpected(std::move(target.error()));
+  const std::string& path = target->path;
   if (auto ok = CheckOptions(options); !ok) return std::unexpected(std::move(ok.error()));
   auto synchronous = SynchronousPragma(options.sqlite_synchronous);
   if (!synchronous) return std::unexpected(std::move(synchronous.error()));
@@ -167,6 +201,12 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
     return std::unexpected(std::move(ok.error()));
   }
   if (auto ok = sqlite::MigrateSchema(**conn); !ok) return std::unexpected(std::move(ok.error()));
+  std::unique_ptr<sqlite::WriteLock> write_lock;
+  if (target->write_lock) {
+    auto opened = sqlite::WriteLock::Open(path);
+    if (!opened) return std::unexpected(std::move(opened.error()));
+    write_lock = std::move(*opened);
+  }
 
   std::unique_ptr<SqliteStore> store(new SqliteStore(path, clock, options));
   store->hub_ = std::make_unique<ChangeHub>();
@@ -180,7 +220,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
   }
   ChangeHub* hub = store->hub_.get();
   store->writer_ = std::make_unique<sqlite::GroupCommitWriter>(
-      std::move(*conn), options.max_batch, [hub](const std::vector<RecordId>& changed) {
+      std::move(*conn), std::move(write_lock), options.max_batch,
+      [hub](const std::vector<RecordId>& changed) {
         for (const RecordId& id : changed) hub->Notify(ChangeHub::KeyOf(id));
       });
   return store;
@@ -189,6 +230,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
 uint64_t SqliteStore::commits() const { return writer_->commits(); }
 uint64_t SqliteStore::writes() const { return writer_->writes(); }
 uint64_t SqliteStore::pending_writes() const { return writer_->pending(); }
+uint64_t SqliteStore::write_lock_waits() const { return writer_->lock_waits(); }
 
 template <typename T, typename Fn>
 Result<T> SqliteStore::Write(Fn fn) {

@@ -22,13 +22,20 @@ class ReadPool;
 }  // namespace sqlite
 
 // Opens (creating if needed, mode 0600, parent directories 0700) the SQLite
-// file at `path`. `clock` must outlive the store. Errors, each naming the
-// path and what to do: kInvalidArgument for bad options, a path that is a
+// file at `path`: what follows "sqlite:" in a store URL, PATH[?PARAMS], where
+// PARAMS are NAME=VALUE pairs joined by '&':
+//   write_lock=flock (default): writers on this file, in this process and
+//     others, take turns through an flock on PATH-lock and wait for it
+//     asleep (sqlite::WriteLock);
+//   write_lock=none: only SQLite's own lock, which a waiting writer polls
+//     for up to the busy timeout.
+// `clock` must outlive the store. Errors, each naming the path and what to
+// do: kInvalidArgument for bad options, a path that is a
 // directory or an SQLite file of another program; kUnavailable for a file or
 // directory that cannot be created or written, or a file locked by another
 // process past the busy timeout; kDataLoss for a corrupt file or one that is
 // not a database (left untouched); kFailedPrecondition for a file written by
-// a newer idemgate.
+// a newer idemgate. kInvalidArgument too for an unknown parameter or value.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock& clock,
                                                const StoreOptions& options);
 
@@ -36,9 +43,10 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock& c
 // writer thread with its own connection, so concurrent writes share one
 // transaction and one fsync and each is durable before it returns; reads use
 // a pool of read connections and never wait for the writer. Several stores
-// and several processes may open the same file: SQLite's file locks order
-// their transactions. WaitForChange wakes at once for writes through this
-// object and polls every options.poll_interval for other writers.
+// and several processes may open the same file: the write lock (an flock
+// beside the file) and SQLite's file locks order their transactions.
+// WaitForChange wakes at once for writes through this object and polls every
+// options.poll_interval for other writers.
 // Thread-safe.
 class SqliteStore final : public Store {
  public:
@@ -77,6 +85,8 @@ class SqliteStore final : public Store {
   uint64_t writes() const;
   // Writes waiting for their transaction to commit.
   uint64_t pending_writes() const;
+  // Times the writer found the write lock held by another and slept.
+  uint64_t write_lock_waits() const;
 
  private:
   SqliteStore(std::string path, Clock& clock, const StoreOptions& options);

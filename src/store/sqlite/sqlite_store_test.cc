@@ -18,38 +18,17 @@
 #include "idem/attempt_chain.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
+#include "test_support.h"
 
 namespace idem {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-constexpr Duration kLease = 30s;
-constexpr Duration kTtl = 24h;
-
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/idem_sqlite_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::Eventually;
+using testing::kTtl;
+using testing::Req;
+using testing::TempDir;
 
 // A SqliteStore on a file in its own temporary directory, for the contract
 // suite: the directory goes when the store does.
@@ -77,17 +56,6 @@ INSTANTIATE_TEST_SUITE_P(
           return std::make_unique<TempSqliteStore>(std::move(dir), std::move(*store));
         }}),
     [](const ::testing::TestParamInfo<StoreContractParam>& info) { return info.param.name; });
-
-ClaimRequest Req(const std::string& key) {
-  ClaimRequest r;
-  r.id = RecordId{"default", key};
-  r.fingerprint = "fp";
-  r.tool = "charge";
-  r.turn = "turn-1";
-  r.lease = kLease;
-  r.retention = kTtl;
-  return r;
-}
 
 Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
 
@@ -127,19 +95,6 @@ class RawDb {
   sqlite3* db_ = nullptr;
 };
 
-// Blocks until `done()` holds, yielding; fails the test instead of hanging
-// if it never does. Not a timing assumption: the bound only turns a hang
-// into a failure.
-template <typename Pred>
-bool Eventually(Pred done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
 // Undoes schema version 4 (the audit log's hash chain) in `raw`.
 void DropTheChain(RawDb& raw) {
   ASSERT_EQ(raw.Exec("DROP INDEX attempts_by_chain"), SQLITE_OK);
@@ -174,6 +129,8 @@ TEST_F(SqliteStoreTest, FilesAndDirectoriesAreOwnerOnly) {
   EXPECT_EQ(ModeOf(nested + "-wal"), 0600u);
   ASSERT_TRUE(fs::exists(nested + "-shm"));
   EXPECT_EQ(ModeOf(nested + "-shm"), 0600u);
+  ASSERT_TRUE(fs::exists(nested + "-lock"));
+  EXPECT_EQ(ModeOf(nested + "-lock"), 0600u);
 }
 
 TEST_F(SqliteStoreTest, JunkFileIsDataLossAndLeftUntouched) {
