@@ -793,7 +793,7 @@ Result<std::string> ReplayResult(const Decision& decision, const Config& config)
     if (!set) return MakeError(ErrorCode::kDataLoss, set.error().message);
     meta_text = std::move(*set);
   }
-  auto out = json_text::SetMember(body, "_meta", meta_text);
+  auto out = json_text::SetMember(body, *members, "_meta", meta_text);  // found above
   if (!out) return MakeError(ErrorCode::kDataLoss, out.error().message);
 
   if (config.mcp.replay_text) {
