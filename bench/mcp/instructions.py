@@ -52,7 +52,8 @@ def total_instructions(dump):
 
 
 def control(pid, flag):
-    subprocess.run(["callgrind_control", flag, str(pid)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["callgrind_control", flag, str(pid)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
 
 
 def measure(binary, case, calls, tmp, profile, index):
