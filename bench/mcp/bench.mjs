@@ -4,7 +4,7 @@
 // over stdio and over Streamable HTTP, in one run.
 //
 //   node bench/mcp/bench.mjs [--seconds 3] [--rounds 3] [--clients 8] [--dir /tmp]
-//                            [--idemgate PATH] [--only CASE,CASE] [--json FILE]
+//                            [--idemgate PATH] [--baseline PATH] [--only CASE,CASE] [--json FILE]
 //
 // Every client is its own SDK Client with its own connection, and keeps exactly one tools/call
 // in flight (a closed loop: it sends the next call when the previous answer arrives). All the
@@ -24,6 +24,12 @@
 // -- node echo_server.mjs` (N proxies on one SQLite file, as N agent hosts would run them).
 // HTTP through idemgate: one `idemgate mcp --listen 127.0.0.1:0 --upstream-url URL` with its own
 // SQLite file, in front of the same upstream as direct HTTP; one client session each.
+//
+// --baseline PATH (issue #18 target 4): an older idemgate binary, run over stdio beside the one
+// under test in the same rounds (cases "baseline pass-through stdio" and "baseline gated replay
+// stdio", its own SQLite file). The bench then prints idemgate's own CPU per call, pass-through
+// and replay, against the baseline's, both from /proc in the same run, with the target ≤ 0.5×.
+// Without it those lines show the figure alone.
 //
 // The cases take turns, round after round, in reverse order every other round, after one
 // untimed warm-up round (--warmup seconds per case). Tables show the median over rounds; each
@@ -65,6 +71,7 @@ function parseArgs(argv) {
     warmup: 0.5,
     dir: process.env.BENCH_DIR || os.tmpdir(),
     idemgate: process.env.IDEMGATE || '',
+    baseline: '',
     only: null,
     json: '',
   };
@@ -80,6 +87,7 @@ function parseArgs(argv) {
     else if (a === '--warmup') o.warmup = Number(v());
     else if (a === '--dir') o.dir = v();
     else if (a === '--idemgate') o.idemgate = v();
+    else if (a === '--baseline') o.baseline = v();
     else if (a === '--only') o.only = v().split(',');
     else if (a === '--json') o.json = v();
     else if (a === '-h' || a === '--help') usage();
@@ -94,6 +102,7 @@ function parseArgs(argv) {
   if (!o.idemgate || !fs.existsSync(o.idemgate)) {
     usage('no idemgate binary: build one and give --idemgate PATH (or IDEMGATE=PATH)');
   }
+  if (o.baseline && !fs.existsSync(o.baseline)) usage(`no baseline binary at ${o.baseline}`);
   return o;
 }
 
@@ -101,7 +110,7 @@ function usage(msg) {
   if (msg) process.stderr.write(`mcp bench: ${msg}\n`);
   process.stderr.write(
     'usage: bench.mjs [--seconds S] [--rounds R] [--clients N] [--warmup S] [--dir DIR]\n' +
-      '                 [--idemgate PATH] [--only CASE,…] [--json FILE]\n',
+      '                 [--idemgate PATH] [--baseline PATH] [--only CASE,…] [--json FILE]\n',
   );
   process.exit(2);
 }
@@ -398,6 +407,7 @@ async function main() {
   console.log(`mcp bench: ${opts.clients} clients (one SDK Client and connection each, one call ` +
     `in flight each), ${opts.seconds} s per case, ${opts.rounds} rounds`);
   console.log(`idemgate: ${opts.idemgate}`);
+  if (opts.baseline) console.log(`baseline idemgate: ${opts.baseline}`);
   console.log(`node ${process.version}, @modelcontextprotocol/sdk ${SDK_VERSION}`);
   console.log(`SQLite files in ${dir} (${df})`);
   if (/tmpfs/.test(df)) console.log('WARNING: tmpfs: fsync costs nothing there');
@@ -413,6 +423,10 @@ async function main() {
   const directStdio = await stdioClients(n, node, [ECHO]);
   const gateStdio = await stdioClients(n, opts.idemgate,
     ['mcp', '--store', `sqlite:${path.join(dir, 'stdio.db')}`, '--', node, ECHO]);
+  const baseStdio = opts.baseline
+    ? await stdioClients(n, opts.baseline,
+      ['mcp', '--store', `sqlite:${path.join(dir, 'stdio-baseline.db')}`, '--', node, ECHO])
+    : [];
   const directHttp = await httpClients(n, echoHttp.url);
   const gateHttpClients = await httpClients(n, gateHttp.url);
 
@@ -425,6 +439,13 @@ async function main() {
         idemgate: gateStdio.map((c) => c.pid),
       }),
     },
+    baseStdio: {
+      clients: baseStdio,
+      pids: () => ({
+        upstream: baseStdio.flatMap((c) => childrenOf(c.pid)),
+        idemgate: baseStdio.map((c) => c.pid),
+      }),
+    },
     directHttp: { clients: directHttp, pids: () => ({ upstream: [echoHttp.pid] }) },
     gateHttp: {
       clients: gateHttpClients,
@@ -434,7 +455,8 @@ async function main() {
 
   // Replays answer the same turn and arguments as a call made once, here, before the run.
   const replayTurn = (tr) => (i) => `bench-${runId}-${tr}-replay-${i}`;
-  for (const [tr, g] of [['stdio', groups.gateStdio], ['http', groups.gateHttp]]) {
+  for (const [tr, g] of [['stdio', groups.gateStdio], ['http', groups.gateHttp],
+    ['stdio-baseline', groups.baseStdio]]) {
     await Promise.all(g.clients.map(async ({ client }, i) => {
       const r = await callCharge(replayTurn(tr))(client, i, 0);
       const bad = notReplayed(r);
@@ -466,6 +488,13 @@ async function main() {
       base: 'direct stdio charge', call: callCharge(replayTurn('stdio')), check: replayed },
     { name: 'gated replay http', tr: 'http', kind: 'replay', group: groups.gateHttp,
       base: 'direct http charge', call: callCharge(replayTurn('http')), check: replayed },
+    ...(opts.baseline ? [
+      { name: 'baseline pass-through stdio', tr: 'stdio', kind: 'pass', group: groups.baseStdio,
+        base: 'direct stdio list', call: callList, check: plain },
+      { name: 'baseline gated replay stdio', tr: 'stdio', kind: 'replay', group: groups.baseStdio,
+        base: 'direct stdio charge', call: callCharge(replayTurn('stdio-baseline')),
+        check: replayed },
+    ] : []),
   ].filter((c) => !opts.only || opts.only.some((o) => c.name.includes(o)));
 
   const t0 = Date.now();
@@ -583,6 +612,7 @@ async function main() {
     console.log(`idemgate CPU per gated fresh call, stdio: ${freshStdio.cpu.idemgate.toFixed(0)} µs ` +
       '(target ≤ 100)');
   }
+  printOwnCpuTargets(results);
   const errors = rows.reduce((a, r) => a + r.errors, 0);
   if (errors) console.log(`ERRORS: ${errors} calls did not get the expected answer`);
   if (opts.json) fs.writeFileSync(opts.json, JSON.stringify({ opts, rows, results }, null, 2));
@@ -590,6 +620,33 @@ async function main() {
   for (const g of Object.values(groups)) await Promise.all(g.clients.map(({ client }) => client.close().catch(() => {})));
   if (process.env.KEEP_TMP) console.log(`kept ${dir}`);
   process.exit(errors ? 1 : 0); // the exit handler stops the processes and removes the dir
+}
+
+/**
+ * Issue #18 target 4: idemgate's own CPU per call over stdio (pass-through and gated replay)
+ * ≤ 0.5× the baseline binary's, both measured from /proc in the same rounds; the ratio is
+ * taken within each round, and its median is compared with the target.
+ */
+function printOwnCpuTargets(results) {
+  const own = (r) => r.cpuPerCall.idemgate;
+  for (const [what, name] of [['pass-through', 'pass-through stdio'], ['gated replay', 'gated replay stdio']]) {
+    const rs = results[name];
+    if (!rs) continue;
+    const x = median(rs.map(own));
+    const bs = results[`baseline ${name}`];
+    if (!bs) {
+      console.log(`idemgate CPU per ${what} call, stdio: ${x.toFixed(1)} µs ` +
+        '(target ≤ 0.5× of a baseline: give --baseline PATH to measure one in the same run)');
+      continue;
+    }
+    const y = median(bs.map(own));
+    const ratios = rs.map((r, i) => own(r) / own(bs[i]));
+    const ratio = median(ratios);
+    console.log(`idemgate CPU per ${what} call, stdio: ${x.toFixed(1)} µs (target ≤ 0.5× of ` +
+      `baseline ${y.toFixed(1)} µs): ${ratio.toFixed(2)}× ` +
+      `[${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}], ` +
+      (ratio <= 0.5 ? 'met' : 'NOT met'));
+  }
 }
 
 function fmtInt(x) {

@@ -1,6 +1,7 @@
 #include "json/json_text.h"
 
 #include <boost/json.hpp>
+#include <cstring>
 #include <vector>
 
 #include "core/json_escape.h"
@@ -34,15 +35,18 @@ class Scanner {
   Result<void> SkipString() {
     const size_t start = pos_;
     ++pos_;
+    // memchr to each quote (string bytes are most of a message); a quote
+    // after an odd run of backslashes is escaped.
     while (!AtEnd()) {
-      char c = text_[pos_];
-      if (c == '\\') {
-        pos_ += 2;
-        continue;
-      }
-      ++pos_;
-      if (c == '"') return {};
+      const void* quote = std::memchr(text_.data() + pos_, '"', text_.size() - pos_);
+      if (quote == nullptr) break;
+      const size_t at = static_cast<size_t>(static_cast<const char*>(quote) - text_.data());
+      size_t backslashes = 0;
+      while (at - backslashes > start + 1 && text_[at - backslashes - 1] == '\\') ++backslashes;
+      pos_ = at + 1;
+      if (backslashes % 2 == 0) return {};
     }
+    pos_ = text_.size();
     return Malformed("unterminated string", start);
   }
 
@@ -66,9 +70,37 @@ class Scanner {
   }
 
  private:
+  // The closing brackets still due inside a container, innermost last: the
+  // first 64 in place, deeper ones on the heap. Skipping a container then
+  // allocates nothing at the depths messages have (it runs several times
+  // per message: docs/DESIGN.md §6.1), and any depth stays safe.
+  class Closers {
+   public:
+    void Push(char c) {
+      if (size_ < kInline) {
+        inline_[size_] = c;
+      } else {
+        spill_.push_back(c);
+      }
+      ++size_;
+    }
+    bool Empty() const { return size_ == 0; }
+    char Back() const { return size_ <= kInline ? inline_[size_ - 1] : spill_.back(); }
+    void Pop() {
+      if (size_ > kInline) spill_.pop_back();
+      --size_;
+    }
+
+   private:
+    static constexpr size_t kInline = 64;
+    char inline_[kInline];
+    std::vector<char> spill_;
+    size_t size_ = 0;
+  };
+
   // Iterative, so any nesting depth is safe.
   Result<void> SkipContainer() {
-    std::vector<char> open;
+    Closers open;
     const size_t start = pos_;
     while (!AtEnd()) {
       char c = text_[pos_];
@@ -77,11 +109,11 @@ class Scanner {
         continue;
       }
       if (c == '{' || c == '[') {
-        open.push_back(c == '{' ? '}' : ']');
+        open.Push(c == '{' ? '}' : ']');
       } else if (c == '}' || c == ']') {
-        if (open.empty() || open.back() != c) return Malformed("unbalanced brackets", pos_);
-        open.pop_back();
-        if (open.empty()) {
+        if (open.Empty() || open.Back() != c) return Malformed("unbalanced brackets", pos_);
+        open.Pop();
+        if (open.Empty()) {
           ++pos_;
           return {};
         }
@@ -125,6 +157,7 @@ Result<std::vector<Member>> ObjectMembers(std::string_view object) {
   if (s.Peek() != '{') return Malformed("expected an object", s.pos());
   s.Advance();
   std::vector<Member> members;
+  members.reserve(8);  // a JSON-RPC message has four or five
   s.SkipSpace();
   if (s.Peek() == '}') {
     s.Advance();
@@ -215,7 +248,12 @@ Result<std::string> SetMember(std::string_view object, std::string_view name,
                               std::string_view value) {
   auto members = ObjectMembers(object);
   if (!members) return std::unexpected(members.error());
-  auto found = FindMember(*members, name);
+  return SetMember(object, *members, name, value);
+}
+
+Result<std::string> SetMember(std::string_view object, const std::vector<Member>& members,
+                              std::string_view name, std::string_view value) {
+  auto found = FindMember(members, name);
   if (!found) return std::unexpected(found.error());
   std::string out;
   if (*found != nullptr) {
@@ -228,10 +266,10 @@ Result<std::string> SetMember(std::string_view object, std::string_view name,
   }
   size_t at;
   std::string insert;
-  if (members->empty()) {
+  if (members.empty()) {
     at = object.find('{') + 1;
   } else {
-    at = members->back().value.end;
+    at = members.back().value.end;
     insert = ",";
   }
   insert += Quote(name);

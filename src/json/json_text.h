@@ -60,6 +60,11 @@ bool IsArray(std::string_view value);
 Result<std::string> SetMember(std::string_view object, std::string_view name,
                               std::string_view value);
 
+// SetMember for an `object` whose members were already found: `members` is
+// ObjectMembers(object), which saves scanning the object again.
+Result<std::string> SetMember(std::string_view object, const std::vector<Member>& members,
+                              std::string_view name, std::string_view value);
+
 // `object` without member `name` (unchanged if absent), with its separating
 // comma. kInvalidArgument as SetMember.
 Result<std::string> RemoveMember(std::string_view object, std::string_view name);

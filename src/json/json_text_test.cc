@@ -68,5 +68,40 @@ TEST(JsonTextTest, ElementsOfAZeroWithAHugeExponentAreItsBytes) {
   EXPECT_EQ(ArrayElements(*appended)->size(), 2u);
 }
 
+// The scanner finds a string's end with memchr and the parity of the
+// backslashes before each quote, and keeps 64 open brackets in place before
+// it spills to the heap: both at their edges.
+TEST(JsonTextTest, StringEndsAndDeepNestingAtTheScannersEdges) {
+  const std::string text = R"({"a":"x\\","b":"y\"z","c":"\\\"","d":1})";
+  auto members = ObjectMembers(text);
+  ASSERT_TRUE(members) << members.error().message;
+  ASSERT_EQ(members->size(), 4u);
+  EXPECT_EQ((*members)[0].value.In(text), R"("x\\")");
+  EXPECT_EQ((*members)[1].value.In(text), R"("y\"z")");
+  EXPECT_EQ((*members)[2].value.In(text), R"("\\\"")");
+  EXPECT_FALSE(ObjectMembers(R"({"a":"\"})"));  // the quote is escaped: unterminated
+
+  for (size_t depth : {63, 64, 65, 200}) {
+    const std::string deep = "{\"a\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+    auto m = ObjectMembers(deep);
+    ASSERT_TRUE(m) << depth;
+    EXPECT_EQ((*m)[0].value.end, deep.size() - 1) << depth;
+    std::string unbalanced = deep;
+    unbalanced[unbalanced.size() - 2] = '}';
+    EXPECT_FALSE(ObjectMembers(unbalanced)) << depth;
+  }
+}
+
+TEST(JsonTextTest, SetMemberWithKnownMembersSplicesLikeSetMember) {
+  for (std::string_view object : {R"({"a":1, "b":{"c":2}})", "{ }", R"({"b":3})"}) {
+    auto members = ObjectMembers(object);
+    ASSERT_TRUE(members);
+    EXPECT_EQ(*SetMember(object, *members, "b", "[4]"), *SetMember(object, "b", "[4]"));
+  }
+  auto twice = ObjectMembers(R"({"b":1,"b":2})");
+  ASSERT_TRUE(twice);
+  EXPECT_FALSE(SetMember(R"({"b":1,"b":2})", *twice, "b", "3"));
+}
+
 }  // namespace
 }  // namespace idem::json_text

@@ -77,6 +77,9 @@ Result<std::unique_ptr<ChildChannel>> ChildChannel::Spawn(const std::vector<std:
   posix_spawnattr_destroy(&attr);
   ::close(in[0]);
   ::close(out[1]);
+  // Our end of the child's stdin is a file description no one else holds:
+  // non-blocking, the writer sends without a poll() per message.
+  if (rc == 0) ::fcntl(in[1], F_SETFL, ::fcntl(in[1], F_GETFL) | O_NONBLOCK);
   if (rc != 0) {
     ::close(in[1]);
     ::close(out[0]);

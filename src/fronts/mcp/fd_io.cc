@@ -39,9 +39,18 @@ bool WriteAll(int fd, int wake_fd, std::string_view bytes) {
 
 // Writes the front of `bytes` while `fd` accepts it without blocking, and
 // removes what was written. False if a write failed (the peer closed its
-// end). poll() reporting a pipe writable means at least kChunk bytes fit, so
-// each write of at most kChunk returns at once.
-bool WriteWithoutBlocking(int fd, std::string_view& bytes) {
+// end). An O_NONBLOCK fd is written at once (one syscall per message);
+// otherwise poll() reporting a pipe writable means at least kChunk bytes
+// fit, so each write of at most kChunk returns at once.
+bool WriteWithoutBlocking(int fd, bool nonblocking, std::string_view& bytes) {
+  while (nonblocking && !bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN;  // full: the rest waits; else the peer closed its end
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
   while (!bytes.empty()) {
     pollfd pfd = {fd, POLLOUT, 0};
     int r = ::poll(&pfd, 1, 0);
@@ -67,6 +76,11 @@ bool WriteWithoutBlocking(int fd, std::string_view& bytes) {
 bool SigpipeIgnored() {
   struct sigaction action {};
   return ::sigaction(SIGPIPE, nullptr, &action) == 0 && action.sa_handler == SIG_IGN;
+}
+
+bool IsNonblocking(int fd) {
+  const int flags = fd >= 0 ? ::fcntl(fd, F_GETFL) : -1;
+  return flags >= 0 && (flags & O_NONBLOCK) != 0;
 }
 
 }  // namespace
@@ -122,7 +136,11 @@ ReadEnd ReadFrames(int fd, int wake_fd, LineFramer& framer,
 }
 
 FdWriter::FdWriter(int fd)
-    : fd_(fd), inline_writes_(SigpipeIgnored()), broken_(fd < 0), thread_([this] { Loop(); }) {}
+    : fd_(fd),
+      inline_writes_(SigpipeIgnored()),
+      nonblocking_(IsNonblocking(fd)),
+      broken_(fd < 0),
+      thread_([this] { Loop(); }) {}
 
 FdWriter::~FdWriter() {
   {
@@ -150,7 +168,7 @@ bool FdWriter::Send(std::string bytes) {
   writing_ = true;
   g.unlock();
   std::string_view rest = bytes;
-  bool ok = WriteWithoutBlocking(fd_, rest);
+  bool ok = WriteWithoutBlocking(fd_, nonblocking_, rest);
   g.lock();
   writing_ = false;
   if (!ok) {

@@ -44,7 +44,9 @@ ReadEnd ReadFrames(int fd, int wake_fd, LineFramer& framer,
 // Writes byte strings to a file descriptor in order without ever blocking the
 // caller: Send writes at once what the fd takes without blocking (when
 // nothing is queued and the process ignores SIGPIPE), and a thread of its own
-// writes the rest. Thread-safe.
+// writes the rest. Give it an O_NONBLOCK fd where the fd's file description
+// is ours alone (a pipe we made): Send then writes without asking poll()
+// first, one syscall per message. Thread-safe.
 class FdWriter {
  public:
   // Takes ownership of `fd`.
@@ -69,6 +71,7 @@ class FdWriter {
 
   int fd_;
   const bool inline_writes_;  // SIGPIPE ignored: Send may write from the caller's thread
+  const bool nonblocking_;    // O_NONBLOCK: Send writes without polling first
   WakePipe wake_;
   std::mutex mu_;
   std::condition_variable cv_;

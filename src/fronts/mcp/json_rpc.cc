@@ -1,7 +1,10 @@
 #include "fronts/mcp/json_rpc.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <boost/json/monotonic_resource.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "idem/canonical_json.h"
@@ -138,6 +141,8 @@ std::vector<LineFramer::Frame> LineFramer::Feed(std::string_view bytes) {
       partial_.clear();
       partial_.shrink_to_fit();
     } else {
+      // Room for the newline FrameLine adds when the message is forwarded.
+      if (partial_.empty()) partial_.reserve(piece.size() + 1);
       partial_.append(piece);
     }
     if (nl == std::string_view::npos) break;
@@ -154,8 +159,9 @@ std::vector<LineFramer::Frame> LineFramer::Finish() {
 }
 
 std::string FrameLine(std::string message) {
-  for (char& c : message) {
-    if (c == '\n' || c == '\r') c = ' ';
+  char* const end = message.data() + message.size();
+  for (char c : {'\n', '\r'}) {  // memchr: most messages have neither
+    for (char* p = message.data(); (p = static_cast<char*>(std::memchr(p, c, end - p)));) *p++ = ' ';
   }
   message.push_back('\n');
   return message;
@@ -188,8 +194,14 @@ Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
   boost::json::parse_options options;
   options.max_depth = max_depth;
   boost::system::error_code ec;
-  Message m;
-  m.json = boost::json::parse(text, ec, {}, options);
+  // An arena sized for a message like this one (it grows if need be).
+  constexpr size_t kMaxFirstBlock = size_t{64} << 10;
+  Message m{.kind = Message::Kind::kOther,
+            .json = boost::json::parse(
+                text, ec,
+                boost::json::make_shared_resource<boost::json::monotonic_resource>(
+                    std::min(kMaxFirstBlock, 2 * text.size() + 256)),
+                options)};
   if (ec) {
     return MakeError(ec == boost::json::error::too_deep ? ErrorCode::kResourceExhausted
                                                         : ErrorCode::kInvalidArgument,
@@ -206,6 +218,7 @@ Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
   if (!id) return std::unexpected(id.error());
   auto method = json_text::FindMember(*members, "method");
   if (!method) return std::unexpected(method.error());
+  m.members = std::move(*members);  // `id` points into them: a vector's move keeps its nodes
 
   const boost::json::object& obj = m.json.get_object();
   m.id_text = *id ? std::string((*id)->value.In(text)) : "null";

@@ -17,6 +17,7 @@
 
 #include "idem/error.h"
 #include "json/json_errors.h"
+#include "json/json_text.h"
 
 namespace idem::mcp {
 
@@ -124,7 +125,17 @@ struct Message {
     kOther,         // valid JSON that is none of these
   };
   Kind kind = Kind::kOther;
-  boost::json::value json;  // the whole message, for reading
+  // The whole message, for reading. Its nodes live in one arena per message
+  // (a shared monotonic resource): a parse costs a few allocations, not one
+  // per value, and freeing it frees no node by node. Move a Message rather
+  // than assigning its `json` to a value of another storage (that copies).
+  boost::json::value json;
+  // The top-level members of an object message as spans into the text it
+  // was parsed from (json_text::ObjectMembers), so that whoever reads or
+  // splices its original bytes does not scan them again (one parse per
+  // message, docs/DESIGN.md §6.1). Empty for a batch or a non-object.
+  // Valid only for that text: whoever edits the text updates them.
+  std::vector<json_text::Member> members;
   std::string method;       // requests and notifications
   std::string id_text;      // the id's bytes as received ("null" if none)
   std::string id_key;       // IdKey(id): requests and responses match on it

@@ -236,7 +236,7 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   void OnClientMessage(std::string text);
   void HandleClientBatch(std::string text, const Message& msg);
   void ForwardRequest(std::string text, const Message& msg, Pending::Kind kind);
-  void HandleToolCall(std::string text, const Message& msg);
+  void HandleToolCall(std::string text, Message& msg);
   bool HandleCancel(const Message& msg);  // true: forward the notification
   // Marks `p` as re-planning the earlier call of its turn and tool, if it
   // is one (RecentKeys). Under mu_, before `p` is shared.
@@ -451,7 +451,7 @@ void McpSession::Core::ForwardRequest(std::string text, const Message& msg, Pend
   }
 }
 
-void McpSession::Core::HandleToolCall(std::string text, const Message& msg) {
+void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
   // What the HTTP front carried in from the request's headers, out of the
   // bytes before anything is forwarded.
   const std::optional<RequestHeaders> headers = TakeRequestHeaders(text, msg);
@@ -689,9 +689,7 @@ void McpSession::Core::HandleUpstreamBatch(std::string text, const Message& msg)
 
 std::string McpSession::Core::RewriteToolsList(std::string text, const Message& msg) {
   if (msg.kind != Message::Kind::kResult) return text;
-  auto members = json_text::ObjectMembers(text);
-  if (!members) return text;
-  auto result = json_text::FindMember(*members, "result");
+  auto result = json_text::FindMember(msg.members, "result");
   if (!result || !*result) return text;
   const json_text::Span span = (*result)->value;
   std::map<std::string, ToolInfo> learned;

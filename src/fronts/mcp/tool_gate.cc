@@ -451,7 +451,7 @@ std::string ScopeDetail(bool explicit_key, bool call_seen, const std::optional<F
 
 }  // namespace
 
-std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, const Message& parsed) {
+std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, Message& parsed) {
   const json::object* carried =
       ObjectAt(Member(ObjectAt(&parsed.json), kRequestHeadersMember));
   if (carried == nullptr) return std::nullopt;
@@ -461,6 +461,7 @@ std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, const Mes
   }
   if (auto without = json_text::RemoveMember(request, kRequestHeadersMember)) {
     request = std::move(*without);
+    if (auto members = json_text::ObjectMembers(request)) parsed.members = std::move(*members);
   }
   return headers;
 }
@@ -498,11 +499,10 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   const Gate gate = GateFor(config, plan.tool, info);
   if (!gate.gated) return plan;
 
-  // Locate params, arguments and _meta in the original bytes. A duplicated
-  // member is refused: the upstream might read the copy we did not.
-  auto top = json_text::ObjectMembers(request);
-  if (!top) return Refuse(std::move(plan), parsed, kRpcInvalidRequest, top.error().message);
-  auto params_member = json_text::FindMember(*top, "params");
+  // Locate params, arguments and _meta in the original bytes, from the
+  // top-level members the parse found. A duplicated member is refused: the
+  // upstream might read the copy we did not.
+  auto params_member = json_text::FindMember(parsed.members, "params");
   if (!params_member || !*params_member) {
     return Refuse(std::move(plan), parsed, kRpcInvalidRequest,
                   "tools/call refused: " +
@@ -668,19 +668,21 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
     if (!with_key) return Refuse(std::move(plan), parsed, with_key.error().message);
     forward_args = std::move(*with_key);
   }
-  std::string new_params(params_text);
-  if (forward_args != args_text) {
-    auto set = json_text::SetMember(new_params, "arguments", forward_args);
-    if (!set) return Refuse(std::move(plan), parsed, set.error().message);
-    new_params = std::move(*set);
-  }
-  std::string meta_text =
-      *meta_member != nullptr ? std::string((*meta_member)->value.In(params_text)) : "{}";
+  const std::string_view meta_text =
+      *meta_member != nullptr ? (*meta_member)->value.In(params_text) : "{}";
   auto new_meta = json_text::SetMember(meta_text, kMetaIdempotencyKey, Quote(p.forward_key));
   if (!new_meta) return Refuse(std::move(plan), parsed, new_meta.error().message);
-  auto set_meta = json_text::SetMember(new_params, "_meta", *new_meta);
+  // Spliced with the members found above while params is as received.
+  Result<std::string> set_meta;
+  if (forward_args == args_text) {
+    set_meta = json_text::SetMember(params_text, *pm, "_meta", *new_meta);
+  } else {
+    auto set = json_text::SetMember(params_text, *pm, "arguments", forward_args);
+    if (!set) return Refuse(std::move(plan), parsed, set.error().message);
+    set_meta = json_text::SetMember(*set, "_meta", *new_meta);
+  }
   if (!set_meta) return Refuse(std::move(plan), parsed, set_meta.error().message);
-  auto forward = json_text::SetMember(request, "params", *set_meta);
+  auto forward = json_text::SetMember(request, parsed.members, "params", *set_meta);
   if (!forward) return Refuse(std::move(plan), parsed, forward.error().message);
   p.forward = std::move(*forward);
   p.forward_arguments = std::move(forward_args);
@@ -690,12 +692,11 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
 
 namespace {
 
-// The text of the "result" member of `response` exactly as received.
+// The text of the "result" member of `response` exactly as received
+// (`parsed` is its parse, whose members locate it).
 std::string ResultText(std::string_view response, const Message& parsed) {
-  if (auto members = json_text::ObjectMembers(response)) {
-    if (auto r = json_text::FindMember(*members, "result"); r && *r) {
-      return std::string((*r)->value.In(response));
-    }
+  if (auto r = json_text::FindMember(parsed.members, "result"); r && *r) {
+    return std::string((*r)->value.In(response));
   }
   return json::serialize(parsed.json.get_object().at("result"));
 }
@@ -792,7 +793,7 @@ Result<std::string> ReplayResult(const Decision& decision, const Config& config)
     if (!set) return MakeError(ErrorCode::kDataLoss, set.error().message);
     meta_text = std::move(*set);
   }
-  auto out = json_text::SetMember(body, "_meta", meta_text);
+  auto out = json_text::SetMember(body, *members, "_meta", meta_text);  // found above
   if (!out) return MakeError(ErrorCode::kDataLoss, out.error().message);
 
   if (config.mcp.replay_text) {

@@ -53,8 +53,9 @@ using RequestHeaders = std::map<std::string, std::string, std::less<>>;
 // The headers the HTTP server put into `request` (kRequestHeadersMember,
 // http_jsonrpc.h), taken out of `request` so that nothing of them is
 // forwarded; nullopt when it carries none (stdio, or an HTTP client that
-// sent none in a dialect before 2026-07-28). `parsed` is its parse.
-std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, const Message& parsed);
+// sent none in a dialect before 2026-07-28). `parsed` is its parse; its
+// members are updated to the new text.
+std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, Message& parsed);
 
 // How calls to one tool are handled.
 struct Gate {
@@ -149,7 +150,8 @@ struct PlanContext {
 inline constexpr size_t kMaxHostBytes = 64;
 std::string ClientNameOf(const Message& request);
 
-// Plans `request` (the text of a tools/call request and its parse). The key
+// Plans `request` (the text of a tools/call request and its parse, whose
+// members must be those of this text). The key
 // is scoped by the first turn id of config.mcp.turn_id the call carries,
 // else by the first session id (a turn fallback), and a call id seen before
 // (context.key_of_call) gives the earlier call's key. The record is keyed

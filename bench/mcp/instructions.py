@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Instructions per tools/call that `idemgate mcp` spends over stdio, under callgrind.
+
+    python3 bench/mcp/instructions.py BINARY [BINARY…] [--calls 2000] [--cases pass,replay,fresh]
+                                      [--profile DIR]
+
+One client (this script) drives `valgrind --tool=callgrind BINARY mcp --store sqlite:… --
+node bench/mcp/echo_server.mjs` (the upstream runs natively): initialize, tools/list and 100
+warm-up calls, then the counters are zeroed (callgrind_control -z), --calls sequential calls
+are made, and the counters are dumped (callgrind_control -d). Instructions per call = the
+dump's total / calls, summed over idemgate's threads. Counts, not times: they do not drift with
+the machine's load, so two binaries compare on a busy machine.
+
+Cases: pass (read-only `list_charges`, passed through), replay (gated `charge`, the same turn
+and arguments every call: answered from the store), fresh (gated `charge`, a new turn each
+call: claim, execute, complete in SQLite). --profile DIR keeps each dump as
+DIR/<case>-<n>.out for callgrind_annotate --inclusive=yes.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ECHO = os.path.join(ROOT, "bench", "mcp", "echo_server.mjs")
+TURN = "dev.idemgate/turnId"
+
+
+def call_of(case, seq):
+    if case == "pass":
+        params = {"name": "list_charges", "arguments": {"customer": "cus_1"}}
+    else:
+        turn = "replay-turn" if case == "replay" else f"fresh-turn-{seq}"
+        params = {"name": "charge",
+                  "arguments": {"customer": "cus_1", "amount_cents": 1250, "currency": "EUR"},
+                  "_meta": {TURN: turn}}
+    return {"jsonrpc": "2.0", "id": seq, "method": "tools/call", "params": params}
+
+
+def total_instructions(dump):
+    with open(dump) as f:
+        for line in f:
+            m = re.match(r"(?:summary|totals):\s+(\d+)", line)
+            if m:
+                return int(m.group(1))
+    raise SystemExit(f"no totals in {dump}")
+
+
+def control(pid, flag):
+    subprocess.run(["callgrind_control", flag, str(pid)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def measure(binary, case, calls, tmp, profile, index):
+    out_base = os.path.join(tmp, f"cg-{index}-{case}")
+    p = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out_base}.%p",
+         binary, "mcp", "--store", f"sqlite:{tmp}/{index}-{case}.db", "--", "node", ECHO],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def rpc(obj, answer=True):
+        p.stdin.write((json.dumps(obj) + "\n").encode())
+        p.stdin.flush()
+        if answer:
+            reply = json.loads(p.stdout.readline())
+            if "error" in reply or reply.get("result", {}).get("isError"):
+                raise SystemExit(f"{binary} {case}: unexpected answer {reply}")
+            return reply
+
+    rpc({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "instructions", "version": "1"}}})
+    rpc({"jsonrpc": "2.0", "method": "notifications/initialized"}, answer=False)
+    rpc({"jsonrpc": "2.0", "id": "tools", "method": "tools/list"})
+    for i in range(100):
+        rpc(call_of(case, -1 - i))
+    control(p.pid, "-z")
+    for i in range(calls):
+        reply = rpc(call_of(case, i))
+        replayed = reply["result"].get("_meta", {}).get("dev.idemgate/replayed") is True
+        if replayed != (case == "replay"):
+            raise SystemExit(f"{binary} {case}: replayed={replayed}: {reply}")
+    control(p.pid, "-d")
+    p.stdin.close()
+    p.wait()
+    dumps = sorted(glob.glob(f"{out_base}.{p.pid}.*"), key=os.path.getmtime)
+    if not dumps:
+        raise SystemExit(f"no callgrind dump for {binary}")
+    per_call = total_instructions(dumps[0]) / calls
+    if profile:
+        os.makedirs(profile, exist_ok=True)
+        shutil.copy(dumps[0], os.path.join(profile, f"{case}-{index}.out"))
+    return per_call
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binaries", nargs="+")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--cases", default="pass,replay,fresh")
+    ap.add_argument("--profile", default="")
+    args = ap.parse_args()
+    cases = args.cases.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {}
+        for index, b in enumerate(args.binaries):
+            for case in cases:
+                start = time.time()
+                results[(index, case)] = measure(b, case, args.calls, tmp, args.profile, index)
+                print(f"{b} {case}: {results[(index, case)]:,.0f} instructions per call "
+                      f"({args.calls} calls, {time.time() - start:.0f} s)", flush=True)
+        if len(args.binaries) > 1:
+            for case in cases:
+                base = results[(0, case)]
+                for index in range(1, len(args.binaries)):
+                    print(f"{case}: binary {index + 1} / binary 1 = "
+                          f"{results[(index, case)] / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
