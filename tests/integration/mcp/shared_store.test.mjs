@@ -58,7 +58,11 @@ const redisReply = (buf) => {
 };
 // ReadyForQuery ('Z', length 5, status idle): the statement's transaction has committed.
 const READY_FOR_QUERY = Buffer.from([0x5a, 0, 0, 0, 5, 0x49]);
-const postgresReply = (buf) => (buf.includes(READY_FOR_QUERY) ? 'cut' : 'more');
+// ReadyForQuery inside a transaction (status 'T'): a batch's first pipeline, answered; its
+// COMMIT follows.
+const READY_IN_TRANSACTION = Buffer.from([0x5a, 0, 0, 0, 5, 0x54]);
+const postgresReply = (buf) =>
+  buf.includes(READY_FOR_QUERY) ? 'cut' : buf.includes(READY_IN_TRANSACTION) ? 'forward' : 'more';
 
 const STORES = [
   {
@@ -79,6 +83,11 @@ const STORES = [
     start: () => PostgresServer.start(),
     url: (s, tag) => s.url(tag),
     reply: postgresReply,
+    // The claim is written by the store's batch writer, in a transaction it opens with its
+    // prepared BEGIN (idem_batch_begin); the claim first reads the key on another connection,
+    // whose reply is not the one to lose. The cut is at the first ReadyForQuery that is idle:
+    // the reply to the batch's COMMIT.
+    writeMarker: 'idem_batch_begin',
   },
 ];
 
@@ -162,8 +171,10 @@ class LossyProxy {
     return this.server.address().port;
   }
 
-  arm(marker, reply) {
-    this.trap = { marker: Buffer.from(marker), reply };
+  // Loses the reply to the first request that carries `marker` on a connection that has
+  // carried `writeMarker`, when given (a write rather than a read of the same key).
+  arm(marker, reply, writeMarker) {
+    this.trap = { marker: Buffer.from(marker), reply, write: writeMarker && Buffer.from(writeMarker) };
   }
 
   heal() {
@@ -187,6 +198,7 @@ class LossyProxy {
     this.sockets.add(client);
     this.sockets.add(upstream);
     let trap = null; // this connection carries the trapped request
+    let wrote = false; // this connection carried the trap's write marker
     let answer = Buffer.alloc(0);
     const drop = () => {
       client.destroy();
@@ -200,7 +212,8 @@ class LossyProxy {
     }
     client.on('data', (d) => {
       if (this.down) return drop();
-      if (this.trap && !trap && d.includes(this.trap.marker)) {
+      if (this.trap?.write && d.includes(this.trap.write)) wrote = true;
+      if (this.trap && !trap && d.includes(this.trap.marker) && (!this.trap.write || wrote)) {
         trap = this.trap;
         this.trap = null;
       }
@@ -636,7 +649,7 @@ for (const store of STORES) {
       // Loses the claim's reply of `turn` on A; returns the refusal.
       const loseClaimReply = async (turn, args) => {
         const before = proxy.tripped;
-        proxy.arm(turn, store.reply);
+        proxy.arm(turn, store.reply, store.writeMarker);
         const refused = await charge(a, turn, args).then(
           (result) => assert.fail(`A answered: ${JSON.stringify(result)}`),
           (error) => error,
