@@ -44,17 +44,13 @@ void HttpReply::Final(std::string message) {
   if (done_) return;
   if (respond_ && (mode_ == Mode::kHeld || mode_ == Mode::kHeldJson)) {
     // Nothing streamed before the final answer: one whole response.
-    http::Responder respond = std::move(*respond_);
-    respond_.reset();
-    done_ = true;
-    lock.unlock();
     if (mode_ == Mode::kHeldJson) {
       const int status = StatelessHttpStatus(message);  // before the message moves
-      return respond(Whole(status, "application/json", std::move(message)));
+      return SendWhole(lock, Whole(status, "application/json", std::move(message)));
     }
     http::Response r = Whole(200, "text/event-stream", FormatSseEvent(message));
     r.headers.push_back({"Cache-Control", "no-cache"});
-    return respond(std::move(r));
+    return SendWhole(lock, std::move(r));
   }
   queued_ += FormatSseEvent(message);
   ended_ = true;
@@ -62,20 +58,20 @@ void HttpReply::Final(std::string message) {
 }
 
 void HttpReply::Json(std::string body) {
-  std::unique_lock lock(mu_);
-  if (done_ || !respond_) return;
-  http::Responder respond = std::move(*respond_);
-  respond_.reset();
-  done_ = true;
-  lock.unlock();
   // A header that does not match the body is a 400 in every dialect
   // (SEP-2243); other errors keep 200 outside 2026-07-28.
   const int status = StatelessHttpStatus(body) == 400 ? 400 : 200;
-  respond(Whole(status, "application/json", std::move(body)));
+  http::Response r = Whole(status, "application/json", std::move(body));
+  std::unique_lock lock(mu_);
+  SendWhole(lock, std::move(r));
 }
 
 void HttpReply::Refuse(http::Response response) {
   std::unique_lock lock(mu_);
+  SendWhole(lock, std::move(response));
+}
+
+void HttpReply::SendWhole(std::unique_lock<std::mutex>& lock, http::Response response) {
   if (done_ || !respond_) return;
   http::Responder respond = std::move(*respond_);
   respond_.reset();

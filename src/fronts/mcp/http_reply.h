@@ -68,6 +68,8 @@ class HttpReply : public StreamSink,
   // Opens the stream if its header is still to go, else hands what is
   // queued to a waiting Next. Unlocks `lock`.
   void Flush(std::unique_lock<std::mutex>& lock);
+  // Sends `response` as the whole answer if nothing went out yet. Unlocks `lock`.
+  void SendWhole(std::unique_lock<std::mutex>& lock, http::Response response);
   void Detach();
   http::Response StreamHeader();
   http::Response Whole(int status, std::string content_type, std::string body);

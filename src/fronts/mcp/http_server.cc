@@ -139,6 +139,10 @@ class EndpointCall {
   void BeginExchange(const std::shared_ptr<ServerSession>& session, MessageBatch& batch,
                      bool new_session, bool accepts_sse, bool accepts_json);
   std::shared_ptr<ServerSession> SessionFromHeader(std::string_view id);
+  // The session a GET or DELETE names in Mcp-Session-Id; answers the error
+  // itself (`stateless_lacks`: what the 2026-07-28 dialect has not) and
+  // returns null when there is none.
+  std::shared_ptr<ServerSession> NamedSession(std::string_view stateless_lacks);
   std::vector<std::pair<std::string, std::string>> CarriedHeaders() const;
   // The reply's hooks: it learns of a client that leaves, and a held
   // stream opens after one keep-alive interval.
@@ -222,6 +226,18 @@ std::shared_ptr<ServerSession> EndpointCall::SessionFromHeader(std::string_view 
     return nullptr;
   }
   return session;
+}
+
+std::shared_ptr<ServerSession> EndpointCall::NamedSession(std::string_view stateless_lacks) {
+  const std::string_view session_header = HeaderOr(request_, "Mcp-Session-Id");
+  if (!session_header.empty()) return SessionFromHeader(session_header);
+  if (IsStatelessProtocolVersion(version_)) {
+    Error(405, kJsonRpcInvalidRequest,
+          "idemgate: protocol version 2026-07-28 " + std::string(stateless_lacks), "POST");
+  } else {
+    Error(400, kJsonRpcInvalidRequest, "idemgate: missing Mcp-Session-Id header");
+  }
+  return nullptr;
 }
 
 void EndpointCall::HandlePost() {
@@ -396,15 +412,7 @@ void EndpointCall::HandleGet() {
     return Error(406, kJsonRpcInvalidRequest,
                  "idemgate: GET opens an SSE stream; send Accept: text/event-stream");
   }
-  const std::string_view session_header = HeaderOr(request_, "Mcp-Session-Id");
-  if (session_header.empty()) {
-    if (IsStatelessProtocolVersion(version_)) {
-      return Error(405, kJsonRpcInvalidRequest,
-                   "idemgate: protocol version 2026-07-28 has no GET stream", "POST");
-    }
-    return Error(400, kJsonRpcInvalidRequest, "idemgate: missing Mcp-Session-Id header");
-  }
-  std::shared_ptr<ServerSession> session = SessionFromHeader(session_header);
+  std::shared_ptr<ServerSession> session = NamedSession("has no GET stream");
   if (!session) return;
   auto exchange = std::make_shared<Exchange>();
   exchange->kind = Exchange::Kind::kGet;
@@ -430,15 +438,7 @@ void EndpointCall::HandleGet() {
 }
 
 void EndpointCall::HandleDelete() {
-  const std::string_view session_header = HeaderOr(request_, "Mcp-Session-Id");
-  if (session_header.empty()) {
-    if (IsStatelessProtocolVersion(version_)) {
-      return Error(405, kJsonRpcInvalidRequest,
-                   "idemgate: protocol version 2026-07-28 has no sessions to delete", "POST");
-    }
-    return Error(400, kJsonRpcInvalidRequest, "idemgate: missing Mcp-Session-Id header");
-  }
-  std::shared_ptr<ServerSession> session = SessionFromHeader(session_header);
+  std::shared_ptr<ServerSession> session = NamedSession("has no sessions to delete");
   if (!session) return;
   server_.EndSession(session, "the client ended the session (HTTP DELETE)");
   respond_(http::Response{});
