@@ -1,7 +1,6 @@
-// One client connection to an HTTP upstream, plain or TLS, for the two HTTP
-// clients: the MCP Streamable HTTP client (http_client.cc) and the reverse
-// proxy's upstream pool (src/fronts/http_proxy/upstream_pool.cc). Not thread-safe: each
-// client runs a connection on its own strand.
+// One client connection to an HTTP upstream, plain or TLS, for the HTTP
+// client (http_client.h). Not thread-safe: the client runs each connection
+// on its own strand.
 #pragma once
 
 #include <sys/socket.h>
