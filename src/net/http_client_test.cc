@@ -9,6 +9,7 @@
 #include <future>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace idem::net {
@@ -441,6 +442,67 @@ TEST(HttpClientTest, RefusesBadUrls) {
   EXPECT_NE(pool.error().message.find("cannot load upstream_ca_file '/no/such/ca.pem'"),
             std::string::npos)
       << pool.error().message;
+}
+
+// Call::Cancel before the request is out: nothing reached the upstream. On
+// the caller's io_context, not yet running, so that the cancel comes first.
+TEST(HttpClientTest, CancelBeforeTheRequestIsWrittenIsNotSent) {
+  TestServer server;
+  asio::io_context ioc;
+  auto client = HttpClient::Create({.url = server.url()}, ioc);
+  ASSERT_TRUE(client) << client.error().message;
+  std::optional<HttpClientResult> result;
+  HttpClient::Call call = (*client)->Send({.method = "POST", .target = "/ok", .body = "{}"},
+                                          [&](HttpClientResult r) { result = std::move(r); });
+  call.Cancel();
+  ioc.run();
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->kind, HttpClientResult::Kind::kNotSent) << result->detail;
+  EXPECT_EQ(server.requests(), 0);
+  (*client)->Stop();
+}
+
+// Call::Cancel once the request is out: the upstream may have acted on it.
+TEST(HttpClientTest, CancelAfterTheRequestWasWrittenIsMaybeSent) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});
+  std::promise<HttpClientResult> promise;
+  auto future = promise.get_future();
+  auto call = std::make_shared<HttpClient::Call>();
+  std::promise<void> sent;
+  *call = client->Send(
+      {.method = "POST", .target = "/hang", .body = "{}", .on_written = [&] { sent.set_value(); }},
+      [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+  sent.get_future().wait();
+  call->Cancel();
+  HttpClientResult r = future.get();
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent) << r.detail;
+  EXPECT_FALSE(r.timed_out);
+}
+
+TEST(HttpClientTest, RequestResponseTimeoutOverridesTheOption) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});  // 60 s
+  std::promise<HttpClientResult> promise;
+  client->Send({.method = "POST",
+                .target = "/hang",
+                .response_timeout = std::chrono::milliseconds(200)},
+               [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+  HttpClientResult r = promise.get_future().get();
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent);
+  EXPECT_TRUE(r.timed_out);
+}
+
+TEST(HttpClientTest, ConnectionCloseRequestIsNotPooled) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});
+  for (int i = 0; i < 2; ++i) {
+    std::promise<HttpClientResult> promise;
+    client->Send({.method = "GET", .target = "/ok", .keep_alive = false},
+                 [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+    EXPECT_EQ(promise.get_future().get().response.status, 201);
+  }
+  EXPECT_EQ(server.connections(), 2) << "a connection asked to close is not reused";
 }
 
 TEST(HttpClientTest, SendAfterStopIsNotSent) {

@@ -118,7 +118,6 @@ struct Op {
   net::HttpClient::Call call;                 // the exchange, to cut it
   std::shared_ptr<http::BodySource> body_in_flight;  // the answer's body, once its header came
   bool sent_session = false;
-  bool written = false;
   bool finished = false;
   bool holds_barrier = false;      // later POSTs wait until this one is written
   bool counts_as_request = false;  // holds one of the max_connections request slots
@@ -349,10 +348,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       case ClientResult::Kind::kNotSent:
         return ConnectFailed(op, r.detail);
       case ClientResult::Kind::kMaybeSent:
-        op->written = true;
         return ReadFailed(op, r.timed_out, r.timed_out ? std::string() : r.detail);
       case ClientResult::Kind::kResponse:
-        op->written = true;
         return OnHeader(op, std::move(r.response));
     }
   }
@@ -614,7 +611,6 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       resume->last_event_id = op->last_event_id;
       resume->retry = op->retry;
       resume->resumes = op->resumes;
-      resume->written = true;
       for (auto& [key, id] : resume->unanswered) awaiting_[key] = resume;
       op->unanswered.clear();
       Finish(op);
