@@ -188,7 +188,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     }
     if (ex->conn) {
       asio::dispatch(ex->conn->lowest().get_executor(),
-                    [self = shared_from_this(), ex] { self->Write(ex); });
+                     [self = shared_from_this(), ex] { self->Write(ex); });
     } else {
       Connect(ex);
     }
@@ -241,29 +241,30 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
                               "the request was cancelled before it was sent");
           }
           ex->conn->lowest().expires_at(deadline);
-          ex->conn->lowest().async_connect(results, [self, ex, deadline](beast::error_code ec,
-                                                                         const tcp::endpoint&) {
-            if (ec) {
-              return self->Fail(ex, HttpClientResult::Kind::kNotSent,
-                                "cannot connect to the upstream " +
-                                    self->origin.target.host_header + " (" +
-                                    Describe(ec, "connection", self->options.connect_timeout) + ")");
-            }
-            beast::error_code ignored;
-            ex->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-            if (!ex->conn->tls) return self->Write(ex);
-            self->PrepareTls(*ex->conn);
-            ex->conn->tls->async_handshake(ssl::stream_base::client, [self,
-                                                                      ex](beast::error_code ec) {
-              if (ec) {
-                return self->Fail(ex, HttpClientResult::Kind::kNotSent,
-                                  "TLS handshake with the upstream " +
-                                      self->origin.target.host_header + " failed (" +
-                                      Describe(ec, "connection", self->options.connect_timeout) + ")");
-              }
-              self->Write(ex);
-            });
-          });
+          ex->conn->lowest().async_connect(
+              results, [self, ex, deadline](beast::error_code ec, const tcp::endpoint&) {
+                if (ec) {
+                  return self->Fail(
+                      ex, HttpClientResult::Kind::kNotSent,
+                      "cannot connect to the upstream " + self->origin.target.host_header + " (" +
+                          Describe(ec, "connection", self->options.connect_timeout) + ")");
+                }
+                beast::error_code ignored;
+                ex->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+                if (!ex->conn->tls) return self->Write(ex);
+                self->PrepareTls(*ex->conn);
+                ex->conn->tls->async_handshake(
+                    ssl::stream_base::client, [self, ex](beast::error_code ec) {
+                      if (ec) {
+                        return self->Fail(
+                            ex, HttpClientResult::Kind::kNotSent,
+                            "TLS handshake with the upstream " + self->origin.target.host_header +
+                                " failed (" +
+                                Describe(ec, "connection", self->options.connect_timeout) + ")");
+                      }
+                      self->Write(ex);
+                    });
+              });
         });
   }
 
@@ -383,13 +384,12 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     PreparePiece(ex, kPieceBytes);
     Expire(*ex->conn, ex->piece_timeout);
     ex->conn->With([&](auto& stream) {
-      bhttp::async_read_some(
-          stream, ex->conn->buffer, *ex->stream_parser,
-          [self = shared_from_this(), ex, then](beast::error_code ec, size_t) {
-            if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
-            if (!ec) TrimPiece(*ex);
-            ((*self).*then)(ex, ec);
-          });
+      bhttp::async_read_some(stream, ex->conn->buffer, *ex->stream_parser,
+                             [self = shared_from_this(), ex, then](beast::error_code ec, size_t) {
+                               if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
+                               if (!ec) TrimPiece(*ex);
+                               ((*self).*then)(ex, ec);
+                             });
     });
   }
 

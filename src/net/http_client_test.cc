@@ -96,17 +96,18 @@ class TestServer {
         return;
       }
       if (target == "/early-hints") {  // two interim answers before the final one
-        asio::write(s,
-                   asio::buffer(std::string_view("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
-                                                "HTTP/1.1 102 Processing\r\n\r\n")),
-                   ec);
+        asio::write(
+            s,
+            asio::buffer(std::string_view("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+                                          "HTTP/1.1 102 Processing\r\n\r\n")),
+            ec);
       }
       if (target == "/stream") {
         asio::write(
             s,
             asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                         "Transfer-Encoding: chunked\r\n\r\n"
-                                         "d\r\ndata: first\n\n\r\n")),
+                                          "Transfer-Encoding: chunked\r\n\r\n"
+                                          "d\r\ndata: first\n\n\r\n")),
             ec);
         released_.wait();
         asio::write(s, asio::buffer(std::string_view("e\r\ndata: second\n\n\r\n0\r\n\r\n")), ec);
@@ -116,17 +117,17 @@ class TestServer {
       if (target ==
           "/framing-first") {  // the header and a chunk's size line, then (released) the rest
         asio::write(s,
-                   asio::buffer(std::string_view(
-                       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nd\r\n")),
-                   ec);
+                    asio::buffer(std::string_view(
+                        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nd\r\n")),
+                    ec);
         released_.wait();
         asio::write(s, asio::buffer(std::string_view("data: first\n\n\r\n0\r\n\r\n")), ec);
         if (ec) return;
         continue;
       }
       if (target == "/until-close") {  // a body that ends with the connection
-        asio::write(s, asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")),
-                   ec);
+        asio::write(
+            s, asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")), ec);
         released_.wait();
         asio::write(s, asio::buffer(std::string_view("all of it")), ec);
         s.shutdown(tcp::socket::shutdown_both, ec);
@@ -165,7 +166,7 @@ class TestServer {
 };
 
 HttpClientResult Exchange(HttpClient& pool, std::string target, std::string body = "{}",
-                        std::function<void()> on_written = {}, bool stream = false) {
+                          std::function<void()> on_written = {}, bool stream = false) {
   std::promise<HttpClientResult> promise;
   auto future = promise.get_future();
   HttpClientRequest req;
@@ -437,7 +438,9 @@ TEST(HttpClientTest, RefusesBadUrls) {
     EXPECT_EQ(pool.error().code, ErrorCode::kInvalidArgument);
     EXPECT_NE(pool.error().message.find("upstream URL"), std::string::npos);
   }
-  auto pool = HttpClient::Create({.url = "https://127.0.0.1:1", .ca_file = "/no/such/ca.pem", .ca_option = "upstream_ca_file"});
+  auto pool = HttpClient::Create({.url = "https://127.0.0.1:1",
+                                  .ca_file = "/no/such/ca.pem",
+                                  .ca_option = "upstream_ca_file"});
   ASSERT_FALSE(pool);
   EXPECT_NE(pool.error().message.find("cannot load upstream_ca_file '/no/such/ca.pem'"),
             std::string::npos)
@@ -484,10 +487,9 @@ TEST(HttpClientTest, RequestResponseTimeoutOverridesTheOption) {
   TestServer server;
   auto client = MakePool({.url = server.url()});  // 60 s
   std::promise<HttpClientResult> promise;
-  client->Send({.method = "POST",
-                .target = "/hang",
-                .response_timeout = std::chrono::milliseconds(200)},
-               [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+  client->Send(
+      {.method = "POST", .target = "/hang", .response_timeout = std::chrono::milliseconds(200)},
+      [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
   HttpClientResult r = promise.get_future().get();
   EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent);
   EXPECT_TRUE(r.timed_out);

@@ -13,6 +13,8 @@
 //
 // Every request ends in exactly one of: its response delivered, or a
 // synthesised not_sent / maybe_sent error (http_channels.h).
+#include "net/http_client.h"
+
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -33,7 +35,6 @@
 #include "fronts/mcp/http_message_pump.h"
 #include "fronts/mcp/http_protocol.h"
 #include "fronts/mcp/sse.h"
-#include "net/http_client.h"
 #include "net/http_target.h"
 
 namespace idem::mcp {
@@ -115,7 +116,7 @@ struct Op {
   std::map<std::string, std::string> unanswered;  // request id key → id JSON
 
   net::HttpClientRequest req;
-  net::HttpClient::Call call;                 // the exchange, to cut it
+  net::HttpClient::Call call;                        // the exchange, to cut it
   std::shared_ptr<http::BodySource> body_in_flight;  // the answer's body, once its header came
   bool sent_session = false;
   bool finished = false;
@@ -885,16 +886,16 @@ Result<std::shared_ptr<Channel>> ConnectHttpUpstream(const std::string& url,
   // The client gets the origin only: every request names the URL's path and
   // query itself (a query is part of an MCP endpoint's URL).
   auto ioc = std::make_unique<asio::io_context>();
-  auto client = net::HttpClient::Create(
-      {.url = (target->tls ? "https://" : "http://") + target->host_header,
-       .connect_timeout = options.connect_timeout,
-       .response_timeout = options.response_timeout,
-       .max_idle = options.max_idle_reuse,
-       .max_idle_connections = std::max<size_t>(1, options.max_connections),
-       .verify_tls = options.verify_tls,
-       .ca_file = options.ca_file,
-       .ca_option = "CA file"},
-      *ioc);
+  auto client =
+      net::HttpClient::Create({.url = (target->tls ? "https://" : "http://") + target->host_header,
+                               .connect_timeout = options.connect_timeout,
+                               .response_timeout = options.response_timeout,
+                               .max_idle = options.max_idle_reuse,
+                               .max_idle_connections = std::max<size_t>(1, options.max_connections),
+                               .verify_tls = options.verify_tls,
+                               .ca_file = options.ca_file,
+                               .ca_option = "CA file"},
+                              *ioc);
   if (!client) return std::unexpected(client.error());
   return std::shared_ptr<Channel>(std::make_shared<HttpUpstreamChannel>(
       std::move(ioc), std::move(*client), std::move(*target), options));
