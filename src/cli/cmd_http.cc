@@ -1,6 +1,6 @@
 // `idemgate http`: the IETF Idempotency-Key reverse proxy (docs/DESIGN.md §6.2)
 // in front of one upstream HTTP API, with the admin endpoints (§6.4) beside
-// it. Wiring only: config → store → metrics → one Ledger → UpstreamPool →
+// it. Wiring only: config → store → metrics → one Ledger → net::HttpClient →
 // ReverseProxy behind WithAdmin → HttpListener.
 //
 //   idemgate http --upstream URL [--listen HOST:PORT] [--store URL] [--config FILE]
@@ -27,7 +27,7 @@
 #include "fronts/http_proxy/reverse_proxy.h"
 #include "fronts/http_proxy/route_reconcile.h"
 #include "fronts/http_proxy/route_summary.h"
-#include "fronts/http_proxy/upstream_pool.h"
+#include "net/http_client.h"
 
 namespace idem::cli {
 namespace {
@@ -60,7 +60,7 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   for (const std::string& line : proxy::DescribeRoutes(*config)) LogLine(line);
   const Duration drain = setup->drain_timeout;
 
-  proxy::UpstreamOptions upstream_options;
+  net::HttpClientOptions upstream_options;
   upstream_options.url = flags.upstream;
   upstream_options.connect_timeout = config->http.upstream_connect_timeout;
   upstream_options.response_timeout = config->http.upstream_timeout;
@@ -69,9 +69,10 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   upstream_options.max_response_bytes = config->http.max_response_bytes;
   upstream_options.verify_tls = config->http.upstream_verify_tls;
   upstream_options.ca_file = config->http.upstream_ca_file;
+  upstream_options.ca_option = "upstream_ca_file";
   upstream_options.threads = setup->options.threads;
-  Result<std::unique_ptr<proxy::UpstreamPool>> upstream =
-      proxy::UpstreamPool::Create(upstream_options);
+  Result<std::unique_ptr<net::HttpClient>> upstream =
+      net::HttpClient::Create(upstream_options);
   if (!upstream) {
     if (upstream.error().code == ErrorCode::kInvalidArgument) {
       return UsageError("http", upstream.error().message);

@@ -214,6 +214,7 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
   server_options.metrics = [&metrics] { return metrics.Render(); };
   // /console: the operator console, its page public, its API admin-only.
   console::Console console(ledger, config);
+  server_options.public_paths = console::Console::PublicPaths();
   server_options.console = [&console](http::Request request, http::Responder respond) {
     console.Handle(std::move(request), std::move(respond));
   };

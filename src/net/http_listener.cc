@@ -7,7 +7,11 @@
 // Responder, writes the answer under write_timeout, and reads the next
 // request (keep-alive) or closes. A streamed answer (Response::stream) is
 // written piece by piece, each under write_timeout, the next piece asked for
-// once the last is written; a closed connection cancels its source.
+// once the last is written; a closed connection cancels its source. While
+// the source is quiet, the hold timer doubles as the idle timer that writes
+// the answer's keep-alive piece. A request whose handler asked for
+// RequestHooks::OnClientGone has its socket watched (one read) while its
+// answer is pending; RequestHooks::After also runs on the hold timer.
 //
 // Lifetimes: the listener's state (Server) is shared. A connection lives as
 // long as an operation of its own is pending (while a handler works, a timer
@@ -117,6 +121,18 @@ struct ResponderState {
   }
 };
 
+// RequestHooks for one handler call: valid only during it (Detach after).
+class Hooks : public RequestHooks {
+ public:
+  explicit Hooks(Connection* connection) : connection_(connection) {}
+  void OnClientGone(std::function<void()> on_gone) override;
+  void After(std::chrono::milliseconds delay, std::function<void()> fn) override;
+  void Detach() { connection_ = nullptr; }
+
+ private:
+  Connection* connection_;
+};
+
 // ── One connection ──────────────────────────────────────────────────────────
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -142,9 +158,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
         self->keep_alive_ = false;
         self->linger_ = true;
         return self->SendProblem(503, "too-many-connections", "Too many connections",
-                                 "idemgate: this listener already serves " +
+                                 "idemgate: too many connections: this listener already serves " +
                                      std::to_string(self->options_.max_connections) +
-                                     " connections (max_connections); retry shortly",
+                                     " (max_connections); retry shortly",
                                  {{"Retry-After", "1"}});
       }
       self->DoRead();
@@ -180,6 +196,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
     net::post(stream_.get_executor(), [self = shared_from_this()] { self->CloseNow(); });
   }
 
+  // RequestHooks, on the strand during the handler's call.
+  void SetClientGone(std::function<void()> on_gone) {
+    gone_ = std::move(on_gone);
+    watch_ = true;
+    Watch();
+  }
+  void SetAfter(std::chrono::milliseconds delay, std::function<void()> fn) {
+    after_ = std::move(fn);
+    hold_.expires_after(delay);
+    hold_.async_wait([self = shared_from_this(), serial = serial_](beast::error_code ec) {
+      if (!ec) self->OnAfter(serial);
+    });
+  }
+
  private:
   enum class State { kReading, kHandling, kWriting, kClosed };
 
@@ -188,6 +218,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void DoRead() {
     state_ = State::kReading;
     ++serial_;
+    gone_ = nullptr;
+    after_ = nullptr;
+    watch_ = false;
     parser_.emplace();
     stream_.expires_never();
     idem::net::ReadRequest(stream_, buffer_, *parser_, limits_, shared_from_this(),
@@ -224,7 +257,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Handle(Request request) {
     state_ = State::kHandling;
-    if (server_->loopback && !options_.authenticate) {
+    if (server_->loopback && (!options_.authenticate || options_.check_host_with_tokens)) {
       // A page that rebinds its own name to our address sends that name.
       auto host = request.FindHeader("Host");
       if (host && !host->empty() && !idem::net::IsHostAllowedOnLoopback(*host, options_.allowed_hosts)) {
@@ -257,25 +290,68 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     request.principal = std::move(principal);
 
-    // Nothing else holds the connection while the handler works: this wait
-    // does, until the answer is sent or the connection is closed (Stop).
-    hold_.expires_at(net::steady_timer::time_point::max());
-    hold_.async_wait([self = shared_from_this()](beast::error_code) {});
-
+    HoldWhileHandling();
     auto state = std::make_shared<ResponderState>();
     state->server = server_->weak_from_this();
     state->connection = weak_from_this();
     state->serial = serial_;
     Responder respond = [state](Response r) { state->Answer(std::move(r)); };
+    auto hooks = std::make_shared<Hooks>(this);
+    request.hooks = hooks;
     try {
       server_->handler(std::move(request), std::move(respond));
+      hooks->Detach();
     } catch (const std::exception& e) {
+      hooks->Detach();
       // The handler threw before answering (a bug): answer 500 ourselves.
       if (!state->answered.exchange(true)) {
         SendResponse(Problem(500, "internal", "Internal error",
                              std::string("idemgate: internal error: ") + e.what()));
       }
     }
+  }
+
+  // The handler's RequestHooks::After is due (on the hold timer).
+  void OnAfter(uint64_t serial) {
+    if (serial != serial_ || state_ != State::kHandling || !after_) return;
+    std::function<void()> fn = std::move(after_);
+    after_ = nullptr;
+    HoldWhileHandling();
+    fn();
+  }
+
+  // Nothing else holds the connection while the handler works: this wait
+  // does, until the answer is sent or the connection is closed (Stop).
+  void HoldWhileHandling() {
+    hold_.expires_at(net::steady_timer::time_point::max());
+    hold_.async_wait([self = shared_from_this()](beast::error_code) {});
+  }
+
+  // While an answer is pending for a handler that asked (OnClientGone):
+  // one read, so that a client that leaves is noticed even when nothing is
+  // being written. Bytes that arrive (a pipelined next request) stay in the
+  // buffer for the next read.
+  void Watch() {
+    if (watching_ || state_ == State::kClosed || buffer_.size() >= options_.max_header_bytes) {
+      return;
+    }
+    watching_ = true;
+    stream_.socket().async_read_some(
+        buffer_.prepare(4096),
+        [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
+  }
+
+  void OnWatch(beast::error_code ec, size_t n) {
+    watching_ = false;
+    buffer_.commit(n);
+    if (resume_after_watch_) {  // the answer is written: read the next request
+      resume_after_watch_ = false;
+      if (state_ != State::kClosed) DoRead();
+      return;
+    }
+    if (state_ == State::kClosed) return;
+    if (ec) return CloseNow();  // the client left: CloseNow tells the handler
+    if (watch_ && (state_ == State::kHandling || state_ == State::kWriting)) Watch();
   }
 
   // ── Writing ──
@@ -287,7 +363,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void SendProblem(int status, std::string_view type, std::string_view title,
                    const std::string& detail, std::vector<Header> extra = {}) {
     state_ = State::kHandling;
-    Response r = Problem(status, type, title, detail);
+    Response r = options_.render_refusal ? options_.render_refusal(status, type, detail)
+                                         : Problem(status, type, title, detail);
     for (Header& h : extra) r.headers.push_back(std::move(h));
     SendResponse(std::move(r));
   }
@@ -347,6 +424,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       keep_alive_ = false;  // an HTTP/1.0 client reads the body to the close
     }
+    // Keep-alive pieces only between chunks: never inside a counted body.
+    idle_interval_ = chunked_ && !r.idle_piece.empty() ? r.idle_interval
+                                                       : std::chrono::milliseconds(0);
+    idle_piece_ = std::move(r.idle_piece);
     res->keep_alive(keep_alive_);
     if (head_) {
       r.stream->Cancel();  // a HEAD answer has no body to wait for
@@ -364,9 +445,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void NextPiece() {
     stream_.expires_never();
-    // As in Handle: the wait holds the connection while the source works.
-    hold_.expires_at(net::steady_timer::time_point::max());
-    hold_.async_wait([self = shared_from_this()](beast::error_code) {});
+    waiting_piece_ = true;
+    ArmIdle();
     std::weak_ptr<Server> server = server_->weak_from_this();
     std::weak_ptr<Connection> weak = weak_from_this();
     const uint64_t serial = serial_;
@@ -377,12 +457,49 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!c) return;
       net::post(c->stream_.get_executor(), [c, serial, p = std::move(piece)]() mutable {
         if (serial != c->serial_ || c->state_ != State::kWriting || !c->source_) return;
+        if (c->writing_idle_) {
+          c->pending_piece_ = std::move(p);  // written once the keep-alive piece is
+          return;
+        }
         c->WritePiece(std::move(p));
       });
     });
   }
 
+  // As in Handle, the hold timer's wait holds the connection while the
+  // source works; with an idle interval it also writes the keep-alive piece.
+  void ArmIdle() {
+    const uint64_t generation = ++idle_generation_;
+    if (idle_interval_.count() <= 0) {
+      hold_.expires_at(net::steady_timer::time_point::max());
+    } else {
+      hold_.expires_after(idle_interval_);
+    }
+    hold_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+      if (!ec && generation == self->idle_generation_) self->WriteIdle();
+    });
+  }
+
+  void WriteIdle() {
+    if (!waiting_piece_ || state_ != State::kWriting || !source_ || writing_idle_) return;
+    writing_idle_ = true;
+    stream_.expires_after(options_.write_timeout);
+    net::async_write(stream_, bhttp::make_chunk(net::buffer(idle_piece_)),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->writing_idle_ = false;
+                       if (ec) return self->OnWrite(ec);
+                       self->stream_.expires_never();
+                       if (self->state_ != State::kWriting || !self->source_) return;
+                       if (!self->pending_piece_) return self->ArmIdle();
+                       BodySource::Piece p = std::move(*self->pending_piece_);
+                       self->pending_piece_.reset();
+                       self->WritePiece(std::move(p));
+                     });
+  }
+
   void WritePiece(BodySource::Piece p) {
+    waiting_piece_ = false;
+    ++idle_generation_;
     hold_.cancel();
     if (p.failed) return CloseNow();  // the client sees the body cut off, as it was
     if (p.data.empty()) return p.last ? WriteEnd() : NextPiece();
@@ -412,6 +529,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void OnWrite(beast::error_code ec) {
+    if (!ec) gone_ = nullptr;  // the answer is out in full
     response_.reset();
     stream_.expires_never();
     if (source_) {  // a streamed answer's write failed
@@ -427,6 +545,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
         std::lock_guard lock(server_->mu);
         draining = server_->draining || server_->stopping;
       }
+      if (!draining && watching_) {
+        // The watch read goes first; its handler then reads the next request.
+        resume_after_watch_ = true;
+        beast::error_code ignored;
+        stream_.socket().cancel(ignored);
+        return;
+      }
       if (!draining) return DoRead();
     }
     if (linger_) return LingerClose();
@@ -437,9 +562,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (state_ == State::kClosed && !stream_.socket().is_open()) return;
     state_ = State::kClosed;
     hold_.cancel();
+    pending_piece_.reset();
     if (source_) {
       source_->Cancel();
       source_.reset();
+    }
+    if (gone_) {
+      std::function<void()> gone = std::move(gone_);
+      gone_ = nullptr;
+      gone();
     }
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -478,7 +609,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool head_ = false;
   bool linger_ = false;
+  // RequestHooks of the request being handled.
+  std::function<void()> gone_;   // OnClientGone
+  std::function<void()> after_;  // After
+  bool watch_ = false;           // watch the socket while the answer is pending
+  bool watching_ = false;        // the watch read is pending
+  bool resume_after_watch_ = false;
+  // Keep-alive pieces of a streamed answer (Response::idle_piece).
+  std::chrono::milliseconds idle_interval_{0};
+  std::string idle_piece_;
+  bool waiting_piece_ = false;  // source_->Next is pending
+  bool writing_idle_ = false;   // idle_piece_ is being written
+  std::optional<BodySource::Piece> pending_piece_;  // arrived during that write
+  uint64_t idle_generation_ = 0;                    // which idle wait is current
 };
+
+void Hooks::OnClientGone(std::function<void()> on_gone) {
+  if (connection_) connection_->SetClientGone(std::move(on_gone));
+}
+
+void Hooks::After(std::chrono::milliseconds delay, std::function<void()> fn) {
+  if (connection_) connection_->SetAfter(delay, std::move(fn));
+}
 
 void ResponderState::Answer(Response response) {
   if (answered.exchange(true)) return;        // exactly once; later calls are ignored

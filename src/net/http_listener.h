@@ -1,12 +1,17 @@
-// A plain HTTP/1.1 listener for idemgate's HTTP fronts: `idemgate serve` (the
-// ledger API, docs/DESIGN.md §6.3) and `idemgate http` (the Idempotency-Key reverse
-// proxy, §6.2). Boost.Beast, asynchronous: a few I/O threads serve every
+// idemgate's one HTTP/1.1 server, under every HTTP front: `idemgate serve` (the
+// ledger API, docs/DESIGN.md §6.3), `idemgate http` (the Idempotency-Key reverse
+// proxy, §6.2) and `idemgate mcp --listen` (MCP's Streamable HTTP, §6.1,
+// fronts/mcp/http_server.cc). Boost.Beast, asynchronous: a few I/O threads serve every
 // connection; the handler gets whole requests (headers and a body within
 // max_body_bytes) and answers each exactly once, from any thread, whenever it
 // is ready. Keep-alive, one request at a time per connection (no pipelining
 // of answers: the next request is read after the answer is written). An
 // answer's body may also come piece by piece (Response::stream), written as
-// it comes.
+// it comes, and may stay open with no deadline while it waits for its source,
+// with a keep-alive piece (an SSE comment) written whenever the source is
+// quiet for a while. A handler whose answer may wait long (an MCP stream)
+// can ask, through Request::hooks, to learn that the client left, and to be
+// called back once after a delay while its answer is still pending.
 //
 // The listener enforces the limits of §8 before a handler sees anything:
 // header count and size (431), body size (413), connections (503), a whole
@@ -47,6 +52,8 @@ struct Principal {
   bool admin = true;
 };
 
+class RequestHooks;
+
 struct Request {
   std::string method;           // "POST"
   std::string target;           // as received: "/v1/charges?expand=customer"
@@ -56,6 +63,9 @@ struct Request {
   std::string body;
   std::string remote;  // peer "127.0.0.1:53122"
   Principal principal;
+  // The request's line to its connection (see RequestHooks); null for a
+  // request that did not come from a listener (tests).
+  std::shared_ptr<RequestHooks> hooks;
 
   // The first header named `name` (ASCII case-insensitive), or nullopt.
   std::optional<std::string_view> FindHeader(std::string_view name) const;
@@ -95,6 +105,32 @@ struct Response {
   // of the listener's (the source has its own).
   std::shared_ptr<BodySource> stream;
   std::optional<uint64_t> stream_length;
+  // A streamed answer whose source has given nothing for `idle_interval`
+  // gets `idle_piece` written (an SSE keep-alive comment, so that
+  // intermediaries keep the stream open), and again after each further
+  // interval of silence. Zero or an empty piece: never.
+  std::chrono::milliseconds idle_interval{0};
+  std::string idle_piece;
+};
+
+// What a handler may ask of the connection while its answer is pending: for
+// answers that wait long (MCP's streams, docs/DESIGN.md §6.1). Call only
+// during the handler's own call (on the I/O thread, before it returns);
+// later calls are ignored. The callbacks run on the connection's I/O thread
+// and must not block.
+class RequestHooks {
+ public:
+  virtual ~RequestHooks() = default;
+  // Runs `on_gone` once if the connection closes before the answer has been
+  // written in full: the client left (the listener then watches the socket
+  // while the answer is pending, keeping bytes of a next request for later),
+  // a write failed, or the listener stopped. Not called once the answer is
+  // written.
+  virtual void OnClientGone(std::function<void()> on_gone) = 0;
+  // Runs `fn` once after `delay` if the handler has not answered by then
+  // (the Responder may be called from it). At most one per request; a later
+  // call replaces the earlier one.
+  virtual void After(std::chrono::milliseconds delay, std::function<void()> fn) = 0;
 };
 
 // An RFC 9457 problem: Content-Type application/problem+json, body
@@ -148,6 +184,18 @@ struct ListenerOptions {
   // [::1]) nor one of these host names (case-insensitive, no port) gets 403.
   // Default none.
   std::vector<std::string> allowed_hosts;
+  // Check Host as above on a loopback listener with tokens too (the MCP
+  // endpoint does: its bearer tokens are often configured in the very
+  // clients a rebinding page could reach). Default false.
+  bool check_host_with_tokens = false;
+  // Renders the listener's own refusals (400 malformed, 401, 403 for a
+  // foreign Host, 408, 413, 431, 503 for too many connections) in a front's
+  // dialect (MCP: a JSON-RPC error body). Gets the status, the problem type
+  // ("body-too-large") and the detail (what was wrong and what to do); the
+  // listener adds Retry-After or WWW-Authenticate where they belong. Unset:
+  // application/problem+json (Problem()).
+  std::function<Response(int status, std::string_view type, std::string_view detail)>
+      render_refusal;
   // Names the front in log lines and the "listening on" line ("serve").
   std::string name = "http";
   // Print "idemgate <name>: listening on http://HOST:PORT" to stderr once bound.

@@ -1,4 +1,4 @@
-// HTTP rules both HTTP servers and the fronts share, as pure functions:
+// HTTP rules the HTTP server and the fronts share, as pure functions:
 // media-type negotiation, Origin/Host checks against DNS rebinding, listen
 // addresses, base64, and excerpts of untrusted bytes safe for logs and
 // messages. No I/O; safe from any thread.

@@ -1,9 +1,8 @@
-// What idemgate's two HTTP servers (src/net/http_listener.cc for `serve` and
-// `http`, src/fronts/mcp/http_server.cc for `mcp --listen`) do the same way while
-// reading a request and closing a connection: the limits and the answers that
-// refuse a request before it is handled, the bearer token, and the lingering
-// close after an error answer. Each server words the refusal in its own body
-// (problem+json, JSON-RPC).
+// How idemgate's HTTP server (http_listener.cc) reads a request and closes a
+// connection: the limits and the answers that refuse a request before it is
+// handled, the bearer token, and the lingering close after an error answer.
+// A front words the refusal in its own body (ListenerOptions::render_refusal:
+// problem+json, JSON-RPC).
 #pragma once
 
 #include <boost/beast/core.hpp>

@@ -50,8 +50,8 @@ http::Response StoreUnavailable(const Error& e) {
 
 // An answer the outcome of which is stored (then relayed): status below 500
 // and not released by errors = release.
-bool IsAnswerToStore(const UpstreamResult& r, const Call& call) {
-  if (r.kind != UpstreamResult::Kind::kResponse || r.response.status >= 500) return false;
+bool IsAnswerToStore(const net::HttpClientResult& r, const Call& call) {
+  if (r.kind != net::HttpClientResult::Kind::kResponse || r.response.status >= 500) return false;
   return r.response.status < 400 || call.policy.errors != ErrorPolicy::kRelease;
 }
 
@@ -101,7 +101,7 @@ struct ReverseProxy::Gated {
   }
 };
 
-ReverseProxy::ReverseProxy(Ledger& ledger, const Config& config, UpstreamPool& upstream,
+ReverseProxy::ReverseProxy(Ledger& ledger, const Config& config, net::HttpClient& upstream,
                            WorkerPool& workers, ReverseProxyOptions options)
     : ledger_(ledger),
       config_(config),
@@ -159,18 +159,18 @@ void ReverseProxy::ToWorkers(const std::shared_ptr<Gated>& g, std::function<void
 }
 
 void ReverseProxy::PassThrough(http::Request request, http::Responder respond) {
-  UpstreamRequest forward = Forwarded(request, nullptr);
+  net::HttpClientRequest forward = Forwarded(request, nullptr);
   forward.stream = true;  // never stored: relayed as it comes, any size
-  upstream_.Send(std::move(forward), [this, respond = std::move(respond)](UpstreamResult r) {
+  upstream_.Send(std::move(forward), [this, respond = std::move(respond)](net::HttpClientResult r) {
     switch (r.kind) {
-      case UpstreamResult::Kind::kResponse:
+      case net::HttpClientResult::Kind::kResponse:
         respond(Relayed(std::move(r.response)));
         break;
-      case UpstreamResult::Kind::kNotSent:
+      case net::HttpClientResult::Kind::kNotSent:
         respond(http::Problem(502, "upstream-unreachable", "Upstream unreachable",
                               r.detail + "; the request was not sent"));
         break;
-      case UpstreamResult::Kind::kMaybeSent:
+      case net::HttpClientResult::Kind::kMaybeSent:
         respond(http::Problem(r.timed_out ? 504 : 502,
                               r.timed_out ? "upstream-timeout" : "upstream-failed",
                               r.timed_out ? "Upstream timeout" : "Upstream failed", r.detail));
@@ -180,8 +180,8 @@ void ReverseProxy::PassThrough(http::Request request, http::Responder respond) {
   });
 }
 
-UpstreamRequest ReverseProxy::Forwarded(http::Request& request, const RequestPlan* plan) const {
-  UpstreamRequest out;
+net::HttpClientRequest ReverseProxy::Forwarded(http::Request& request, const RequestPlan* plan) const {
+  net::HttpClientRequest out;
   out.method = std::move(request.method);
   out.target = std::move(request.target);
   out.body = std::move(request.body);
@@ -334,14 +334,14 @@ void ReverseProxy::Execute(const std::shared_ptr<Gated>& g) {
   if (g->decision.kind == Decision::Kind::kExecute) {
     g->lease = std::make_shared<Ledger::LeaseGuard>(ledger_.KeepAlive(call, g->decision.fence));
   }
-  UpstreamRequest forward = Forwarded(g->request, &g->plan);
+  net::HttpClientRequest forward = Forwarded(g->request, &g->plan);
   if (FaultPointsArmed()) forward.on_written = [] { FaultPoint("after_send"); };
-  upstream_.Send(std::move(forward), [this, g](UpstreamResult result) {
+  upstream_.Send(std::move(forward), [this, g](net::HttpClientResult result) {
     // On an upstream I/O thread. An answer to store goes to the store's
     // non-blocking write where it has one; any other store write may block,
     // so it goes to the worker pool.
     if (IsAnswerToStore(result, g->plan.call)) return StoreAnswer(g, std::move(result.response));
-    auto shared = std::make_shared<UpstreamResult>(std::move(result));
+    auto shared = std::make_shared<net::HttpClientResult>(std::move(result));
     if (!workers_.Submit([this, g, shared] { Settle(g, std::move(*shared)); })) {
       Settle(g, std::move(*shared));
     }
@@ -378,11 +378,11 @@ void ReverseProxy::Relay(const std::shared_ptr<Gated>& g, StoredAnswer answer,
   Done();
 }
 
-void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result) {
+void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult result) {
   const Call& call = g->plan.call;
   const Decision& d = g->decision;
   g->lease.reset();  // stop renewing before the final write
-  if (result.kind == UpstreamResult::Kind::kResponse || result.too_large) {
+  if (result.kind == net::HttpClientResult::Kind::kResponse || result.too_large) {
     FaultPoint("after_answer");
   }
   std::string note;
@@ -400,7 +400,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
   };
 
   switch (result.kind) {
-    case UpstreamResult::Kind::kNotSent:
+    case net::HttpClientResult::Kind::kNotSent:
       if (auto r = ledger_.Release(call, d); !r) {
         Log("could not release " + call.id.key + " (" + r.error().ToString() +
             "); it stays claimed until its lease runs out");
@@ -411,7 +411,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
                         KeyMember(call)));
       note = "released: not sent: " + result.detail;
       break;
-    case UpstreamResult::Kind::kMaybeSent:
+    case net::HttpClientResult::Kind::kMaybeSent:
       if (result.too_large) {
         const std::string connection(Connection(result.response.headers));
         StoredResponse marker{result.response.status,
@@ -439,7 +439,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, UpstreamResult result
           KeyMember(call)));
       note = "outcome unknown: " + result.detail;
       break;
-    case UpstreamResult::Kind::kResponse: {
+    case net::HttpClientResult::Kind::kResponse: {
       const int status = result.response.status;
       if (status >= 500) {
         mark_unknown();

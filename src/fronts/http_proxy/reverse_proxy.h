@@ -60,7 +60,7 @@
 #include "idem/config.h"
 #include "idem/ledger.h"
 #include "fronts/http_proxy/request_plan.h"
-#include "fronts/http_proxy/upstream_pool.h"
+#include "net/http_client.h"
 
 namespace idem::proxy {
 
@@ -84,7 +84,7 @@ struct StoredAnswer {
 class ReverseProxy {
  public:
   // Everything must outlive the proxy.
-  ReverseProxy(Ledger& ledger, const Config& config, UpstreamPool& upstream, WorkerPool& workers,
+  ReverseProxy(Ledger& ledger, const Config& config, net::HttpClient& upstream, WorkerPool& workers,
                ReverseProxyOptions options);
 
   // The listener's handler.
@@ -114,15 +114,15 @@ class ReverseProxy {
   void Relay(const std::shared_ptr<Gated>& g, StoredAnswer answer, const Result<Record>& stored);
   // Every other upstream result, on the worker pool: release, mark unknown
   // or store a too-large marker, then answer.
-  void Settle(const std::shared_ptr<Gated>& g, UpstreamResult result);
+  void Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult result);
   void PassThrough(http::Request request, http::Responder respond);
-  UpstreamRequest Forwarded(http::Request& request, const RequestPlan* plan) const;
+  net::HttpClientRequest Forwarded(http::Request& request, const RequestPlan* plan) const;
   void Log(std::string_view line) const;
   void Done();
 
   Ledger& ledger_;
   const Config& config_;
-  UpstreamPool& upstream_;
+  net::HttpClient& upstream_;
   WorkerPool& workers_;
   const ReverseProxyOptions options_;
 

@@ -45,25 +45,25 @@ std::optional<std::string> ReconcileTarget(const Config& config, const Call& cal
   return target;
 }
 
-ReconcileHook MakeRouteReconcileHook(const Config& config, UpstreamPool& upstream) {
+ReconcileHook MakeRouteReconcileHook(const Config& config, net::HttpClient& upstream) {
   return [&config, &upstream](const Call& call) -> Result<std::optional<Outcome>> {
     std::optional<std::string> target = ReconcileTarget(config, call);
     if (!target) {
       return MakeError(ErrorCode::kFailedPrecondition,
                        "no reconcile route is configured for " + call.tool);
     }
-    UpstreamRequest request;
+    net::HttpClientRequest request;
     request.method = "GET";
     request.target = std::move(*target);
     if (const std::string& header = RuleOf(config, call)->key_header; !header.empty()) {
       request.headers.push_back({header, call.id.key});
     }
-    auto promise = std::make_shared<std::promise<UpstreamResult>>();
-    std::future<UpstreamResult> answer = promise->get_future();
+    auto promise = std::make_shared<std::promise<net::HttpClientResult>>();
+    std::future<net::HttpClientResult> answer = promise->get_future();
     upstream.Send(std::move(request),
-                  [promise](UpstreamResult r) { promise->set_value(std::move(r)); });
-    UpstreamResult r = answer.get();
-    if (r.kind != UpstreamResult::Kind::kResponse) {
+                  [promise](net::HttpClientResult r) { promise->set_value(std::move(r)); });
+    net::HttpClientResult r = answer.get();
+    if (r.kind != net::HttpClientResult::Kind::kResponse) {
       return MakeError(ErrorCode::kUnavailable, "the reconcile lookup failed: " + r.detail);
     }
     const int status = r.response.status;

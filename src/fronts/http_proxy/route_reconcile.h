@@ -25,7 +25,7 @@
 
 #include "idem/config.h"
 #include "idem/ledger.h"
-#include "fronts/http_proxy/upstream_pool.h"
+#include "net/http_client.h"
 
 namespace idem::proxy {
 
@@ -36,6 +36,6 @@ std::optional<std::string> ReconcileTarget(const Config& config, const Call& cal
 // The hook for LedgerOptions::reconcile. Runs inside Ledger::Begin on a
 // worker thread and blocks there for the lookup (at most the pool's
 // response_timeout). `config` and `upstream` must outlive the ledger's use.
-ReconcileHook MakeRouteReconcileHook(const Config& config, UpstreamPool& upstream);
+ReconcileHook MakeRouteReconcileHook(const Config& config, net::HttpClient& upstream);
 
 }  // namespace idem::proxy

@@ -82,6 +82,11 @@ using HttpSessionFactory =
 // params, arguments), with room to spare.
 inline constexpr size_t kEnvelopeDepth = 8;
 
+// The server runs on idemgate's one HTTP server (net/http_listener.h): the
+// fields it shares with ListenerOptions (listen, the limits, the timeouts,
+// max_connections, threads, authenticate, allowed_hosts, insecure_no_auth)
+// mean the same there, and its own refusals (413, 431, 408, 401, 403, 503)
+// come as JSON-RPC error bodies.
 struct HttpServerOptions {
   // HOST:PORT to bind. Port 0 picks a free port (see bound_address()).
   // Default: loopback on an OS-chosen port.
@@ -131,8 +136,12 @@ struct HttpServerOptions {
   // exact, case-insensitive. A request whose Origin is neither → 403.
   std::vector<std::string> allowed_origins;
   // Host names (no port) allowed in the Host header while bound to loopback,
-  // in addition to loopback names. Default none.
+  // in addition to loopback names (checked with tokens configured too).
+  // Default none.
   std::vector<std::string> allowed_hosts;
+  // Exact paths served without a token besides /healthz and /readyz (the
+  // console's page: console::Console::PublicPaths()). Default none.
+  std::vector<std::string> public_paths;
 
   // Maps a bearer token to its tenant; nullopt for an unknown token. Unset
   // (no tokens configured): no Authorization is required, every session
@@ -142,8 +151,9 @@ struct HttpServerOptions {
   // Allow binding a non-loopback address without tokens (--insecure-no-auth).
   bool insecure_no_auth = false;
 
-  // Admin endpoints beside /healthz (docs/DESIGN.md §6.4), GET or HEAD; both run
-  // on a separate thread, never on the I/O threads, and may block briefly.
+  // Admin endpoints beside /healthz (docs/DESIGN.md §6.4), GET or HEAD,
+  // served by http::WithAdmin: both run on its worker thread, never on the
+  // I/O threads, and may block briefly.
   // /readyz: 200 when `ready` returns OK, else 503 with its error; no token
   // needed. Unset: 200 like /healthz.
   std::function<Result<void>()> ready;
@@ -155,9 +165,9 @@ struct HttpServerOptions {
   // Requests for /console and under it (the operator console, which every
   // HTTP front serves: fronts/console/console.h) go to this handler after
   // the Host check (the console checks Origin itself), with the principal of
-  // their bearer token (tenant "" without admin rights when the token is
-  // missing or unknown; the handler refuses what needs one). Its answers are
-  // written whole. Unset: 404.
+  // their bearer token (on public_paths, tenant "" without admin rights when
+  // the token is missing or unknown; elsewhere such a request is refused 401
+  // first). Unset: 404.
   idem::http::Handler console;
 
   // Request headers handed to the session with each tools/call besides

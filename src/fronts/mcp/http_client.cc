@@ -1,27 +1,27 @@
 // ConnectHttpUpstream: the upstream side of the proxy over Streamable HTTP.
 //
-// One I/O thread per channel runs every exchange (Boost.Beast, asynchronous);
-// messages go to McpSession through a MessagePump. Each Send becomes one POST
-// on a keep-alive connection from a small pool, so a long SSE answer never
-// holds up the next request. Requests start in order: the next POST starts
-// once the previous one is fully written, and nothing starts while an
-// initialize is in flight (its answer carries the session id every later
-// request needs).
+// One I/O thread per channel runs every exchange; messages go to McpSession
+// through a MessagePump. The HTTP itself (connections, keep-alive reuse, TLS,
+// timeouts, not-sent vs maybe-sent) is net::HttpClient's, run on the
+// channel's io_context; this file keeps MCP's protocol: JSON or SSE answers,
+// the session id, the GET stream, resumption, DELETE, and the synthesised
+// delivery failures. Each Send becomes one POST on a keep-alive connection,
+// so a long SSE answer never holds up the next request. Requests start in
+// order: the next POST starts once the previous one is fully written, and
+// nothing starts while an initialize is in flight (its answer carries the
+// session id every later request needs).
 //
 // Every request ends in exactly one of: its response delivered, or a
 // synthesised not_sent / maybe_sent error (http_channels.h).
+#include "net/http_client.h"
+
 #include <openssl/rand.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
-#include <cerrno>
 #include <deque>
 #include <iostream>
 #include <map>
@@ -30,29 +30,20 @@
 #include <set>
 #include <thread>
 
-#include "net/client_conn.h"
 #include "fronts/mcp/http_channels.h"
 #include "fronts/mcp/http_jsonrpc.h"
 #include "fronts/mcp/http_message_pump.h"
 #include "fronts/mcp/http_protocol.h"
 #include "fronts/mcp/sse.h"
 #include "net/http_target.h"
-#include "net/tls_client.h"
-
-#ifndef IDEM_VERSION
-#define IDEM_VERSION "dev"
-#endif
 
 namespace idem::mcp {
 namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace net = boost::asio;
-namespace ssl = net::ssl;
-using tcp = net::ip::tcp;
+namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using ClientResult = net::HttpClientResult;
 
 constexpr int kMaxResumes = 5;
 constexpr milliseconds kWriteTimeout{30'000};
@@ -85,9 +76,26 @@ const std::string& ProcessNonce() {
   return nonce;
 }
 
-using Target = idem::net::HttpTarget;
+using Target = net::HttpTarget;
 
-using Conn = idem::net::ClientConn;
+// Sets header `name` of `req` to `value`, replacing one of that name.
+void SetHeader(net::HttpClientRequest& req, std::string_view name, std::string value) {
+  for (http::Header& h : req.headers) {
+    if (boost::beast::iequals(h.name, name)) {
+      h.value = std::move(value);
+      return;
+    }
+  }
+  req.headers.push_back({std::string(name), std::move(value)});
+}
+
+// The first header of `res` named `name`, or "".
+std::string_view HeaderOf(const http::Response& res, std::string_view name) {
+  for (const http::Header& h : res.headers) {
+    if (boost::beast::iequals(h.name, name)) return h.value;
+  }
+  return {};
+}
 
 // One HTTP exchange.
 struct Op {
@@ -107,15 +115,17 @@ struct Op {
   bool has_initialized_notification = false;
   std::map<std::string, std::string> unanswered;  // request id key → id JSON
 
-  std::unique_ptr<Conn> conn;
-  bool reused = false;
+  net::HttpClientRequest req;
+  net::HttpClient::Call call;                        // the exchange, to cut it
+  std::shared_ptr<http::BodySource> body_in_flight;  // the answer's body, once its header came
   bool sent_session = false;
-  bool written = false;
   bool finished = false;
   bool holds_barrier = false;      // later POSTs wait until this one is written
   bool counts_as_request = false;  // holds one of the max_connections request slots
-  http::request<http::string_body> req;
-  std::optional<http::response_parser<http::buffer_body>> parser;
+  // A POST's JSON answer must be whole within response_timeout of the write.
+  Clock::time_point written_at;
+  std::unique_ptr<asio::steady_timer> body_deadline;
+  bool timed_out = false;
   int status = 0;
   bool sse = false;
   std::optional<SseParser> sse_parser;
@@ -124,20 +134,20 @@ struct Op {
   std::string body_in;
   int resumes = 0;
   bool got_event = false;
-  char chunk[16 * 1024];
 };
 
-// The channel's machinery. Everything except Send/Close/Shutdown runs on the
-// I/O thread.
+// The channel's machinery. Everything except Send/Close/Shutdown/MarkDead
+// runs on the I/O thread; so do the HTTP client's callbacks (it runs on the
+// same single-threaded io_context), hence no locks.
 class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
  public:
-  UpstreamCore(net::io_context& ioc, Target target, HttpClientOptions options,
-               std::unique_ptr<ssl::context> tls)
+  UpstreamCore(asio::io_context& ioc, net::HttpClient& client, Target target,
+               HttpClientOptions options)
       : ioc_(ioc),
+        client_(client),
         target_(std::move(target)),
         request_target_(target_.RequestTarget()),
         options_(std::move(options)),
-        tls_(std::move(tls)),
         grace_timer_(ioc),
         listen_timer_(ioc) {}
 
@@ -145,7 +155,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
 
   bool Send(std::string message) {
     if (closed_.load()) return false;
-    net::post(ioc_, [weak = weak_from_this(), m = std::move(message)]() mutable {
+    asio::post(ioc_, [weak = weak_from_this(), m = std::move(message)]() mutable {
       if (auto self = weak.lock()) self->Enqueue(std::move(m));
     });
     return true;
@@ -153,33 +163,42 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
 
   void Close() {
     if (closed_.exchange(true)) return;
-    net::post(ioc_, [weak = weak_from_this()] {
+    asio::post(ioc_, [weak = weak_from_this()] {
       if (auto self = weak.lock()) self->BeginClose("closed by the proxy");
     });
   }
 
-  // The owner is going away: drop every connection and timer now, with no
+  // The owner is going away: drop every exchange and timer now, with no
   // more deliveries.
   void Shutdown() {
     closed_.store(true);
-    net::post(ioc_, [weak = weak_from_this()] {
-      auto self = weak.lock();
-      if (!self) return;
-      self->dead_ = true;
-      self->closing_ = true;
-      self->queue_.clear();
-      for (auto& op : std::set<std::shared_ptr<Op>>(self->ops_)) {
-        if (op->conn) op->conn->Close();
-      }
-      for (auto& c : self->idle_) c->Close();
-      self->idle_.clear();
-      self->grace_timer_.cancel();
-      self->listen_timer_.cancel();
-      if (self->listen_op_ && self->listen_op_->conn) self->listen_op_->conn->Close();
+    asio::post(ioc_, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->Die();
     });
   }
 
+  // After the I/O thread was joined: no more deliveries, whatever the HTTP
+  // client still reports.
+  void MarkDead() { dead_ = true; }
+
  private:
+  void Die() {
+    dead_ = true;
+    closing_ = true;
+    queue_.clear();
+    for (auto& op : std::set<std::shared_ptr<Op>>(ops_)) Cut(*op);
+    grace_timer_.cancel();
+    listen_timer_.cancel();
+    if (listen_op_) Cut(*listen_op_);
+  }
+
+  // Cuts `op`'s exchange: its connection is closed, and the client reports
+  // not_sent or maybe_sent for it, or its body fails.
+  static void Cut(Op& op) {
+    op.call.Cancel();
+    if (op.body_in_flight) op.body_in_flight->Cancel();
+  }
+
   // ── Sending ──
 
   void Enqueue(std::string message) {
@@ -243,135 +262,97 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       }
       ops_.insert(op);
       BuildPost(*op);
-      op->conn = TakeIdle();
-      if (op->conn) {
-        op->reused = true;
-        Write(op);
-      } else {
-        Connect(op);
-      }
+      Exchange(op);
     }
   }
 
-  void BaseRequest(Op& op, http::verb verb) {
+  void BaseRequest(Op& op, std::string method) {
     op.req = {};
-    op.req.method(verb);
-    op.req.target(request_target_);
-    op.req.version(11);
-    op.req.set(http::field::host, target_.host_header);
-    op.req.set(http::field::user_agent, "idemgate/" IDEM_VERSION);
-    for (const auto& [name, value] : options_.headers) op.req.set(name, value);
+    op.req.method = std::move(method);
+    op.req.target = request_target_;
+    for (const auto& [name, value] : options_.headers) SetHeader(op.req, name, value);
     if (!session_id_.empty()) {
-      op.req.set("Mcp-Session-Id", session_id_);
+      SetHeader(op.req, "Mcp-Session-Id", session_id_);
       op.sent_session = true;
     }
-    op.req.keep_alive(true);
   }
 
   void BuildPost(Op& op) {
-    BaseRequest(op, http::verb::post);
-    op.req.set(http::field::content_type, "application/json");
-    op.req.set(http::field::accept, "application/json, text/event-stream");
+    BaseRequest(op, "POST");
+    SetHeader(op.req, "Content-Type", "application/json");
+    SetHeader(op.req, "Accept", "application/json, text/event-stream");
     // The negotiated version; a 2026-07-28 message names its own.
     std::string version = protocol_version_;
     if (op.messages.size() == 1 && !op.messages.front().meta_protocol_version.empty()) {
       version = op.messages.front().meta_protocol_version;
     }
-    if (!version.empty() && !op.has_initialize) op.req.set("MCP-Protocol-Version", version);
+    if (!version.empty() && !op.has_initialize) SetHeader(op.req, "MCP-Protocol-Version", version);
     if (IsStatelessProtocolVersion(version) && op.messages.size() == 1) {
       // MCP 2026-07-28 mirrors the method and name into headers.
       const MessageInfo& m = op.messages.front();
-      if (!m.method.empty()) op.req.set("Mcp-Method", m.method);
-      if (!m.name.empty()) op.req.set("Mcp-Name", EncodeMirroredHeaderValue(m.name));
+      if (!m.method.empty()) SetHeader(op.req, "Mcp-Method", m.method);
+      if (!m.name.empty()) SetHeader(op.req, "Mcp-Name", EncodeMirroredHeaderValue(m.name));
       if (m.method == "tools/call") {
         if (auto it = mirrored_.find(m.name); it != mirrored_.end()) {
           for (auto& [name, value] :
                MirroredParamHeaders(it->second, m.raw, options_.max_json_depth)) {
-            op.req.set(name, value);
+            SetHeader(op.req, name, value);
           }
         }
       }
     }
-    op.req.body() = op.body;
-    op.req.prepare_payload();
+    op.req.body = op.body;
   }
 
-  std::unique_ptr<Conn> TakeIdle() {
-    while (!idle_.empty()) {
-      std::unique_ptr<Conn> c = std::move(idle_.back());
-      idle_.pop_back();
-      if (Clock::now() - c->idle_since < options_.max_idle_reuse && c->Alive()) return c;
-      c->Close();
+  // A GET for an event stream, resuming after `last_event_id` when set.
+  void BuildGet(Op& op, const std::string& last_event_id) {
+    BaseRequest(op, "GET");
+    SetHeader(op.req, "Accept", "text/event-stream");
+    if (!protocol_version_.empty()) SetHeader(op.req, "MCP-Protocol-Version", protocol_version_);
+    if (!last_event_id.empty()) SetHeader(op.req, "Last-Event-ID", last_event_id);
+  }
+
+  // Sends `op`'s request through the HTTP client; its answer's body comes
+  // piece by piece (an SSE stream may last as long as a tool runs).
+  void Exchange(const std::shared_ptr<Op>& op) {
+    net::HttpClientRequest req = op->req;
+    req.stream = true;
+    req.write_timeout = std::max(kWriteTimeout, options_.connect_timeout);
+    switch (op->kind) {
+      case Op::Kind::kPost:
+        req.response_timeout = options_.response_timeout;
+        req.piece_timeout = milliseconds(0);  // an SSE answer; a JSON one has body_deadline
+        break;
+      case Op::Kind::kDelete:
+        req.response_timeout = options_.connect_timeout;
+        break;
+      case Op::Kind::kResume:
+      case Op::Kind::kListen:
+        req.response_timeout = milliseconds(0);
+        break;
     }
-    return nullptr;
-  }
-
-  std::unique_ptr<Conn> NewConn() {
-    auto c = std::make_unique<Conn>();
-    if (target_.tls) {
-      c->tls.emplace(net::make_strand(ioc_), *tls_);
-    } else {
-      c->plain.emplace(net::make_strand(ioc_));
-    }
-    return c;
-  }
-
-  // Resolves, connects and (for https) handshakes a new connection for `op`,
-  // then writes its request.
-  void Connect(const std::shared_ptr<Op>& op) {
-    op->conn = NewConn();
-    auto resolver = std::make_shared<tcp::resolver>(ioc_);
-    auto timer = std::make_shared<net::steady_timer>(ioc_);
-    auto timed_out = std::make_shared<bool>(false);
-    timer->expires_after(options_.connect_timeout);
-    timer->async_wait([resolver, timed_out](beast::error_code ec) {
-      if (ec) return;
-      *timed_out = true;
-      resolver->cancel();
+    req.on_written = [weak = weak_from_this(), op] {
+      auto self = weak.lock();
+      if (!self || op->finished) return;
+      op->written_at = Clock::now();
+      self->ReleaseWriteBarrier(*op);
+    };
+    op->call = client_.Send(std::move(req), [weak = weak_from_this(), op](ClientResult r) {
+      if (auto self = weak.lock()) self->OnResult(op, std::move(r));
     });
-    resolver->async_resolve(
-        target_.host, target_.port,
-        [self = shared_from_this(), op, resolver, timer, timed_out](
-            beast::error_code ec, tcp::resolver::results_type results) {
-          if (ec) {
-            timer->cancel();
-            return self->ConnectFailed(
-                op, "cannot resolve host '" + self->target_.host + "' (" +
-                        (*timed_out ? std::string("timed out") : ec.message()) + ")");
-          }
-          if (self->dead_) return self->Finish(op, false);
-          op->conn->lowest().expires_at(timer->expiry());
-          op->conn->lowest().async_connect(results, [self, op, timer](beast::error_code ec,
-                                                                      const tcp::endpoint&) {
-            if (ec) {
-              timer->cancel();
-              return self->ConnectFailed(
-                  op, "cannot connect to " + self->target_.host_header + " (" + ec.message() + ")");
-            }
-            beast::error_code ignored;
-            op->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-            if (!op->conn->tls) {
-              timer->cancel();
-              op->conn->lowest().expires_never();
-              return self->Write(op);
-            }
-            self->PrepareTls(*op->conn);
-            op->conn->tls->async_handshake(ssl::stream_base::client, [self, op,
-                                                                      timer](beast::error_code ec) {
-              timer->cancel();
-              if (ec) {
-                return self->ConnectFailed(op, "TLS handshake with " + self->target_.host_header +
-                                                   " failed (" + ec.message() + ")");
-              }
-              op->conn->lowest().expires_never();
-              self->Write(op);
-            });
-          });
-        });
   }
 
-  void PrepareTls(Conn& c) {
-    idem::net::PrepareTlsClient(c.tls->native_handle(), target_.host, options_.verify_tls);
+  void OnResult(const std::shared_ptr<Op>& op, ClientResult r) {
+    if (op->finished) return;
+    if (dead_) return Finish(op);
+    switch (r.kind) {
+      case ClientResult::Kind::kNotSent:
+        return ConnectFailed(op, r.detail);
+      case ClientResult::Kind::kMaybeSent:
+        return ReadFailed(op, r.timed_out, r.timed_out ? std::string() : r.detail);
+      case ClientResult::Kind::kResponse:
+        return OnHeader(op, std::move(r.response));
+    }
   }
 
   void ConnectFailed(const std::shared_ptr<Op>& op, const std::string& detail) {
@@ -384,74 +365,27 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       case Op::Kind::kListen:
         return ListenEnded(op, false);
       case Op::Kind::kDelete:
-        return Finish(op, false);
+        return Finish(op);
     }
-  }
-
-  void Write(const std::shared_ptr<Op>& op) {
-    if (dead_) return Finish(op, false);
-    op->conn->lowest().expires_after(std::max(kWriteTimeout, options_.connect_timeout));
-    op->conn->With([&](auto& stream) {
-      http::async_write(stream, op->req,
-                        [self = shared_from_this(), op](beast::error_code ec, size_t) {
-                          self->OnWritten(op, ec);
-                        });
-    });
-  }
-
-  void OnWritten(const std::shared_ptr<Op>& op, beast::error_code ec) {
-    ReleaseWriteBarrier(*op);
-    if (ec) {
-      // The server never received a complete request, so it cannot have
-      // acted on it.
-      return ConnectFailed(
-          op, "could not send the request to " + target_.host_header + " (" + ec.message() + ")");
-    }
-    op->written = true;
-    ReadHeader(op);
   }
 
   void ReleaseWriteBarrier(Op& op) {
     if (!op.holds_barrier) return;
     op.holds_barrier = false;
     write_barrier_ = false;
-    net::post(ioc_, [self = shared_from_this()] { self->StartQueued(); });
+    asio::post(ioc_, [self = shared_from_this()] { self->StartQueued(); });
   }
 
   // ── Receiving ──
 
-  void ReadHeader(const std::shared_ptr<Op>& op) {
-    op->parser.emplace();
-    op->parser->header_limit(64 * 1024);
-    op->parser->body_limit(boost::none);  // enforced per message below
-    if (op->kind == Op::Kind::kPost && options_.response_timeout.count() > 0) {
-      op->conn->lowest().expires_after(options_.response_timeout);
-    } else if (op->kind == Op::Kind::kDelete) {
-      op->conn->lowest().expires_after(options_.connect_timeout);
-    } else {
-      op->conn->lowest().expires_never();
-    }
-    op->conn->With([&](auto& stream) {
-      http::async_read_header(stream, op->conn->buffer, *op->parser,
-                              [self = shared_from_this(), op](beast::error_code ec, size_t) {
-                                self->OnHeader(op, ec);
-                              });
-    });
-  }
-
-  void OnHeader(const std::shared_ptr<Op>& op, beast::error_code ec) {
-    if (dead_) return Finish(op, false);
-    if (ec) return ReadFailed(op, ec);
-    auto& res = op->parser->get();
-    op->status = static_cast<int>(res.result_int());
+  void OnHeader(const std::shared_ptr<Op>& op, http::Response res) {
+    op->status = res.status;
     bool ok = op->status >= 200 && op->status < 300;
-    bool event_stream = IsMediaType(std::string_view(res[http::field::content_type].data(),
-                                                     res[http::field::content_type].size()),
-                                    "text/event-stream");
+    bool event_stream = IsMediaType(HeaderOf(res, "Content-Type"), "text/event-stream");
     switch (op->kind) {
       case Op::Kind::kPost:
         if (op->has_initialize && ok) {
-          std::string id(res["Mcp-Session-Id"]);
+          std::string id(HeaderOf(res, "Mcp-Session-Id"));
           if (IsValidSessionId(id)) {
             session_id_ = id;
           } else if (!id.empty()) {
@@ -472,10 +406,10 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       case Op::Kind::kListen:
         if (op->status == 405) {
           listen_unsupported_ = true;  // the upstream offers no GET stream: fine
-          return Finish(op, false);
+          return Finish(op);
         }
         if (op->status == 404 && op->sent_session) {
-          Finish(op, false);
+          Finish(op);
           return SessionExpired();
         }
         if (!ok || !event_stream) {
@@ -489,32 +423,45 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       case Op::Kind::kDelete:
         break;
     }
-    if (op->sse) {
-      op->sse_parser.emplace(options_.max_message_bytes);
-      op->conn->lowest().expires_never();
+    if (op->sse) op->sse_parser.emplace(options_.max_message_bytes);
+    if (!res.stream) {  // the whole answer came with its header
+      if (!res.body.empty() && !BodyBytes(op, res.body)) return;
+      return BodyDone(op);
     }
+    op->body_in_flight = std::move(res.stream);
+    if (op->kind == Op::Kind::kPost && !op->sse) ArmBodyDeadline(op);
     ReadBody(op);
   }
 
-  void ReadBody(const std::shared_ptr<Op>& op) {
-    if (op->parser->is_done()) return BodyDone(op);
-    auto& body = op->parser->get().body();
-    body.data = op->chunk;
-    body.size = sizeof op->chunk;
-    op->conn->With([&](auto& stream) {
-      http::async_read_some(
-          stream, op->conn->buffer, *op->parser,
-          [self = shared_from_this(), op](beast::error_code ec, size_t) { self->OnBody(op, ec); });
+  // A POST's JSON answer must be whole within response_timeout of the write,
+  // as its header had to be.
+  void ArmBodyDeadline(const std::shared_ptr<Op>& op) {
+    if (options_.response_timeout.count() <= 0) return;
+    op->body_deadline = std::make_unique<asio::steady_timer>(ioc_);
+    op->body_deadline->expires_at(op->written_at + options_.response_timeout);
+    op->body_deadline->async_wait([op](boost::system::error_code ec) {
+      if (ec || op->finished) return;
+      op->timed_out = true;
+      if (op->body_in_flight) op->body_in_flight->Cancel();  // the read fails
     });
   }
 
-  void OnBody(const std::shared_ptr<Op>& op, beast::error_code ec) {
-    if (dead_) return Finish(op, false);
-    if (ec == http::error::need_buffer) ec = {};
-    size_t got = sizeof op->chunk - op->parser->get().body().size;
-    if (got > 0 && !BodyBytes(op, std::string_view(op->chunk, got))) return;
-    if (ec) return ReadFailed(op, ec);
-    if (op->parser->is_done()) return BodyDone(op);
+  void ReadBody(const std::shared_ptr<Op>& op) {
+    op->body_in_flight->Next([weak = weak_from_this(), op](http::BodySource::Piece piece) {
+      // On the I/O thread (or inline, failed, once the client stopped).
+      if (auto self = weak.lock()) self->OnBody(op, std::move(piece));
+    });
+  }
+
+  void OnBody(const std::shared_ptr<Op>& op, http::BodySource::Piece piece) {
+    if (op->finished) return;
+    if (dead_) return Finish(op);
+    if (!piece.data.empty() && !BodyBytes(op, piece.data)) return;
+    if (piece.failed) {
+      return ReadFailed(op, op->timed_out,
+                        op->timed_out ? std::string() : "the connection to the upstream broke");
+    }
+    if (piece.last) return BodyDone(op);
     ReadBody(op);
   }
 
@@ -535,7 +482,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
         }
       }
       if (!fed) {
-        ReadFailed(op, beast::error_code(), fed.error().message);
+        ReadFailed(op, false, fed.error().message);
         return false;
       }
       return true;
@@ -553,22 +500,22 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   }
 
   void BodyDone(const std::shared_ptr<Op>& op) {
-    bool reusable = op->parser->keep_alive();
+    op->body_in_flight.reset();
     switch (op->kind) {
       case Op::Kind::kPost:
-        if (op->sse) return StreamEnded(op, reusable, "the response stream ended");
-        return WholeBody(op, reusable);
+        if (op->sse) return StreamEnded(op, "the response stream ended");
+        return WholeBody(op);
       case Op::Kind::kResume:
-        return StreamEnded(op, false, "the resumed response stream ended");
+        return StreamEnded(op, "the resumed response stream ended");
       case Op::Kind::kListen:
         return ListenEnded(op, true);
       case Op::Kind::kDelete:
-        return Finish(op, false);
+        return Finish(op);
     }
   }
 
   // A complete, non-SSE answer to a POST.
-  void WholeBody(const std::shared_ptr<Op>& op, bool reusable) {
+  void WholeBody(const std::shared_ptr<Op>& op) {
     int status = op->status;
     if (status >= 200 && status < 300) {
       if (!op->body_in.empty()) DeliverText(op->body_in, &op->unanswered);
@@ -579,7 +526,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
                         " without a response for the request",
                     status);
       }
-      return Finish(op, reusable);
+      return Finish(op);
     }
     // An error status. A JSON-RPC answer for our request in the body is the
     // upstream's own answer: pass it on.
@@ -623,29 +570,29 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   }
 
   // An SSE response (POST or resumed) ended cleanly.
-  void StreamEnded(const std::shared_ptr<Op>& op, bool reusable, const std::string& what) {
+  void StreamEnded(const std::shared_ptr<Op>& op, const std::string& what) {
     if (op->unanswered.empty()) {
       if (op->has_initialized_notification) OpenListen();
-      return Finish(op, reusable);
+      return Finish(op);
     }
     TryResume(op, what + " before the response arrived");
   }
 
-  void ReadFailed(const std::shared_ptr<Op>& op, beast::error_code ec, std::string why = {}) {
-    if (why.empty()) {
-      why = ec == beast::error::timeout
-                ? "no response within " + std::to_string(options_.response_timeout.count()) + " ms"
-                : "the connection to the upstream broke (" + ec.message() + ")";
+  // After the request was written: no whole answer came. `why` says what
+  // broke; empty when it timed out.
+  void ReadFailed(const std::shared_ptr<Op>& op, bool timed_out, std::string why) {
+    if (timed_out) {
+      why = "no response within " + std::to_string(options_.response_timeout.count()) + " ms";
     }
     switch (op->kind) {
       case Op::Kind::kPost:
       case Op::Kind::kResume:
-        if (op->sse && ec != beast::error::timeout) return TryResume(op, why);
+        if (op->sse && !timed_out) return TryResume(op, why);
         return Fail(op, DeliveryFailure::kMaybeSent, why, op->status);
       case Op::Kind::kListen:
         return ListenEnded(op, op->got_event);
       case Op::Kind::kDelete:
-        return Finish(op, false);
+        return Finish(op);
     }
   }
 
@@ -656,8 +603,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       return Fail(op, DeliveryFailure::kMaybeSent, why, op->status);
     }
     ++op->resumes;
-    if (op->conn) op->conn->Close();
-    op->conn.reset();
+    Cut(*op);
+    op->body_in_flight.reset();
     if (op->kind == Op::Kind::kPost) {
       // The POST's slot is free again; the resumed stream is its own op.
       auto resume = std::make_shared<Op>(Op::Kind::kResume);
@@ -665,10 +612,9 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       resume->last_event_id = op->last_event_id;
       resume->retry = op->retry;
       resume->resumes = op->resumes;
-      resume->written = true;
       for (auto& [key, id] : resume->unanswered) awaiting_[key] = resume;
       op->unanswered.clear();
-      Finish(op, false);
+      Finish(op);
       return ScheduleResume(resume);
     }
     ScheduleResume(op);
@@ -676,19 +622,14 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
 
   void ScheduleResume(const std::shared_ptr<Op>& op) {
     ops_.insert(op);
-    auto timer = std::make_shared<net::steady_timer>(ioc_);
+    auto timer = std::make_shared<asio::steady_timer>(ioc_);
     timer->expires_after(op->retry.value_or(milliseconds(1000)));
-    timer->async_wait([self = shared_from_this(), op, timer](beast::error_code) {
-      if (self->dead_) return self->Finish(op, false);
-      self->BaseRequest(*op, http::verb::get);
-      op->req.set(http::field::accept, "text/event-stream");
-      if (!self->protocol_version_.empty())
-        op->req.set("MCP-Protocol-Version", self->protocol_version_);
-      op->req.set("Last-Event-ID", op->last_event_id);
-      op->req.prepare_payload();
+    timer->async_wait([self = shared_from_this(), op, timer](boost::system::error_code) {
+      if (self->dead_) return self->Finish(op);
+      self->BuildGet(*op, op->last_event_id);
       op->sse = false;
       op->got_event = false;
-      self->Connect(op);
+      self->Exchange(op);
     });
   }
 
@@ -739,24 +680,20 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     auto op = std::make_shared<Op>(Op::Kind::kListen);
     listen_op_ = op;
     ops_.insert(op);
-    BaseRequest(*op, http::verb::get);
-    op->req.set(http::field::accept, "text/event-stream");
-    if (!protocol_version_.empty()) op->req.set("MCP-Protocol-Version", protocol_version_);
-    if (!listen_last_event_id_.empty()) op->req.set("Last-Event-ID", listen_last_event_id_);
-    op->req.prepare_payload();
-    Connect(op);
+    BuildGet(*op, listen_last_event_id_);
+    Exchange(op);
   }
 
   void ListenEnded(const std::shared_ptr<Op>& op, bool was_open) {
     if (!op->last_event_id.empty()) listen_last_event_id_ = op->last_event_id;
     std::optional<milliseconds> retry = op->retry;
-    Finish(op, false);
+    Finish(op);
     listen_op_.reset();
     if (closing_ || dead_) return;
     milliseconds delay = retry.value_or(listen_backoff_);
     if (!was_open) listen_backoff_ = std::min(listen_backoff_ * 2, kListenRetryMax);
     listen_timer_.expires_after(delay);
-    listen_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    listen_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec || self->closing_ || self->listen_op_) return;
       self->StartListen();
     });
@@ -778,10 +715,12 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     }
     op->unanswered.clear();
     if (op->has_initialize) init_barrier_ = false;
-    Finish(op, false);
+    Finish(op);
   }
 
-  void Finish(const std::shared_ptr<Op>& op, bool reusable) {
+  // Ends `op`; an exchange or body still in flight is cut (the HTTP client
+  // pools a connection whose answer was read to its end).
+  void Finish(const std::shared_ptr<Op>& op) {
     if (op->finished) return;
     op->finished = true;
     ops_.erase(op);
@@ -791,15 +730,9 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       if (op->has_initialize) init_barrier_ = false;
     }
     ReleaseWriteBarrier(*op);
-    if (op->conn) {
-      if (reusable && op->kind == Op::Kind::kPost && !closing_ && !dead_) {
-        op->conn->idle_since = Clock::now();
-        idle_.push_back(std::move(op->conn));
-      } else {
-        op->conn->Close();
-        op->conn.reset();
-      }
-    }
+    Cut(*op);
+    op->body_in_flight.reset();
+    op->body_deadline.reset();
     if (!dead_) {
       StartQueued();
       MaybeFinishClose();
@@ -821,17 +754,13 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       Fail(op, DeliveryFailure::kNotSent, "the channel was closed before the request was sent");
     }
     listen_timer_.cancel();
-    if (listen_op_ && listen_op_->conn) listen_op_->conn->Close();
-    for (auto& c : idle_) c->Close();
-    idle_.clear();
+    if (listen_op_) Cut(*listen_op_);
     // In-flight requests get a few seconds to finish so their outcomes are
     // not lost; then their connections are cut (they become maybe_sent).
     grace_timer_.expires_after(kCloseGrace);
-    grace_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    grace_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec) return;
-      for (auto& op : std::set<std::shared_ptr<Op>>(self->ops_)) {
-        if (op->conn) op->conn->Close();
-      }
+      for (auto& op : std::set<std::shared_ptr<Op>>(self->ops_)) Cut(*op);
     });
     MaybeFinishClose();
   }
@@ -845,9 +774,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       close_reason_ = "upstream session expired";
     }
     // Whatever is still in flight belongs to a session that is gone.
-    for (auto& op : std::set<std::shared_ptr<Op>>(ops_)) {
-      if (op->conn) op->conn->Close();
-    }
+    for (auto& op : std::set<std::shared_ptr<Op>>(ops_)) Cut(*op);
   }
 
   void MaybeFinishClose() {
@@ -859,11 +786,10 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       delete_sent_ = true;
       auto op = std::make_shared<Op>(Op::Kind::kDelete);
       ops_.insert(op);
-      BaseRequest(*op, http::verb::delete_);
-      if (!protocol_version_.empty()) op->req.set("MCP-Protocol-Version", protocol_version_);
-      op->req.keep_alive(false);
-      op->req.prepare_payload();
-      Connect(op);
+      BaseRequest(*op, "DELETE");
+      if (!protocol_version_.empty()) SetHeader(op->req, "MCP-Protocol-Version", protocol_version_);
+      op->req.keep_alive = false;
+      Exchange(op);
       return;
     }
     close_done_ = true;
@@ -871,11 +797,11 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     pump_.Close(close_reason_);
   }
 
-  net::io_context& ioc_;
+  asio::io_context& ioc_;
+  net::HttpClient& client_;
   const Target target_;
   const std::string request_target_;  // path and query
   const HttpClientOptions options_;
-  std::unique_ptr<ssl::context> tls_;
   MessagePump pump_;
   std::atomic<bool> closed_{false};  // Close() was called or the session expired
 
@@ -883,7 +809,6 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   std::deque<std::shared_ptr<Op>> queue_;
   std::set<std::shared_ptr<Op>> ops_;                  // started and not finished
   std::map<std::string, std::weak_ptr<Op>> awaiting_;  // request id key → the op waiting for it
-  std::vector<std::unique_ptr<Conn>> idle_;
   size_t active_posts_ = 0;
   size_t active_requests_ = 0;
   bool write_barrier_ = false;
@@ -897,8 +822,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   bool listen_unsupported_ = false;
   milliseconds listen_backoff_ = kListenRetryMin;
   std::string listen_last_event_id_;
-  net::steady_timer grace_timer_;
-  net::steady_timer listen_timer_;
+  asio::steady_timer grace_timer_;
+  asio::steady_timer listen_timer_;
   bool closing_ = false;
   bool close_done_ = false;
   bool delete_sent_ = false;
@@ -907,25 +832,34 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
   std::string close_reason_;
 };
 
-// The Channel handed to McpSession. Owns the I/O thread; the core lives as
-// long as a handler still refers to it.
+// The Channel handed to McpSession. Owns the I/O thread and the HTTP client
+// running on it; the core lives as long as a handler still refers to it.
 class HttpUpstreamChannel : public Channel {
  public:
-  HttpUpstreamChannel(Target target, HttpClientOptions options, std::unique_ptr<ssl::context> tls)
-      : work_(ioc_.get_executor()),
-        core_(std::make_shared<UpstreamCore>(ioc_, std::move(target), std::move(options),
-                                             std::move(tls))) {
-    thread_ = std::thread([this] { ioc_.run(); });
+  HttpUpstreamChannel(std::unique_ptr<asio::io_context> ioc,
+                      std::unique_ptr<net::HttpClient> client, Target target,
+                      HttpClientOptions options)
+      : ioc_(std::move(ioc)),
+        work_(ioc_->get_executor()),
+        client_(std::move(client)),
+        core_(std::make_shared<UpstreamCore>(*ioc_, *client_, std::move(target),
+                                             std::move(options))) {
+    thread_ = std::thread([this] { ioc_->run(); });
   }
 
   ~HttpUpstreamChannel() override {
     core_->Shutdown();
     work_.reset();
-    ioc_.stop();
+    ioc_->stop();
     if (thread_.joinable()) thread_.join();
-    // Destroying the io_context (after core_) destroys pending handlers and
-    // with them the last references to the core.
+    // Exchanges still in flight end in Stop, on this thread, and find the
+    // core dead.
+    core_->MarkDead();
+    client_->Stop();
+    // Destroying the io_context (last) destroys pending handlers and with
+    // them the last references to the core and the client's exchanges.
     core_.reset();
+    client_.reset();
   }
 
   void Start(std::function<void(std::string message)> on_message,
@@ -936,8 +870,9 @@ class HttpUpstreamChannel : public Channel {
   void Close() override { core_->Close(); }
 
  private:
-  net::io_context ioc_;
-  net::executor_work_guard<net::io_context::executor_type> work_;
+  std::unique_ptr<asio::io_context> ioc_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::unique_ptr<net::HttpClient> client_;
   std::shared_ptr<UpstreamCore> core_;
   std::thread thread_;
 };
@@ -946,17 +881,24 @@ class HttpUpstreamChannel : public Channel {
 
 Result<std::shared_ptr<Channel>> ConnectHttpUpstream(const std::string& url,
                                                      const HttpClientOptions& options) {
-  Result<Target> target = idem::net::ParseHttpTarget(url, "upstream URL");
+  Result<Target> target = net::ParseHttpTarget(url, "upstream URL");
   if (!target) return std::unexpected(target.error());
-  std::unique_ptr<ssl::context> tls;
-  if (target->tls) {
-    auto ctx = idem::net::NewTlsClientContext(
-        {.verify = options.verify_tls, .ca_file = options.ca_file, .ca_option = "CA file"});
-    if (!ctx) return std::unexpected(ctx.error());
-    tls = std::make_unique<ssl::context>(ctx->release());
-  }
-  return std::shared_ptr<Channel>(
-      std::make_shared<HttpUpstreamChannel>(std::move(*target), options, std::move(tls)));
+  // The client gets the origin only: every request names the URL's path and
+  // query itself (a query is part of an MCP endpoint's URL).
+  auto ioc = std::make_unique<asio::io_context>();
+  auto client =
+      net::HttpClient::Create({.url = (target->tls ? "https://" : "http://") + target->host_header,
+                               .connect_timeout = options.connect_timeout,
+                               .response_timeout = options.response_timeout,
+                               .max_idle = options.max_idle_reuse,
+                               .max_idle_connections = std::max<size_t>(1, options.max_connections),
+                               .verify_tls = options.verify_tls,
+                               .ca_file = options.ca_file,
+                               .ca_option = "CA file"},
+                              *ioc);
+  if (!client) return std::unexpected(client.error());
+  return std::shared_ptr<Channel>(std::make_shared<HttpUpstreamChannel>(
+      std::move(ioc), std::move(*client), std::move(*target), options));
 }
 
 std::string MakeDeliveryFailure(std::string_view id_json, DeliveryFailure failure,

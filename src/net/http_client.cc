@@ -1,4 +1,4 @@
-#include "fronts/http_proxy/upstream_pool.h"
+#include "net/http_client.h"
 
 #include <sys/socket.h>
 
@@ -9,12 +9,12 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <cerrno>
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
-#include "net/client_conn.h"
 #include "net/http_target.h"
 #include "net/tls_client.h"
 
@@ -22,25 +22,25 @@
 #define IDEM_VERSION "dev"
 #endif
 
-namespace idem::proxy {
+namespace idem::net {
 namespace {
 
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
-namespace net = boost::asio;
-namespace ssl = net::ssl;
-using tcp = net::ip::tcp;
+namespace asio = boost::asio;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
 // Where requests go: the upstream URL's origin, and the base path that every
 // request target is appended to ("" or "/base", no trailing '/').
 struct Origin {
-  idem::net::HttpTarget target;
+  HttpTarget target;
   std::string base_path;
 };
 
 Result<Origin> ParseOrigin(const std::string& url) {
-  auto target = idem::net::ParseHttpTarget(url, "upstream URL");
+  auto target = ParseHttpTarget(url, "upstream URL");
   if (!target) return std::unexpected(target.error());
   if (!target->query.empty()) {
     return MakeError(
@@ -53,53 +53,116 @@ Result<Origin> ParseOrigin(const std::string& url) {
   return o;
 }
 
-using Conn = idem::net::ClientConn;
+// One connection to the upstream, plain or TLS. Not thread-safe: each runs
+// on its own strand.
+struct Conn {
+  // Beast reads at most the buffer's free space (at least 512 bytes), and a
+  // parser that moves each body byte out keeps the buffer small: without
+  // this reserve, a large answer came 512 bytes per recvmsg.
+  Conn() { buffer.reserve(64 * 1024); }
+
+  std::optional<boost::beast::tcp_stream> plain;
+  std::optional<boost::beast::ssl_stream<boost::beast::tcp_stream>> tls;
+  boost::beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since;
+
+  boost::beast::tcp_stream& lowest() { return tls ? boost::beast::get_lowest_layer(*tls) : *plain; }
+  // Calls `f` with the stream to read and write: the TLS one, or the plain one.
+  template <class F>
+  void With(F&& f) {
+    if (tls) {
+      f(*tls);
+    } else {
+      f(*plain);
+    }
+  }
+  void Close() {
+    boost::beast::error_code ignored;
+    lowest().socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+    lowest().close();
+  }
+  // True if the peer has not closed an idle connection. A plain connection
+  // with unread bytes is also unusable (a stray answer); on TLS they may be
+  // session tickets.
+  bool Alive() {
+    if (!lowest().socket().is_open() || buffer.size() > 0) return false;
+    char c;
+    ssize_t n = ::recv(lowest().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n > 0) return tls.has_value();
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+};
 
 // How much of a streamed body is read at a time.
 constexpr size_t kPieceBytes = 64 * 1024;
 
+// Arms the connection's deadline: `timeout` from now, or none for zero.
+void Expire(Conn& c, std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) {
+    c.lowest().expires_after(timeout);
+  } else {
+    c.lowest().expires_never();
+  }
+}
+
+}  // namespace
+
 // One request and its answer.
-struct Exchange {
-  UpstreamCallback done;
-  std::function<void()> on_written;  // UpstreamRequest::on_written
+struct HttpClient::Exchange {
+  HttpClientCallback done;
+  std::function<void()> on_written;  // HttpClientRequest::on_written
   bhttp::request<bhttp::string_body> req;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   std::unique_ptr<Conn> conn;
   bool head = false;
   bool written = false;
   bool finished = false;  // `done` was called
+  // Effective timeouts (HttpClientRequest, else the options).
+  std::chrono::milliseconds response_timeout{0};
+  std::optional<std::chrono::milliseconds> write_timeout;
+  std::chrono::milliseconds piece_timeout{0};
+  std::atomic<bool> cancelled{false};  // Call::Cancel()
 
-  // UpstreamRequest::stream. After `done` handed the header over, the body
-  // is read through `stream_parser` into `piece`, on the connection's strand
-  // `strand`, while `conn` is set; `next` is the BodySource's callback
-  // waiting for a read.
+  // The connection's strand, set (under Impl::mu) while the exchange has a
+  // connection: Call::Cancel and the body's reads run there.
+  std::optional<asio::any_io_executor> strand;
+
+  // HttpClientRequest::stream. After `done` handed the header over, the body
+  // is read through `stream_parser` into `piece`, on `strand`, while `conn`
+  // is set; `next` is the BodySource's callback waiting for a read.
   bool stream = false;
   std::optional<bhttp::response_parser<bhttp::buffer_body>> stream_parser;
-  std::optional<net::any_io_executor> strand;
   std::string piece;
   std::optional<std::string> prefetched;  // read with the header, not yet asked for
   std::function<void(http::BodySource::Piece)> next;
 };
 
+namespace {
+using Exchange = HttpClient::Exchange;
 }  // namespace
 
-struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
-  Impl(Origin o, UpstreamOptions opts, std::unique_ptr<ssl::context> ctx)
+struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
+  // `external`: the caller's io_context; null: the client's own.
+  Impl(Origin o, HttpClientOptions opts, std::unique_ptr<ssl::context> ctx,
+       asio::io_context* external)
       : origin(std::move(o)),
         options(std::move(opts)),
         tls(std::move(ctx)),
-        ioc_owner(std::make_unique<net::io_context>()),
-        ioc(*ioc_owner),
-        work(net::make_work_guard(ioc)) {}
+        ioc_owner(external ? nullptr : std::make_unique<asio::io_context>()),
+        ioc(external ? *external : *ioc_owner) {
+    if (ioc_owner) work.emplace(asio::make_work_guard(ioc));
+  }
 
   const Origin origin;
-  const UpstreamOptions options;
+  const HttpClientOptions options;
   const std::unique_ptr<ssl::context> tls;
-  // Destroyed by Stop() once the threads are joined: that destroys the
-  // handlers never run, and with them their references to this Impl.
-  std::unique_ptr<net::io_context> ioc_owner;
-  net::io_context& ioc;
-  net::executor_work_guard<net::io_context::executor_type> work;
+  // The client's own io_context, destroyed by Stop() once the threads are
+  // joined: that destroys the handlers never run, and with them their
+  // references to this Impl. Null on the caller's io_context.
+  std::unique_ptr<asio::io_context> ioc_owner;
+  asio::io_context& ioc;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::vector<std::thread> threads;
 
   std::mutex mu;
@@ -112,19 +175,20 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
       std::lock_guard g(mu);
       if (stopped) {
         // Inline: the threads are gone.
-        UpstreamResult r;
-        r.kind = UpstreamResult::Kind::kNotSent;
-        r.detail = "the proxy is stopping; the request was not sent";
+        HttpClientResult r;
+        r.kind = HttpClientResult::Kind::kNotSent;
+        r.detail = "the HTTP client has stopped; the request was not sent";
         ex->finished = true;
         ex->done(std::move(r));
         return;
       }
       in_flight.insert(ex);
       ex->conn = TakeIdleLocked();
+      if (ex->conn) ex->strand = ex->conn->lowest().get_executor();
     }
     if (ex->conn) {
-      net::dispatch(ex->conn->lowest().get_executor(),
-                    [self = shared_from_this(), ex] { self->Write(ex); });
+      asio::dispatch(ex->conn->lowest().get_executor(),
+                     [self = shared_from_this(), ex] { self->Write(ex); });
     } else {
       Connect(ex);
     }
@@ -144,13 +208,18 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   void Connect(const std::shared_ptr<Exchange>& ex) {
     auto c = std::make_unique<Conn>();
     if (origin.target.tls) {
-      c->tls.emplace(net::make_strand(ioc), *tls);
+      c->tls.emplace(asio::make_strand(ioc), *tls);
     } else {
-      c->plain.emplace(net::make_strand(ioc));
+      c->plain.emplace(asio::make_strand(ioc));
     }
+    auto strand = c->lowest().get_executor();
     ex->conn = std::move(c);
+    {
+      std::lock_guard g(mu);
+      ex->strand = strand;
+    }
     auto resolver = std::make_shared<tcp::resolver>(ex->conn->lowest().get_executor());
-    auto timer = std::make_shared<net::steady_timer>(ex->conn->lowest().get_executor());
+    auto timer = std::make_shared<asio::steady_timer>(ex->conn->lowest().get_executor());
     const auto deadline = SteadyClock::now() + options.connect_timeout;
     timer->expires_at(deadline);
     timer->async_wait([resolver](beast::error_code ec) {
@@ -163,53 +232,61 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
           timer->cancel();
           if (ec) {
             return self->Fail(
-                ex, UpstreamResult::Kind::kNotSent,
+                ex, HttpClientResult::Kind::kNotSent,
                 "cannot resolve upstream host '" + self->origin.target.host + "' (" +
-                    (ec == net::error::operation_aborted ? "timed out" : ec.message()) + ")");
+                    (ec == asio::error::operation_aborted ? "timed out" : ec.message()) + ")");
+          }
+          if (ex->cancelled) {
+            return self->Fail(ex, HttpClientResult::Kind::kNotSent,
+                              "the request was cancelled before it was sent");
           }
           ex->conn->lowest().expires_at(deadline);
-          ex->conn->lowest().async_connect(results, [self, ex, deadline](beast::error_code ec,
-                                                                         const tcp::endpoint&) {
-            if (ec) {
-              return self->Fail(ex, UpstreamResult::Kind::kNotSent,
-                                "cannot connect to the upstream " +
-                                    self->origin.target.host_header + " (" +
-                                    self->Describe(ec, true) + ")");
-            }
-            beast::error_code ignored;
-            ex->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-            if (!ex->conn->tls) return self->Write(ex);
-            self->PrepareTls(*ex->conn);
-            ex->conn->tls->async_handshake(ssl::stream_base::client, [self,
-                                                                      ex](beast::error_code ec) {
-              if (ec) {
-                return self->Fail(ex, UpstreamResult::Kind::kNotSent,
-                                  "TLS handshake with the upstream " +
-                                      self->origin.target.host_header + " failed (" +
-                                      self->Describe(ec, true) + ")");
-              }
-              self->Write(ex);
-            });
-          });
+          ex->conn->lowest().async_connect(
+              results, [self, ex, deadline](beast::error_code ec, const tcp::endpoint&) {
+                if (ec) {
+                  return self->Fail(
+                      ex, HttpClientResult::Kind::kNotSent,
+                      "cannot connect to the upstream " + self->origin.target.host_header + " (" +
+                          Describe(ec, "connection", self->options.connect_timeout) + ")");
+                }
+                beast::error_code ignored;
+                ex->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+                if (!ex->conn->tls) return self->Write(ex);
+                self->PrepareTls(*ex->conn);
+                ex->conn->tls->async_handshake(
+                    ssl::stream_base::client, [self, ex](beast::error_code ec) {
+                      if (ec) {
+                        return self->Fail(
+                            ex, HttpClientResult::Kind::kNotSent,
+                            "TLS handshake with the upstream " + self->origin.target.host_header +
+                                " failed (" +
+                                Describe(ec, "connection", self->options.connect_timeout) + ")");
+                      }
+                      self->Write(ex);
+                    });
+              });
         });
   }
 
   void PrepareTls(Conn& c) {
-    idem::net::PrepareTlsClient(c.tls->native_handle(), origin.target.host, options.verify_tls);
+    PrepareTlsClient(c.tls->native_handle(), origin.target.host, options.verify_tls);
   }
 
-  std::string Describe(const beast::error_code& ec, bool connecting) const {
+  // `timeout`: what expired if `ec` says it did.
+  static std::string Describe(const beast::error_code& ec, const char* what,
+                              std::chrono::milliseconds timeout) {
     if (ec == beast::error::timeout) {
-      return "no " + std::string(connecting ? "connection" : "answer") + " within " +
-             std::to_string(
-                 (connecting ? options.connect_timeout : options.response_timeout).count()) +
-             " ms";
+      return "no " + std::string(what) + " within " + std::to_string(timeout.count()) + " ms";
     }
     return ec.message();
   }
 
   void Write(const std::shared_ptr<Exchange>& ex) {
-    ex->conn->lowest().expires_after(options.response_timeout);
+    if (ex->cancelled) {
+      return Fail(ex, HttpClientResult::Kind::kNotSent,
+                  "the request was cancelled before it was sent");
+    }
+    Expire(*ex->conn, ex->write_timeout.value_or(ex->response_timeout));
     ex->conn->With([&](auto& stream) {
       bhttp::async_write(
           stream, ex->req, [self = shared_from_this(), ex](beast::error_code ec, size_t) {
@@ -217,9 +294,12 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
               // The upstream never got a whole request, so it
               // cannot have acted on it.
               return self->Fail(
-                  ex, UpstreamResult::Kind::kNotSent,
-                  "could not send the request to the upstream (" + self->Describe(ec, false) + ")");
+                  ex, HttpClientResult::Kind::kNotSent,
+                  "could not send the request to the upstream (" +
+                      Describe(ec, "answer", ex->write_timeout.value_or(ex->response_timeout)) +
+                      ")");
             }
+            if (ex->write_timeout) Expire(*ex->conn, ex->response_timeout);
             ex->written = true;
             if (ex->on_written) ex->on_written();
             self->Read(ex);
@@ -242,8 +322,8 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
 
   void OnRead(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
     if (ec == bhttp::error::body_limit && ex->parser->is_header_done()) {
-      UpstreamResult r;
-      r.kind = UpstreamResult::Kind::kMaybeSent;
+      HttpClientResult r;
+      r.kind = HttpClientResult::Kind::kMaybeSent;
       r.too_large = true;
       r.response.status = static_cast<int>(ex->parser->get().result_int());
       CopyHeaders(ex->parser->get(), r.response);
@@ -255,7 +335,7 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     if (IsInterim(ex->parser->get().result_int())) return Read(ex);
     const bool reusable = ex->parser->keep_alive();
     bhttp::response<bhttp::string_body> res = ex->parser->release();
-    UpstreamResult r;
+    HttpClientResult r;
     r.response.status = static_cast<int>(res.result_int());
     CopyHeaders(res, r.response);
     r.response.body = std::move(res.body());
@@ -263,12 +343,12 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   }
 
   void FailAfterSend(const std::shared_ptr<Exchange>& ex, const beast::error_code& ec) {
-    UpstreamResult r;
-    r.kind = UpstreamResult::Kind::kMaybeSent;
+    HttpClientResult r;
+    r.kind = HttpClientResult::Kind::kMaybeSent;
     r.timed_out = ec == beast::error::timeout;
     r.detail = ec == beast::error::timeout
                    ? "the request was sent but no answer came within " +
-                         std::to_string(options.response_timeout.count()) + " ms"
+                         std::to_string(ex->response_timeout.count()) + " ms"
                    : "the request was sent but the connection broke before a whole answer (" +
                          ec.message() + ")";
     Finish(ex, std::move(r), false);
@@ -302,15 +382,14 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   using PieceHandler = void (Impl::*)(const std::shared_ptr<Exchange>&, beast::error_code);
   void ReadSome(const std::shared_ptr<Exchange>& ex, PieceHandler then) {
     PreparePiece(ex, kPieceBytes);
-    ex->conn->lowest().expires_after(options.response_timeout);
+    Expire(*ex->conn, ex->piece_timeout);
     ex->conn->With([&](auto& stream) {
-      bhttp::async_read_some(
-          stream, ex->conn->buffer, *ex->stream_parser,
-          [self = shared_from_this(), ex, then](beast::error_code ec, size_t) {
-            if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
-            if (!ec) TrimPiece(*ex);
-            ((*self).*then)(ex, ec);
-          });
+      bhttp::async_read_some(stream, ex->conn->buffer, *ex->stream_parser,
+                             [self = shared_from_this(), ex, then](beast::error_code ec, size_t) {
+                               if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
+                               if (!ec) TrimPiece(*ex);
+                               ((*self).*then)(ex, ec);
+                             });
     });
   }
 
@@ -374,7 +453,7 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     if (ec) return FailAfterSend(ex, ec);
     TrimPiece(*ex);
     if (parser.is_done()) {
-      UpstreamResult r = HeaderOf(parser.get());
+      HttpClientResult r = HeaderOf(parser.get());
       r.response.body = std::move(ex->piece);
       return Finish(ex, std::move(r), parser.keep_alive());
     }
@@ -385,8 +464,8 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   // Hands the header over, the body to follow through a StreamedBody.
   void HandOver(const std::shared_ptr<Exchange>& ex);
 
-  static UpstreamResult HeaderOf(const bhttp::response_header<>& header) {
-    UpstreamResult r;
+  static HttpClientResult HeaderOf(const bhttp::response_header<>& header) {
+    HttpClientResult r;
     r.response.status = static_cast<int>(header.result_int());
     CopyHeaders(header, r.response);
     return r;
@@ -411,7 +490,7 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
   bool OnStrand(const std::shared_ptr<Exchange>& ex, F&& f) {
     std::lock_guard g(mu);
     if (stopped || !ex->strand) return false;
-    net::post(*ex->strand, std::forward<F>(f));
+    asio::post(*ex->strand, std::forward<F>(f));
     return true;
   }
 
@@ -421,23 +500,24 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     }
   }
 
-  void Fail(const std::shared_ptr<Exchange>& ex, UpstreamResult::Kind kind, std::string detail) {
-    UpstreamResult r;
+  void Fail(const std::shared_ptr<Exchange>& ex, HttpClientResult::Kind kind, std::string detail) {
+    HttpClientResult r;
     r.kind = kind;
     r.detail = std::move(detail);
     Finish(ex, std::move(r), false);
   }
 
-  void Finish(const std::shared_ptr<Exchange>& ex, UpstreamResult result, bool reusable) {
+  void Finish(const std::shared_ptr<Exchange>& ex, HttpClientResult result, bool reusable) {
     if (ex->finished) return;
     ex->finished = true;
     Release(ex, reusable);
-    UpstreamCallback done = std::move(ex->done);
+    HttpClientCallback done = std::move(ex->done);
     done(std::move(result));
   }
 
   // The exchange is over: its connection goes back to the pool or is closed.
   void Release(const std::shared_ptr<Exchange>& ex, bool reusable) {
+    reusable = reusable && ex->req.keep_alive() && !ex->cancelled;
     std::unique_ptr<Conn> conn = std::move(ex->conn);
     {
       std::lock_guard g(mu);
@@ -452,6 +532,18 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     if (conn) conn->Close();
   }
 
+  // Call::Cancel and StreamedBody::Cancel: on the strand, closes the
+  // connection; a read or write in flight ends with operation_aborted and
+  // settles the exchange (or answers `next`). A handed-over body with no
+  // read in flight ends here.
+  void Cancel(const std::shared_ptr<Exchange>& ex) {
+    ex->cancelled = true;
+    OnStrand(ex, [self = shared_from_this(), ex] {
+      if (ex->conn) ex->conn->Close();
+      if (ex->finished && !ex->next) self->EndStream(ex, false);
+    });
+  }
+
   void Stop() {
     std::vector<std::unique_ptr<Conn>> idle_now;
     std::set<std::shared_ptr<Exchange>> active;
@@ -464,10 +556,12 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
     }
     for (auto& c : idle_now) c->Close();
     idle_now.clear();
-    work.reset();
-    ioc.stop();
-    for (std::thread& t : threads) {
-      if (t.joinable()) t.join();
+    if (ioc_owner) {
+      work.reset();
+      ioc.stop();
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
     }
     {
       std::lock_guard g(mu);
@@ -489,11 +583,11 @@ struct UpstreamPool::Impl : std::enable_shared_from_this<UpstreamPool::Impl> {
       ex->finished = true;
       if (ex->conn) ex->conn->Close();
       ex->conn.reset();
-      UpstreamResult r;
-      r.kind = ex->written ? UpstreamResult::Kind::kMaybeSent : UpstreamResult::Kind::kNotSent;
-      r.detail = ex->written ? "the proxy stopped before the upstream answered"
-                             : "the proxy stopped before the request was sent";
-      UpstreamCallback done = std::move(ex->done);
+      HttpClientResult r;
+      r.kind = ex->written ? HttpClientResult::Kind::kMaybeSent : HttpClientResult::Kind::kNotSent;
+      r.detail = ex->written ? "the HTTP client stopped before the upstream answered"
+                             : "the HTTP client stopped before the request was sent";
+      HttpClientCallback done = std::move(ex->done);
       if (done) done(std::move(r));
     }
     ioc_owner.reset();
@@ -505,7 +599,7 @@ namespace {
 // The body of a streamed answer, read from the upstream as the listener asks.
 class StreamedBody : public http::BodySource {
  public:
-  StreamedBody(std::shared_ptr<UpstreamPool::Impl> pool, std::shared_ptr<Exchange> ex)
+  StreamedBody(std::shared_ptr<HttpClient::Impl> pool, std::shared_ptr<Exchange> ex)
       : pool_(std::move(pool)), ex_(std::move(ex)) {}
   ~StreamedBody() override { Cancel(); }
 
@@ -520,22 +614,18 @@ class StreamedBody : public http::BodySource {
 
   void Cancel() override {
     if (cancelled_.exchange(true)) return;
-    pool_->OnStrand(ex_, [pool = pool_, ex = ex_] {
-      // A read in flight ends with operation_aborted and answers `next`.
-      if (ex->conn) ex->conn->Close();
-      if (!ex->next) pool->EndStream(ex, false);
-    });
+    pool_->Cancel(ex_);
   }
 
  private:
-  const std::shared_ptr<UpstreamPool::Impl> pool_;
+  const std::shared_ptr<HttpClient::Impl> pool_;
   const std::shared_ptr<Exchange> ex_;
   std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace
 
-void UpstreamPool::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
+void HttpClient::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, beast::error_code ec) {
   if (ec) return FailAfterSend(ex, ec);
   auto& parser = *ex->stream_parser;
   if (IsInterim(parser.get().result_int())) return ReadStreamHeader(ex);
@@ -544,52 +634,73 @@ void UpstreamPool::Impl::OnStreamHeader(const std::shared_ptr<Exchange>& ex, bea
   HandOver(ex);
 }
 
-void UpstreamPool::Impl::HandOver(const std::shared_ptr<Exchange>& ex) {
+void HttpClient::Impl::HandOver(const std::shared_ptr<Exchange>& ex) {
   auto& parser = *ex->stream_parser;
-  UpstreamResult r = HeaderOf(parser.get());
+  HttpClientResult r = HeaderOf(parser.get());
   if (auto length = parser.content_length()) r.response.stream_length = *length;
-  {
-    std::lock_guard g(mu);  // OnStrand reads it from other threads
-    ex->strand = ex->conn->lowest().get_executor();
-  }
   ex->conn->lowest().expires_never();  // until the listener asks for a piece
   r.response.stream = std::make_shared<StreamedBody>(shared_from_this(), ex);
   ex->finished = true;  // the header is handed over; the body follows (in_flight until its end)
-  UpstreamCallback done = std::move(ex->done);
+  HttpClientCallback done = std::move(ex->done);
   done(std::move(r));
 }
 
-Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(const UpstreamOptions& options) {
+namespace {
+
+Result<std::shared_ptr<HttpClient::Impl>> NewImpl(const HttpClientOptions& options,
+                                                  asio::io_context* external) {
   Result<Origin> origin = ParseOrigin(options.url);
   if (!origin) return std::unexpected(origin.error());
   std::unique_ptr<ssl::context> tls;
   if (origin->target.tls) {
-    auto ctx = idem::net::NewTlsClientContext({.verify = options.verify_tls,
-                                               .ca_file = options.ca_file,
-                                               .ca_option = "upstream_ca_file"});
+    auto ctx = NewTlsClientContext(
+        {.verify = options.verify_tls, .ca_file = options.ca_file, .ca_option = options.ca_option});
     if (!ctx) return std::unexpected(ctx.error());
     tls = std::make_unique<ssl::context>(ctx->release());
   }
-  auto impl = std::make_shared<Impl>(std::move(*origin), options, std::move(tls));
-  for (int i = 0; i < std::max(1, options.threads); ++i) {
-    impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
-  }
-  return std::unique_ptr<UpstreamPool>(new UpstreamPool(std::move(impl)));
+  return std::make_shared<HttpClient::Impl>(std::move(*origin), options, std::move(tls), external);
 }
 
-UpstreamPool::UpstreamPool(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+}  // namespace
 
-UpstreamPool::~UpstreamPool() { Stop(); }
+Result<std::unique_ptr<HttpClient>> HttpClient::Create(const HttpClientOptions& options) {
+  auto impl = NewImpl(options, nullptr);
+  if (!impl) return std::unexpected(impl.error());
+  for (int i = 0; i < std::max(1, options.threads); ++i) {
+    (*impl)->threads.emplace_back([io = &(*impl)->ioc] { io->run(); });
+  }
+  return std::unique_ptr<HttpClient>(new HttpClient(std::move(*impl)));
+}
 
-void UpstreamPool::Stop() { impl_->Stop(); }
+Result<std::unique_ptr<HttpClient>> HttpClient::Create(const HttpClientOptions& options,
+                                                       asio::io_context& ioc) {
+  auto impl = NewImpl(options, &ioc);
+  if (!impl) return std::unexpected(impl.error());
+  return std::unique_ptr<HttpClient>(new HttpClient(std::move(*impl)));
+}
 
-const std::string& UpstreamPool::host_header() const { return impl_->origin.target.host_header; }
+void HttpClient::Call::Cancel() const {
+  auto client = client_.lock();
+  auto ex = exchange_.lock();
+  if (client && ex) client->Cancel(ex);
+}
 
-void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
+HttpClient::HttpClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpClient::~HttpClient() { Stop(); }
+
+void HttpClient::Stop() { impl_->Stop(); }
+
+const std::string& HttpClient::host_header() const { return impl_->origin.target.host_header; }
+
+HttpClient::Call HttpClient::Send(HttpClientRequest request, HttpClientCallback done) {
   auto ex = std::make_shared<Exchange>();
   ex->done = std::move(done);
   ex->on_written = std::move(request.on_written);
   ex->stream = request.stream;
+  ex->response_timeout = request.response_timeout.value_or(impl_->options.response_timeout);
+  ex->write_timeout = request.write_timeout;
+  ex->piece_timeout = request.piece_timeout.value_or(ex->response_timeout);
   auto& req = ex->req;
   req.version(11);
   req.method_string(request.method);
@@ -600,14 +711,18 @@ void UpstreamPool::Send(UpstreamRequest request, UpstreamCallback done) {
   if (req.find(bhttp::field::user_agent) == req.end()) {
     req.set(bhttp::field::user_agent, "idemgate/" IDEM_VERSION);
   }
-  req.keep_alive(true);
+  req.keep_alive(request.keep_alive);
   const bool has_body = !request.body.empty() || request.method == "POST" ||
                         request.method == "PUT" || request.method == "PATCH";
   req.body() = std::move(request.body);
   if (has_body) {
     req.content_length(req.body().size());
   }
+  Call call;
+  call.client_ = impl_;
+  call.exchange_ = ex;
   impl_->Start(ex);
+  return call;
 }
 
-}  // namespace idem::proxy
+}  // namespace idem::net

@@ -1,4 +1,4 @@
-#include "fronts/http_proxy/upstream_pool.h"
+#include "net/http_client.h"
 
 #include <gtest/gtest.h>
 
@@ -9,14 +9,15 @@
 #include <future>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 
-namespace idem::proxy {
+namespace idem::net {
 namespace {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
-using tcp = net::ip::tcp;
+using tcp = asio::ip::tcp;
 
 // A blocking HTTP/1.1 server on loopback whose behaviour is chosen by the
 // request path: /ok answers (keep-alive), /close reads the request and
@@ -29,7 +30,7 @@ using tcp = net::ip::tcp;
 // Content-Length.
 class TestServer {
  public:
-  TestServer() : acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
+  TestServer() : acceptor_(ioc_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
     accept_thread_ = std::thread([this] { AcceptLoop(); });
   }
   ~TestServer() {
@@ -95,45 +96,46 @@ class TestServer {
         return;
       }
       if (target == "/early-hints") {  // two interim answers before the final one
-        net::write(s,
-                   net::buffer(std::string_view("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
-                                                "HTTP/1.1 102 Processing\r\n\r\n")),
-                   ec);
+        asio::write(
+            s,
+            asio::buffer(std::string_view("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+                                          "HTTP/1.1 102 Processing\r\n\r\n")),
+            ec);
       }
       if (target == "/stream") {
-        net::write(
+        asio::write(
             s,
-            net::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                         "Transfer-Encoding: chunked\r\n\r\n"
-                                         "d\r\ndata: first\n\n\r\n")),
+            asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                          "Transfer-Encoding: chunked\r\n\r\n"
+                                          "d\r\ndata: first\n\n\r\n")),
             ec);
         released_.wait();
-        net::write(s, net::buffer(std::string_view("e\r\ndata: second\n\n\r\n0\r\n\r\n")), ec);
+        asio::write(s, asio::buffer(std::string_view("e\r\ndata: second\n\n\r\n0\r\n\r\n")), ec);
         if (ec) return;
         continue;
       }
       if (target ==
           "/framing-first") {  // the header and a chunk's size line, then (released) the rest
-        net::write(s,
-                   net::buffer(std::string_view(
-                       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nd\r\n")),
-                   ec);
+        asio::write(s,
+                    asio::buffer(std::string_view(
+                        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nd\r\n")),
+                    ec);
         released_.wait();
-        net::write(s, net::buffer(std::string_view("data: first\n\n\r\n0\r\n\r\n")), ec);
+        asio::write(s, asio::buffer(std::string_view("data: first\n\n\r\n0\r\n\r\n")), ec);
         if (ec) return;
         continue;
       }
       if (target == "/until-close") {  // a body that ends with the connection
-        net::write(s, net::buffer(std::string_view("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")),
-                   ec);
+        asio::write(
+            s, asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")), ec);
         released_.wait();
-        net::write(s, net::buffer(std::string_view("all of it")), ec);
+        asio::write(s, asio::buffer(std::string_view("all of it")), ec);
         s.shutdown(tcp::socket::shutdown_both, ec);
         return;
       }
       if (target == "/hang") {
         char c;
-        s.read_some(net::buffer(&c, 1), ec);  // until the client or the test closes it
+        s.read_some(asio::buffer(&c, 1), ec);  // until the client or the test closes it
         return;
       }
       bhttp::response<bhttp::string_body> res{bhttp::status::created, 11};
@@ -148,7 +150,7 @@ class TestServer {
     }
   }
 
-  net::io_context ioc_;
+  asio::io_context ioc_;
   tcp::acceptor acceptor_;
   std::thread accept_thread_;
   std::atomic<bool> stopping_{false};
@@ -163,33 +165,33 @@ class TestServer {
   std::shared_future<void> released_ = release_.get_future().share();
 };
 
-UpstreamResult Exchange(UpstreamPool& pool, std::string target, std::string body = "{}",
-                        std::function<void()> on_written = {}, bool stream = false) {
-  std::promise<UpstreamResult> promise;
+HttpClientResult Exchange(HttpClient& pool, std::string target, std::string body = "{}",
+                          std::function<void()> on_written = {}, bool stream = false) {
+  std::promise<HttpClientResult> promise;
   auto future = promise.get_future();
-  UpstreamRequest req;
+  HttpClientRequest req;
   req.stream = stream;
   req.method = "POST";
   req.target = std::move(target);
   req.headers = {{"Content-Type", "application/json"}};
   req.body = std::move(body);
   req.on_written = std::move(on_written);
-  pool.Send(std::move(req), [&promise](UpstreamResult r) { promise.set_value(std::move(r)); });
+  pool.Send(std::move(req), [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
   return future.get();
 }
 
-std::unique_ptr<UpstreamPool> MakePool(UpstreamOptions options) {
-  auto pool = UpstreamPool::Create(options);
+std::unique_ptr<HttpClient> MakePool(HttpClientOptions options) {
+  auto pool = HttpClient::Create(options);
   EXPECT_TRUE(pool) << pool.error().message;
   return pool ? std::move(*pool) : nullptr;
 }
 
-TEST(UpstreamPoolTest, AnswersAndReusesTheConnection) {
+TEST(HttpClientTest, AnswersAndReusesTheConnection) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
   for (int i = 0; i < 3; ++i) {
-    UpstreamResult r = Exchange(*pool, "/ok", "body" + std::to_string(i));
-    ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+    HttpClientResult r = Exchange(*pool, "/ok", "body" + std::to_string(i));
+    ASSERT_EQ(r.kind, HttpClientResult::Kind::kResponse) << r.detail;
     EXPECT_EQ(r.response.status, 201);
     EXPECT_EQ(r.response.body, "hello");
     bool echoed = false;
@@ -202,93 +204,93 @@ TEST(UpstreamPoolTest, AnswersAndReusesTheConnection) {
   EXPECT_EQ(server.last_host(), pool->host_header());
 }
 
-TEST(UpstreamPoolTest, IdleConnectionsOlderThanTheLimitAreNotReused) {
+TEST(HttpClientTest, IdleConnectionsOlderThanTheLimitAreNotReused) {
   TestServer server;
   auto pool = MakePool({.url = server.url(), .max_idle = std::chrono::milliseconds(0)});
-  ASSERT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
-  ASSERT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+  ASSERT_EQ(Exchange(*pool, "/ok").kind, HttpClientResult::Kind::kResponse);
+  ASSERT_EQ(Exchange(*pool, "/ok").kind, HttpClientResult::Kind::kResponse);
   EXPECT_EQ(server.connections(), 2);
 }
 
 // A loopback port nothing listens on.
 std::string RefusingUrl() {
-  net::io_context ioc;
-  tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  asio::io_context ioc;
+  tcp::acceptor a(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   return "http://127.0.0.1:" + std::to_string(a.local_endpoint().port());
 }  // closed: nothing listens there now
 
-TEST(UpstreamPoolTest, ConnectionRefusedIsNotSent) {
+TEST(HttpClientTest, ConnectionRefusedIsNotSent) {
   auto pool = MakePool({.url = RefusingUrl()});
-  UpstreamResult r = Exchange(*pool, "/ok");
-  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent);
+  HttpClientResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kNotSent);
   EXPECT_NE(r.detail.find("cannot connect"), std::string::npos) << r.detail;
 }
 
 // The reverse proxy's after_send fault point hangs on this hook.
-TEST(UpstreamPoolTest, OnWrittenRunsOnceTheRequestIsOutNotWhenItsAnswerComes) {
+TEST(HttpClientTest, OnWrittenRunsOnceTheRequestIsOutNotWhenItsAnswerComes) {
   TestServer server;
   auto pool = MakePool({.url = server.url(), .response_timeout = std::chrono::milliseconds(200)});
   std::atomic<int> written{0};
   auto count = [&] { ++written; };
-  UpstreamResult hung = Exchange(*pool, "/hang", "{}", count);  // written, never answered
-  EXPECT_EQ(hung.kind, UpstreamResult::Kind::kMaybeSent);
+  HttpClientResult hung = Exchange(*pool, "/hang", "{}", count);  // written, never answered
+  EXPECT_EQ(hung.kind, HttpClientResult::Kind::kMaybeSent);
   EXPECT_EQ(written.load(), 1) << "called once the request was written, without an answer";
-  ASSERT_EQ(Exchange(*pool, "/ok", "{}", count).kind, UpstreamResult::Kind::kResponse);
+  ASSERT_EQ(Exchange(*pool, "/ok", "{}", count).kind, HttpClientResult::Kind::kResponse);
   EXPECT_EQ(written.load(), 2) << "called once per written request";
 
   auto refused = MakePool({.url = RefusingUrl()});
-  ASSERT_EQ(Exchange(*refused, "/ok", "{}", count).kind, UpstreamResult::Kind::kNotSent);
+  ASSERT_EQ(Exchange(*refused, "/ok", "{}", count).kind, HttpClientResult::Kind::kNotSent);
   EXPECT_EQ(written.load(), 2) << "not called for a request that was never written";
 }
 
-TEST(UpstreamPoolTest, UnresolvableHostIsNotSent) {
+TEST(HttpClientTest, UnresolvableHostIsNotSent) {
   auto pool = MakePool({.url = "http://no-such-host.invalid:80"});
-  UpstreamResult r = Exchange(*pool, "/ok");
-  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent) << r.detail;
+  HttpClientResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kNotSent) << r.detail;
 }
 
-TEST(UpstreamPoolTest, ClosedAfterTheRequestIsMaybeSent) {
+TEST(HttpClientTest, ClosedAfterTheRequestIsMaybeSent) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
-  UpstreamResult r = Exchange(*pool, "/close");
-  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  HttpClientResult r = Exchange(*pool, "/close");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent);
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(server.requests(), 1);
 }
 
-TEST(UpstreamPoolTest, NoAnswerInTimeIsMaybeSentAndTimedOut) {
+TEST(HttpClientTest, NoAnswerInTimeIsMaybeSentAndTimedOut) {
   TestServer server;
   auto pool = MakePool({.url = server.url(), .response_timeout = std::chrono::milliseconds(200)});
-  UpstreamResult r = Exchange(*pool, "/hang");
-  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  HttpClientResult r = Exchange(*pool, "/hang");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent);
   EXPECT_TRUE(r.timed_out);
 }
 
-TEST(UpstreamPoolTest, BodyOverTheLimitIsMaybeSentTooLargeWithItsStatus) {
+TEST(HttpClientTest, BodyOverTheLimitIsMaybeSentTooLargeWithItsStatus) {
   TestServer server;
   auto pool = MakePool({.url = server.url(), .max_response_bytes = 1024});
-  UpstreamResult r = Exchange(*pool, "/big");
-  EXPECT_EQ(r.kind, UpstreamResult::Kind::kMaybeSent);
+  HttpClientResult r = Exchange(*pool, "/big");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent);
   EXPECT_TRUE(r.too_large);
   EXPECT_EQ(r.response.status, 201);
   // The pool still works.
-  EXPECT_EQ(Exchange(*pool, "/ok").kind, UpstreamResult::Kind::kResponse);
+  EXPECT_EQ(Exchange(*pool, "/ok").kind, HttpClientResult::Kind::kResponse);
 }
 
 // 1xx answers are interim (RFC 9110 §15.2): the final answer is the one
 // relayed and stored, never a 103 Early Hints.
-TEST(UpstreamPoolTest, InterimAnswersAreSkippedForTheFinalOne) {
+TEST(HttpClientTest, InterimAnswersAreSkippedForTheFinalOne) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
-  UpstreamResult r = Exchange(*pool, "/early-hints");
-  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  HttpClientResult r = Exchange(*pool, "/early-hints");
+  ASSERT_EQ(r.kind, HttpClientResult::Kind::kResponse) << r.detail;
   EXPECT_EQ(r.response.status, 201);
   EXPECT_EQ(r.response.body, "hello");
   EXPECT_EQ(Exchange(*pool, "/ok").response.status, 201) << "the connection stays usable";
   EXPECT_EQ(server.connections(), 1);
 }
 
-UpstreamResult Streamed(UpstreamPool& pool, std::string target) {
+HttpClientResult Streamed(HttpClient& pool, std::string target) {
   return Exchange(pool, std::move(target), "{}", {}, true);
 }
 
@@ -314,11 +316,11 @@ std::string ReadToEnd(http::BodySource& body, size_t* pieces = nullptr) {
 // A pass-through answer is handed over at its header, and each piece of its
 // body as it arrives: the first event comes while the upstream is still
 // holding back the second.
-TEST(UpstreamPoolTest, StreamedAnswerComesAsTheUpstreamSendsIt) {
+TEST(HttpClientTest, StreamedAnswerComesAsTheUpstreamSendsIt) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
-  UpstreamResult r = Streamed(*pool, "/stream");
-  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  HttpClientResult r = Streamed(*pool, "/stream");
+  ASSERT_EQ(r.kind, HttpClientResult::Kind::kResponse) << r.detail;
   EXPECT_EQ(r.response.status, 200);
   ASSERT_TRUE(r.response.stream);
   EXPECT_FALSE(r.response.stream_length) << "chunked: no length known";
@@ -337,11 +339,11 @@ TEST(UpstreamPoolTest, StreamedAnswerComesAsTheUpstreamSendsIt) {
   EXPECT_EQ(server.connections(), 1) << "a body read to its end gives its connection back";
 }
 
-TEST(UpstreamPoolTest, StreamedAnswerHasNoSizeLimit) {
+TEST(HttpClientTest, StreamedAnswerHasNoSizeLimit) {
   TestServer server;
   auto pool = MakePool({.url = server.url(), .max_response_bytes = 1024});
-  UpstreamResult r = Streamed(*pool, "/large");
-  ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+  HttpClientResult r = Streamed(*pool, "/large");
+  ASSERT_EQ(r.kind, HttpClientResult::Kind::kResponse) << r.detail;
   ASSERT_TRUE(r.response.stream);
   EXPECT_EQ(r.response.stream_length, 5u << 20);
   size_t pieces = 0;
@@ -354,22 +356,22 @@ TEST(UpstreamPoolTest, StreamedAnswerHasNoSizeLimit) {
 
 // The test server sends /ok's header and body in one write, so they arrive
 // in one read: such an answer is handed over whole, to go out in one write.
-TEST(UpstreamPoolTest, StreamedAnswerThatCameWithItsHeaderIsWhole) {
+TEST(HttpClientTest, StreamedAnswerThatCameWithItsHeaderIsWhole) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
   for (int i = 0; i < 3; ++i) {
-    UpstreamResult r = Streamed(*pool, "/ok");
-    ASSERT_EQ(r.kind, UpstreamResult::Kind::kResponse) << r.detail;
+    HttpClientResult r = Streamed(*pool, "/ok");
+    ASSERT_EQ(r.kind, HttpClientResult::Kind::kResponse) << r.detail;
     EXPECT_FALSE(r.response.stream);
     EXPECT_EQ(r.response.body, "hello");
   }
   EXPECT_EQ(server.connections(), 1);
 }
 
-TEST(UpstreamPoolTest, StreamedAnswerMayEndWithItsConnection) {
+TEST(HttpClientTest, StreamedAnswerMayEndWithItsConnection) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
-  UpstreamResult r = Streamed(*pool, "/until-close");
+  HttpClientResult r = Streamed(*pool, "/until-close");
   ASSERT_TRUE(r.response.stream) << r.detail;
   EXPECT_FALSE(r.response.stream_length);
   server.ReleaseStream();
@@ -380,16 +382,16 @@ TEST(UpstreamPoolTest, StreamedAnswerMayEndWithItsConnection) {
 
 // Bytes after the header that carry no body yet must not hold the header
 // back: the client of an event stream sees it open at once.
-TEST(UpstreamPoolTest, HeaderIsHandedOverWithoutWaitingForTheFirstBodyByte) {
+TEST(HttpClientTest, HeaderIsHandedOverWithoutWaitingForTheFirstBodyByte) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
-  std::promise<UpstreamResult> promise;
+  std::promise<HttpClientResult> promise;
   auto future = promise.get_future();
   pool->Send({.method = "GET", .target = "/framing-first", .stream = true},
-             [&promise](UpstreamResult r) { promise.set_value(std::move(r)); });
+             [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
   ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready)
       << "the header waited for the body";
-  UpstreamResult r = future.get();
+  HttpClientResult r = future.get();
   ASSERT_TRUE(r.response.stream) << r.detail;
   server.ReleaseStream();
   EXPECT_EQ(ReadToEnd(*r.response.stream), "data: first\n\n");
@@ -404,8 +406,8 @@ class HalfStreamedTest : public ::testing::Test {
     ASSERT_EQ(NextPiece(*r_.response.stream).data, "data: first\n\n");
   }
   TestServer server_;
-  std::unique_ptr<UpstreamPool> pool_ = MakePool({.url = server_.url()});
-  UpstreamResult r_;
+  std::unique_ptr<HttpClient> pool_ = MakePool({.url = server_.url()});
+  HttpClientResult r_;
 };
 
 TEST_F(HalfStreamedTest, CancelClosesItsConnection) {
@@ -420,37 +422,99 @@ TEST_F(HalfStreamedTest, StreamOutlivingThePoolFails) {
   EXPECT_EQ(ReadToEnd(*r_.response.stream), "<failed>");
 }
 
-TEST(UpstreamPoolTest, BaseUrlPathIsPrefixed) {
+TEST(HttpClientTest, BaseUrlPathIsPrefixed) {
   TestServer server;
   auto pool = MakePool({.url = server.url() + "/ok/"});
   // "/ok/" + "" is not "/ok": the server answers 201 to anything but the
   // special paths, so check the pool joined them without a double slash.
-  UpstreamResult r = Exchange(*pool, "");
-  EXPECT_EQ(r.kind, UpstreamResult::Kind::kResponse);
+  HttpClientResult r = Exchange(*pool, "");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kResponse);
 }
 
-TEST(UpstreamPoolTest, RefusesBadUrls) {
+TEST(HttpClientTest, RefusesBadUrls) {
   for (std::string url : {"ftp://x", "http://", "not a url", "http://u:p@host/", "http://h/?q=1"}) {
-    auto pool = UpstreamPool::Create({.url = url});
+    auto pool = HttpClient::Create({.url = url});
     ASSERT_FALSE(pool) << url;
     EXPECT_EQ(pool.error().code, ErrorCode::kInvalidArgument);
     EXPECT_NE(pool.error().message.find("upstream URL"), std::string::npos);
   }
-  auto pool = UpstreamPool::Create({.url = "https://127.0.0.1:1", .ca_file = "/no/such/ca.pem"});
+  auto pool = HttpClient::Create({.url = "https://127.0.0.1:1",
+                                  .ca_file = "/no/such/ca.pem",
+                                  .ca_option = "upstream_ca_file"});
   ASSERT_FALSE(pool);
   EXPECT_NE(pool.error().message.find("cannot load upstream_ca_file '/no/such/ca.pem'"),
             std::string::npos)
       << pool.error().message;
 }
 
-TEST(UpstreamPoolTest, SendAfterStopIsNotSent) {
+// Call::Cancel before the request is out: nothing reached the upstream. On
+// the caller's io_context, not yet running, so that the cancel comes first.
+TEST(HttpClientTest, CancelBeforeTheRequestIsWrittenIsNotSent) {
+  TestServer server;
+  asio::io_context ioc;
+  auto client = HttpClient::Create({.url = server.url()}, ioc);
+  ASSERT_TRUE(client) << client.error().message;
+  std::optional<HttpClientResult> result;
+  HttpClient::Call call = (*client)->Send({.method = "POST", .target = "/ok", .body = "{}"},
+                                          [&](HttpClientResult r) { result = std::move(r); });
+  call.Cancel();
+  ioc.run();
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->kind, HttpClientResult::Kind::kNotSent) << result->detail;
+  EXPECT_EQ(server.requests(), 0);
+  (*client)->Stop();
+}
+
+// Call::Cancel once the request is out: the upstream may have acted on it.
+TEST(HttpClientTest, CancelAfterTheRequestWasWrittenIsMaybeSent) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});
+  std::promise<HttpClientResult> promise;
+  auto future = promise.get_future();
+  auto call = std::make_shared<HttpClient::Call>();
+  std::promise<void> sent;
+  *call = client->Send(
+      {.method = "POST", .target = "/hang", .body = "{}", .on_written = [&] { sent.set_value(); }},
+      [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+  sent.get_future().wait();
+  call->Cancel();
+  HttpClientResult r = future.get();
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent) << r.detail;
+  EXPECT_FALSE(r.timed_out);
+}
+
+TEST(HttpClientTest, RequestResponseTimeoutOverridesTheOption) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});  // 60 s
+  std::promise<HttpClientResult> promise;
+  client->Send(
+      {.method = "POST", .target = "/hang", .response_timeout = std::chrono::milliseconds(200)},
+      [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+  HttpClientResult r = promise.get_future().get();
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent);
+  EXPECT_TRUE(r.timed_out);
+}
+
+TEST(HttpClientTest, ConnectionCloseRequestIsNotPooled) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});
+  for (int i = 0; i < 2; ++i) {
+    std::promise<HttpClientResult> promise;
+    client->Send({.method = "GET", .target = "/ok", .keep_alive = false},
+                 [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+    EXPECT_EQ(promise.get_future().get().response.status, 201);
+  }
+  EXPECT_EQ(server.connections(), 2) << "a connection asked to close is not reused";
+}
+
+TEST(HttpClientTest, SendAfterStopIsNotSent) {
   TestServer server;
   auto pool = MakePool({.url = server.url()});
   pool->Stop();
-  UpstreamResult r = Exchange(*pool, "/ok");
-  EXPECT_EQ(r.kind, UpstreamResult::Kind::kNotSent);
+  HttpClientResult r = Exchange(*pool, "/ok");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kNotSent);
   EXPECT_EQ(server.requests(), 0);
 }
 
 }  // namespace
-}  // namespace idem::proxy
+}  // namespace idem::net
