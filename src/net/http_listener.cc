@@ -47,6 +47,7 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+using namespace std::literals;
 
 class Connection;
 
@@ -94,7 +95,7 @@ bool IsBodiless(int status) {
 }
 
 void AppendLine(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name).append(": ").append(value).append("\r\n");
+  out.append(name).append(": "sv).append(value).append("\r\n"sv);
 }
 
 // Appends an answer's status line and header block: the handler's headers
@@ -104,25 +105,25 @@ void AppendLine(std::string& out, std::string_view name, std::string_view value)
 // serializer: one string, reused per connection, no allocation per field.
 void FormatHead(const Response& r, bool keep_alive, const Framing& framing, DateCache& date,
                 std::string& out) {
-  out.append("HTTP/1.1 ").append(std::to_string(r.status)).append(" ");
+  out.append("HTTP/1.1 "sv).append(std::to_string(r.status)).append(" "sv);
   beast::string_view reason = bhttp::obsolete_reason(static_cast<bhttp::status>(r.status));
-  out.append(reason.data(), reason.size()).append("\r\n");
+  out.append(reason.data(), reason.size()).append("\r\n"sv);
   bool has_server = false;
   for (const Header& h : r.headers) {
     if (IsManagedHeader(h.name)) continue;
     has_server = has_server || beast::iequals(h.name, "Server");
     AppendLine(out, h.name, h.value);
   }
-  if (!has_server) out.append("Server: idemgate\r\n");
-  out.append("Date: ");
+  if (!has_server) out.append("Server: idemgate\r\n"sv);
+  out.append("Date: "sv);
   date.AppendTo(out);
-  out.append("\r\n");
-  if (!keep_alive) out.append("Connection: close\r\n");
+  out.append("\r\n"sv);
+  if (!keep_alive) out.append("Connection: close\r\n"sv);
   if (framing.content_length) {
-    AppendLine(out, "Content-Length", std::to_string(*framing.content_length));
+    AppendLine(out, "Content-Length"sv, std::to_string(*framing.content_length));
   }
-  if (framing.chunked) out.append("Transfer-Encoding: chunked\r\n");
-  out.append("\r\n");
+  if (framing.chunked) out.append("Transfer-Encoding: chunked\r\n"sv);
+  out.append("\r\n"sv);
 }
 
 }  // namespace
@@ -172,7 +173,7 @@ struct ResponderState {
   uint64_t serial = 0;
   std::atomic<bool> answered{false};
 
-  void Answer(Response response);
+  void Answer(Response&& response);
   // A handler that drops its Responder unanswered is a bug; the client
   // still gets an answer instead of waiting for read_timeout.
   ~ResponderState() {
@@ -230,7 +231,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // From any thread (the Responder).
-  void PostResponse(uint64_t serial, Response response) {
+  void PostResponse(uint64_t serial, Response&& response) {
     net::post(stream_.get_executor(),
               [self = shared_from_this(), serial, r = std::move(response)]() mutable {
                 if (serial != self->serial_ || self->state_ != State::kHandling) {
@@ -304,11 +305,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     request.method = std::string(req.method_string());
     request.target = std::string(req.target());
     size_t q = request.target.find('?');
-    request.path = request.target.substr(0, q);
-    if (q != std::string::npos) request.query = request.target.substr(q + 1);
+    request.path.assign(request.target, 0, q);
+    if (q != std::string::npos) request.query.assign(request.target, q + 1);
     request.headers.reserve(static_cast<size_t>(std::distance(req.begin(), req.end())));
-    for (const auto& field : req) {
-      request.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    for (const auto& field : req) {  // built in place: no temporary Header to move
+      Header& h = request.headers.emplace_back();
+      h.name.assign(field.name_string().data(), field.name_string().size());
+      h.value.assign(field.value().data(), field.value().size());
     }
     request.body = std::move(req.body());
     request.remote = remote_;
@@ -317,7 +320,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // ── Handling ──
 
-  void Handle(Request request) {
+  void Handle(Request&& request) {
     state_ = State::kHandling;
     if (server_->loopback && (!options_.authenticate || options_.check_host_with_tokens)) {
       // A page that rebinds its own name to our address sends that name.
@@ -357,7 +360,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     state->server = server_->weak_from_this();
     state->connection = weak_from_this();
     state->serial = serial_;
-    Responder respond = [state](Response r) { state->Answer(std::move(r)); };
+    // Response&& (here and on to SendResponse): std::function passes its
+    // argument on as an rvalue; taking it by reference saves a move per step.
+    Responder respond = [state](Response&& r) { state->Answer(std::move(r)); };
     auto hooks = std::make_shared<Hooks>(this);
     request.hooks = hooks;
     try {
@@ -438,7 +443,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     FormatHead(r, keep_alive_, framing, server_->date, out_head_);
   }
 
-  void SendResponse(Response r) {
+  void SendResponse(Response&& r) {
     if (state_ == State::kClosed) {
       if (r.stream) r.stream->Cancel();
       return;
@@ -461,7 +466,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // A body from a BodySource: the header, then each piece as the source
   // hands it over, the next asked for once the last is written.
-  void SendStreamed(Response r) {
+  void SendStreamed(Response&& r) {
     Framing framing;
     if (r.stream_length) {
       framing.content_length = *r.stream_length;
@@ -679,7 +684,7 @@ void Hooks::After(std::chrono::milliseconds delay, std::function<void()> fn) {
   if (connection_) connection_->SetAfter(delay, std::move(fn));
 }
 
-void ResponderState::Answer(Response response) {
+void ResponderState::Answer(Response&& response) {
   if (answered.exchange(true)) return;        // exactly once; later calls are ignored
   std::shared_ptr<Server> s = server.lock();  // first: keeps the io_context alive
   if (!s) return;
