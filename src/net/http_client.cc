@@ -10,6 +10,7 @@
 #include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -495,6 +496,8 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
   }
 
   static void CopyHeaders(const bhttp::response_header<>& res, http::Response& out) {
+    out.headers.reserve(out.headers.size() +
+                        static_cast<size_t>(std::distance(res.begin(), res.end())));
     for (const auto& field : res) {
       out.headers.push_back({std::string(field.name_string()), std::string(field.value())});
     }

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -46,23 +47,83 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+using namespace std::literals;
 
 class Connection;
 
-// "Mon, 30 Nov 2026 13:55:13 GMT" (RFC 9110 IMF-fixdate).
-std::string HttpDate() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[64];
-  size_t n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-  return std::string(buf, n);
-}
+// The Date header's value, "Mon, 30 Nov 2026 13:55:13 GMT" (RFC 9110
+// IMF-fixdate), formatted at most once per second per listener: every
+// answer carries it, and strftime on each was a visible share of an answer's
+// cost. Thread-safe (the I/O threads share it).
+class DateCache {
+ public:
+  // Appends the current second's date to `out`.
+  void AppendTo(std::string& out) {
+    const std::time_t now = std::time(nullptr);
+    std::lock_guard lock(mu_);
+    if (now != second_ || length_ == 0) {
+      std::tm tm{};
+      gmtime_r(&now, &tm);
+      length_ = std::strftime(text_, sizeof text_, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+      second_ = now;
+    }
+    out.append(text_, length_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::time_t second_ = 0;
+  size_t length_ = 0;
+  char text_[64] = {};
+};
+
+// How an answer's body is delimited (the listener's own framing headers).
+struct Framing {
+  std::optional<uint64_t> content_length;  // Content-Length, when set
+  bool chunked = false;                    // Transfer-Encoding: chunked
+};
 
 bool IsManagedHeader(std::string_view name) {
   return beast::iequals(name, "Content-Length") || beast::iequals(name, "Date") ||
          beast::iequals(name, "Connection") || beast::iequals(name, "Transfer-Encoding") ||
          beast::iequals(name, "Keep-Alive");
+}
+
+// 1xx, 204 and 304 answers have no body and no Content-Length (RFC 9110 §8.6).
+bool IsBodiless(int status) {
+  return (status >= 100 && status < 200) || status == 204 || status == 304;
+}
+
+void AppendLine(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name).append(": "sv).append(value).append("\r\n"sv);
+}
+
+// Appends an answer's status line and header block: the handler's headers
+// in order without the ones the listener manages, Server (unless the handler
+// set one), Date, Connection: close when the connection closes after it, and
+// the framing. Formatted directly instead of through Beast's fields and
+// serializer: one string, reused per connection, no allocation per field.
+void FormatHead(const Response& r, bool keep_alive, const Framing& framing, DateCache& date,
+                std::string& out) {
+  out.append("HTTP/1.1 "sv).append(std::to_string(r.status)).append(" "sv);
+  beast::string_view reason = bhttp::obsolete_reason(static_cast<bhttp::status>(r.status));
+  out.append(reason.data(), reason.size()).append("\r\n"sv);
+  bool has_server = false;
+  for (const Header& h : r.headers) {
+    if (IsManagedHeader(h.name)) continue;
+    has_server = has_server || beast::iequals(h.name, "Server");
+    AppendLine(out, h.name, h.value);
+  }
+  if (!has_server) out.append("Server: idemgate\r\n"sv);
+  out.append("Date: "sv);
+  date.AppendTo(out);
+  out.append("\r\n"sv);
+  if (!keep_alive) out.append("Connection: close\r\n"sv);
+  if (framing.content_length) {
+    AppendLine(out, "Content-Length"sv, std::to_string(*framing.content_length));
+  }
+  if (framing.chunked) out.append("Transfer-Encoding: chunked\r\n"sv);
+  out.append("\r\n"sv);
 }
 
 }  // namespace
@@ -88,6 +149,8 @@ struct Server : std::enable_shared_from_this<Server> {
   bool draining = false;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
 
+  DateCache date;  // thread-safe on its own
+
   // After the state above: handlers destroyed with the io_context still
   // find it alive.
   net::io_context ioc;
@@ -110,7 +173,7 @@ struct ResponderState {
   uint64_t serial = 0;
   std::atomic<bool> answered{false};
 
-  void Answer(Response response);
+  void Answer(Response&& response);
   // A handler that drops its Responder unanswered is a bug; the client
   // still gets an answer instead of waiting for read_timeout.
   ~ResponderState() {
@@ -168,7 +231,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // From any thread (the Responder).
-  void PostResponse(uint64_t serial, Response response) {
+  void PostResponse(uint64_t serial, Response&& response) {
     net::post(stream_.get_executor(),
               [self = shared_from_this(), serial, r = std::move(response)]() mutable {
                 if (serial != self->serial_ || self->state_ != State::kHandling) {
@@ -242,11 +305,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     request.method = std::string(req.method_string());
     request.target = std::string(req.target());
     size_t q = request.target.find('?');
-    request.path = request.target.substr(0, q);
-    if (q != std::string::npos) request.query = request.target.substr(q + 1);
+    request.path.assign(request.target, 0, q);
+    if (q != std::string::npos) request.query.assign(request.target, q + 1);
     request.headers.reserve(static_cast<size_t>(std::distance(req.begin(), req.end())));
-    for (const auto& field : req) {
-      request.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    for (const auto& field : req) {  // built in place: no temporary Header to move
+      Header& h = request.headers.emplace_back();
+      h.name.assign(field.name_string().data(), field.name_string().size());
+      h.value.assign(field.value().data(), field.value().size());
     }
     request.body = std::move(req.body());
     request.remote = remote_;
@@ -255,7 +320,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // ── Handling ──
 
-  void Handle(Request request) {
+  void Handle(Request&& request) {
     state_ = State::kHandling;
     if (server_->loopback && (!options_.authenticate || options_.check_host_with_tokens)) {
       // A page that rebinds its own name to our address sends that name.
@@ -295,7 +360,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     state->server = server_->weak_from_this();
     state->connection = weak_from_this();
     state->serial = serial_;
-    Responder respond = [state](Response r) { state->Answer(std::move(r)); };
+    // Response&& (here and on to SendResponse): std::function passes its
+    // argument on as an rvalue; taking it by reference saves a move per step.
+    Responder respond = [state](Response&& r) { state->Answer(std::move(r)); };
     auto hooks = std::make_shared<Hooks>(this);
     request.hooks = hooks;
     try {
@@ -369,20 +436,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     SendResponse(std::move(r));
   }
 
-  // The answer's status and headers, without the ones the listener manages,
-  // with Server (unless the handler set one) and Date.
-  template <class Body>
-  static std::shared_ptr<bhttp::response<Body>> NewResponse(const Response& r) {
-    auto res = std::make_shared<bhttp::response<Body>>(static_cast<bhttp::status>(r.status), 11);
-    for (const Header& h : r.headers) {
-      if (!IsManagedHeader(h.name)) res->insert(h.name, h.value);
-    }
-    if (res->find(bhttp::field::server) == res->end()) res->set(bhttp::field::server, "idemgate");
-    res->set(bhttp::field::date, HttpDate());
-    return res;
+  // Starts a new head for the answer in out_head_ (its capacity is reused).
+  void StartHead(const Response& r, const Framing& framing) {
+    if (out_head_.capacity() > 4 * options_.max_header_bytes) out_head_ = std::string();
+    out_head_.clear();
+    FormatHead(r, keep_alive_, framing, server_->date, out_head_);
   }
 
-  void SendResponse(Response r) {
+  void SendResponse(Response&& r) {
     if (state_ == State::kClosed) {
       if (r.stream) r.stream->Cancel();
       return;
@@ -390,36 +451,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
     state_ = State::kWriting;
     hold_.cancel();  // the hold set in Handle
     if (r.stream) return SendStreamed(std::move(r));
-    auto res = NewResponse<bhttp::string_body>(r);
-    res->keep_alive(keep_alive_);
-    if (head_) {
-      res->content_length(r.body.size());  // the size a GET would get, no body
-    } else {
-      res->body() = std::move(r.body);
-      res->prepare_payload();
-    }
-    response_ = res;
+    // A HEAD answer gets the length a GET would get, without the body.
+    const bool bodiless = IsBodiless(r.status);
+    Framing framing;
+    if (head_ || !bodiless) framing.content_length = r.body.size();
+    StartHead(r, framing);
+    if (!head_ && !bodiless) out_body_ = std::move(r.body);
+    std::array<net::const_buffer, 2> buffers{net::buffer(out_head_), net::buffer(out_body_)};
     stream_.expires_after(options_.write_timeout);
-    if (head_) {
-      auto sr = std::make_shared<bhttp::response_serializer<bhttp::string_body>>(*res);
-      bhttp::async_write_header(
-          stream_, *sr,
-          [self = shared_from_this(), sr](beast::error_code ec, size_t) { self->OnWrite(ec); });
-      return;
-    }
-    bhttp::async_write(stream_, *res, [self = shared_from_this()](beast::error_code ec, size_t) {
+    net::async_write(stream_, buffers, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->OnWrite(ec);
     });
   }
 
   // A body from a BodySource: the header, then each piece as the source
   // hands it over, the next asked for once the last is written.
-  void SendStreamed(Response r) {
-    auto res = NewResponse<bhttp::empty_body>(r);
+  void SendStreamed(Response&& r) {
+    Framing framing;
     if (r.stream_length) {
-      res->content_length(*r.stream_length);
+      framing.content_length = *r.stream_length;
     } else if (version_ >= 11) {
-      res->chunked(true);
+      framing.chunked = true;
       chunked_ = true;
     } else {
       keep_alive_ = false;  // an HTTP/1.0 client reads the body to the close
@@ -428,19 +480,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     idle_interval_ = chunked_ && !r.idle_piece.empty() ? r.idle_interval
                                                        : std::chrono::milliseconds(0);
     idle_piece_ = std::move(r.idle_piece);
-    res->keep_alive(keep_alive_);
+    StartHead(r, framing);
     if (head_) {
       r.stream->Cancel();  // a HEAD answer has no body to wait for
     } else {
       source_ = std::move(r.stream);
     }
-    auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*res);
     stream_.expires_after(options_.write_timeout);
-    bhttp::async_write_header(stream_, *sr,
-                              [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
-                                if (ec || !self->source_) return self->OnWrite(ec);
-                                self->NextPiece();
-                              });
+    net::async_write(stream_, net::buffer(out_head_),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec || !self->source_) return self->OnWrite(ec);
+                       self->NextPiece();
+                     });
   }
 
   void NextPiece() {
@@ -530,7 +581,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void OnWrite(beast::error_code ec) {
     if (!ec) gone_ = nullptr;  // the answer is out in full
-    response_.reset();
+    out_body_ = std::string();
     stream_.expires_never();
     if (source_) {  // a streamed answer's write failed
       source_->Cancel();
@@ -598,7 +649,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   net::steady_timer hold_;  // keeps the connection alive while a handler works (Handle)
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
-  std::shared_ptr<bhttp::response<bhttp::string_body>> response_;
+  std::string out_head_;  // the answer's status line and headers being written
+  std::string out_body_;  // the answer's body being written (not streamed)
   std::shared_ptr<BodySource> source_;  // a streamed body being written
   std::string piece_;                   // the piece being written
   bool chunked_ = false;                // source_ is written chunked
@@ -632,7 +684,7 @@ void Hooks::After(std::chrono::milliseconds delay, std::function<void()> fn) {
   if (connection_) connection_->SetAfter(delay, std::move(fn));
 }
 
-void ResponderState::Answer(Response response) {
+void ResponderState::Answer(Response&& response) {
   if (answered.exchange(true)) return;        // exactly once; later calls are ignored
   std::shared_ptr<Server> s = server.lock();  // first: keeps the io_context alive
   if (!s) return;

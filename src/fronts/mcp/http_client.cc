@@ -270,6 +270,9 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     op.req = {};
     op.req.method = std::move(method);
     op.req.target = request_target_;
+    // BuildPost and BuildGet add up to 5 of their own (more only when
+    // mirroring tool parameters): no reallocation on the common path.
+    op.req.headers.reserve(options_.headers.size() + 6);
     for (const auto& [name, value] : options_.headers) SetHeader(op.req, name, value);
     if (!session_id_.empty()) {
       SetHeader(op.req, "Mcp-Session-Id", session_id_);

@@ -139,6 +139,7 @@ http::Response HttpReply::StreamHeader() {
 http::Response HttpReply::Whole(int status, std::string content_type, std::string body) {
   http::Response r;
   r.status = status;
+  r.headers.reserve(3);  // with Final's Cache-Control: no reallocation
   r.headers.push_back({"Content-Type", std::move(content_type)});
   if (!session_id_.empty()) r.headers.push_back({"Mcp-Session-Id", session_id_});
   r.body = std::move(body);

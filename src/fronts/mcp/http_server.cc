@@ -92,7 +92,7 @@ struct HttpMcpServer::Impl : std::enable_shared_from_this<HttpMcpServer::Impl> {
   Impl(const HttpServerOptions& o, HttpSessionFactory f) : options(o), factory(std::move(f)) {}
 
   // The MCP endpoint and /console (the listener's handler, behind WithAdmin).
-  void Handle(http::Request request, http::Responder respond);
+  void Handle(http::Request&& request, http::Responder respond);
   void SweepLoop();
   void StopAll();
 
@@ -448,7 +448,7 @@ void EndpointCall::HandleDelete() {
 
 // ── Impl ────────────────────────────────────────────────────────────────────
 
-void HttpMcpServer::Impl::Handle(http::Request request, http::Responder respond) {
+void HttpMcpServer::Impl::Handle(http::Request&& request, http::Responder respond) {
   const std::string& path = request.path;
   if (options.console && (path == "/console" || path.starts_with("/console/"))) {
     return options.console(std::move(request), std::move(respond));
@@ -610,7 +610,7 @@ Result<std::unique_ptr<HttpMcpServer>> HttpMcpServer::Start(const HttpServerOpti
   Impl* state = impl.get();
   auto listener = http::HttpListener::Start(
       ListenerOptionsOf(options),
-      http::WithAdmin(std::move(admin), [state](http::Request request, http::Responder respond) {
+      http::WithAdmin(std::move(admin), [state](http::Request&& request, http::Responder respond) {
         state->Handle(std::move(request), std::move(respond));
       }));
   if (!listener) return std::unexpected(listener.error());
