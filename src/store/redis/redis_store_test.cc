@@ -504,8 +504,13 @@ long long EvalshaCalls(redis::Connection& admin) {
 // connections they raced: 29 scripts per claim and completion at 16
 // threads, each refusal making the entries in flight behind it stale too.)
 TEST(RedisSingleTest, ChainedClaimsAndCompletionsFromManyThreadsAreSentOnce) {
-  std::string server;
-  auto admin = AdminOfSingle(&server);
+  // A server of its own: INFO commandstats counts every client's commands, and
+  // the fixture's server serves other tests at the same time (ctest -j).
+  OwnServer own("order");
+  const std::string server = own.url();
+  auto config = redis::ParseRedisUrl(server);
+  ASSERT_TRUE(config) << config.error().ToString();
+  auto admin = Connect(config->nodes.front());
   ASSERT_TRUE(admin);
   FakeClock clock;
   auto store = OpenOrFail(WithOptions(server, "prefix=" + UniquePrefix("order")), clock);
