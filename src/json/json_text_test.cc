@@ -1,5 +1,6 @@
 #include "json/json_text.h"
 
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -103,5 +104,17 @@ TEST(JsonTextTest, SetMemberWithKnownMembersSplicesLikeSetMember) {
   EXPECT_FALSE(SetMember(R"({"b":1,"b":2})", *twice, "b", "3"));
 }
 
+// Quote is valid JSON for any bytes: a byte that is not UTF-8 becomes U+FFFD,
+// so a problem detail or a log line quoting a peer's bytes stays parseable.
+// Pins fuzz/regressions/json_text/quote-of-bytes-that-are-not-utf8.
+TEST(JsonTextTest, QuoteOfBytesThatAreNotUtf8IsValidJson) {
+  EXPECT_EQ(Quote("a\xC0\xAF" "b"), "\"a\xEF\xBF\xBD\xEF\xBF\xBD" "b\"");
+  EXPECT_EQ(boost::json::parse(Quote("\xAFype")).as_string(), "\xEF\xBF\xBDype");
+  // UTF-8 and the escapes RFC 8785 writes are kept.
+  EXPECT_EQ(Quote("é\"\\\n\x01"), "\"é\\\"\\\\\\n\\u0001\"");
+  EXPECT_EQ(boost::json::parse(Quote("é\"\\\n\x01")).as_string(), "é\"\\\n\x01");
+}
+
 }  // namespace
 }  // namespace idem::json_text
+
