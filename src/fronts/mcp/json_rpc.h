@@ -125,10 +125,8 @@ struct Message {
     kOther,         // valid JSON that is none of these
   };
   Kind kind = Kind::kOther;
-  // The whole message, for reading. Its nodes live in one arena per message
-  // (a shared monotonic resource): a parse costs a few allocations, not one
-  // per value, and freeing it frees no node by node. Move a Message rather
-  // than assigning its `json` to a value of another storage (that copies).
+  // The whole message, for reading (default storage: a Message may be read
+  // on another thread than the one that parsed it).
   boost::json::value json;
   // The top-level members of an object message as spans into the text it
   // was parsed from (json_text::ObjectMembers), so that whoever reads or
