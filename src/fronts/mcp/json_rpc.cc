@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
-#include <boost/json/monotonic_resource.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
