@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "core/fault_point.h"
+#include "gate/answer.h"
 #include "json/json_text.h"
 #include "fronts/http_proxy/stored_response.h"
 
@@ -245,38 +246,19 @@ void ReverseProxy::Begun(const std::shared_ptr<Gated>& g, Result<Decision> begun
 
 void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
   const Call& call = g->plan.call;
-  const Decision& d = g->decision;
-  const Record& record = d.record;
-  std::string note;
-  switch (d.kind) {
-    case Decision::Kind::kReplay: {
-      const Outcome* outcome = record.outcome ? &*record.outcome : nullptr;
-      if (outcome == nullptr) {
-        g->Reply(http::Problem(500, "unreadable-outcome", "Stored outcome missing",
-                               "the record of this key is completed but holds no outcome; the "
-                               "action was not performed again",
-                               KeyMember(call)));
-        note = "replay failed: no outcome";
-        break;
-      }
-      Result<StoredResponse> stored = DecodeStoredResponse(outcome->body);
-      if (outcome->cls == OutcomeClass::kTooLarge) {
-        std::string extra = KeyMember(call) + ",\"first_at\":" + json_text::Quote(FormatIsoTime(record.created_at));
-        if (stored) extra += ",\"upstream_status\":" + std::to_string(stored->status);
-        g->Reply(http::Problem(
-            409, "result-too-large", "Result too large to replay",
-            "an identical request with this key already ran at " + FormatIsoTime(record.created_at) +
-                ", but its answer was larger than max_result_bytes and was not stored; the action "
-                "was not performed again. Look the result up at the upstream.",
-            extra));
-        note = "replayed a too-large marker";
-        break;
-      }
+  const gate::Answer a = gate::AnswerFor(g->decision);
+  std::string_view note = a.note;
+  const std::string first_at = KeyMember(call) + ",\"first_at\":" + json_text::Quote(a.first_at);
+  switch (a.kind) {
+    case gate::Answer::Kind::kRun:
+      return Execute(g);  // answers and calls Done() when the upstream has answered
+    case gate::Answer::Kind::kReplay: {
+      Result<StoredResponse> stored = DecodeStoredResponse(g->decision.record.outcome->body);
       if (!stored) {
         g->Reply(http::Problem(500, "unreadable-outcome", "Stored outcome unreadable",
                                stored.error().message + "; the action was not performed again",
                                KeyMember(call)));
-        note = "replay failed: " + stored.error().message;
+        note = "replay failed: unreadable outcome";
         break;
       }
       http::Response r;
@@ -285,47 +267,59 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
       r.headers.push_back({std::string(kReplayedHeader), "true"});
       r.body = std::move(stored->body);
       g->Reply(std::move(r));
-      note = d.attached ? "attached" : "replayed";
       break;
     }
-    case Decision::Kind::kInProgress: {
-      const int64_t seconds = std::max<int64_t>(1, (d.retry_after.count() + 999) / 1000);
-      http::Response r =
-          http::Problem(409, "request-in-progress", "Request in progress",
-                        "an identical request with this key is still running; retry after " +
-                            std::to_string(seconds) + " s to get its answer",
-                        KeyMember(call) + ",\"retry_after\":" + std::to_string(seconds));
-      r.headers.push_back({"Retry-After", std::to_string(seconds)});
-      g->Reply(std::move(r));
-      note = "in progress";
+    case gate::Answer::Kind::kNoOutcome:
+      g->Reply(http::Problem(a.http_status, "unreadable-outcome", "Stored outcome missing",
+                             "the record of this key is completed but holds no outcome; the "
+                             "action was not performed again",
+                             KeyMember(call)));
       break;
-    }
-    case Decision::Kind::kUnknown:
+    case gate::Answer::Kind::kTooLarge: {
+      std::string extra = first_at;
+      if (auto stored = DecodeStoredResponse(g->decision.record.outcome->body)) {
+        extra += ",\"upstream_status\":" + std::to_string(stored->status);
+      }
       g->Reply(http::Problem(
-          409, "outcome-unknown", "Outcome unknown",
-          "an identical request with this key was sent upstream at " + FormatIsoTime(record.created_at) +
+          a.http_status, "result-too-large", "Result too large to replay",
+          "an identical request with this key already ran at " + a.first_at +
+              ", but its answer was larger than max_result_bytes and was not stored; the action "
+              "was not performed again. Look the result up at the upstream.",
+          extra));
+      break;
+    }
+    case gate::Answer::Kind::kInProgress: {
+      const std::string seconds = std::to_string(a.retry_after_seconds);
+      http::Response r =
+          http::Problem(a.http_status, "request-in-progress", "Request in progress",
+                        "an identical request with this key is still running; retry after " +
+                            seconds + " s to get its answer",
+                        KeyMember(call) + ",\"retry_after\":" + seconds);
+      r.headers.push_back({"Retry-After", seconds});
+      g->Reply(std::move(r));
+      break;
+    }
+    case gate::Answer::Kind::kUnknown:
+      g->Reply(http::Problem(
+          a.http_status, "outcome-unknown", "Outcome unknown",
+          "an identical request with this key was sent upstream at " + a.first_at +
               " but no answer came back, so the action may already have happened. It was not "
               "performed again; do not repeat it blindly. Check at the upstream, then an operator "
               "can settle the record (`idemgate resolve " +
               call.id.key + "`) or wait for it to expire.",
-          KeyMember(call) + ",\"first_at\":" + json_text::Quote(FormatIsoTime(record.created_at))));
-      note = "outcome unknown";
+          first_at));
       break;
-    case Decision::Kind::kDrift:
+    case gate::Answer::Kind::kDrift:
       g->Reply(http::Problem(
-          422, "idempotency-key-reused", "Idempotency-Key reused",
-          "the key " + call.id.key + " was first used at " + FormatIsoTime(record.created_at) +
+          a.http_status, "idempotency-key-reused", "Idempotency-Key reused",
+          "the key " + call.id.key + " was first used at " + a.first_at +
               " for a request with a different method, path, query or body; a key names one "
               "request. Send the original request to get its answer, or use a new key for a new "
               "request.",
-          KeyMember(call) + ",\"first_at\":" + json_text::Quote(FormatIsoTime(record.created_at))));
-      note = "drift";
+          first_at));
       break;
-    case Decision::Kind::kExecute:
-    case Decision::Kind::kPassThrough:
-      return Execute(g);  // answers and calls Done() when the upstream has answered
   }
-  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + note);
+  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + std::string(note));
   Done();
 }
 

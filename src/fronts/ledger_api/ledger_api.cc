@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "core/fault_point.h"
+#include "gate/answer.h"
 #include "idem/canonical_json.h"
 #include "idem/key.h"
 #include "json/json_errors.h"
@@ -330,74 +331,84 @@ Response Forbidden(std::string_view what) {
       "idemgate: " + std::string(what) + " needs an admin token (a [[tenant]] with admin = true)");
 }
 
-// The answer to begin for what the ledger decided.
+// The answer to begin that hands the caller the call to run: claimed
+// (fenced), or unguarded (the store is down with on_store_down = pass, or
+// observe mode).
+Response RunAnswer(const Call& call, const Decision& d) {
+  json::object o;
+  o["decision"] = "execute";
+  o["key"] = call.id.key;
+  if (d.kind == Decision::Kind::kPassThrough) {
+    o["fence"] = 0;
+    o["unguarded"] = true;
+    if (d.observed) o["observed"] = true;
+    return Json(200, o);
+  }
+  o["fence"] = d.fence;
+  o["lease_ms"] = call.policy.lease.count();
+  o["lease_expires_at"] = FormatIsoTime(d.record.lease_expires_at);
+  if (d.took_over) o["took_over"] = true;
+  if (call.turn_fallback) o["turn_fallback"] = true;
+  return Json(200, o);
+}
+
+// The answer to begin for what the ledger decided (gate::AnswerFor).
 Response BeginAnswer(const Call& call, const Decision& d) {
+  const gate::Answer a = gate::AnswerFor(d);
   json::object o;
   const std::string key_member = "\"key\":" + json_text::Quote(call.id.key);
-  switch (d.kind) {
-    case Decision::Kind::kExecute:
-      o["decision"] = "execute";
-      o["key"] = call.id.key;
-      o["fence"] = d.fence;
-      o["lease_ms"] = call.policy.lease.count();
-      o["lease_expires_at"] = FormatIsoTime(d.record.lease_expires_at);
-      if (d.took_over) o["took_over"] = true;
-      if (call.turn_fallback) o["turn_fallback"] = true;
-      return Json(200, o);
-    case Decision::Kind::kPassThrough:
-      o["decision"] = "execute";
-      o["key"] = call.id.key;
-      o["fence"] = 0;
-      o["unguarded"] = true;
-      if (d.observed) o["observed"] = true;
-      return Json(200, o);
-    case Decision::Kind::kReplay: {
-      const Record& r = d.record;
-      if (!HasReplayableOutcome(r)) {
-        return Problem(409, "outcome-too-large", "Outcome too large to replay",
-                       "idemgate: this call already ran (first at " + FormatIsoTime(r.created_at) +
-                           ") but its outcome was larger than max_result_bytes, so only a "
-                           "marker was stored. Do not run it again; look the result up in "
-                           "the tool itself",
-                       key_member);
-      }
+  switch (a.kind) {
+    case gate::Answer::Kind::kRun:
+      return RunAnswer(call, d);
+    case gate::Answer::Kind::kReplay:
+      // An outcome the ledger API stored is a JSON value, never empty; an
+      // empty one (from another front's record) cannot be spliced into JSON.
+      if (d.record.outcome->body.empty()) break;
       o["decision"] = "replay";
       o["replayed"] = true;
       o["key"] = call.id.key;
-      o["first_at"] = FormatIsoTime(r.created_at);
-      o["completed_at"] = FormatIsoTime(r.completed_at);
+      o["first_at"] = a.first_at;
+      o["completed_at"] = FormatIsoTime(d.record.completed_at);
       o["attached"] = d.attached;
       o["drift"] = d.drift;
       if (d.reconciled) o["reconciled"] = true;
-      return Json(200, o, r.outcome->body);
-    }
-    case Decision::Kind::kInProgress: {
-      int64_t secs = std::max<int64_t>(1, (d.retry_after.count() + 999) / 1000);
-      Response p = Problem(409, "in-progress", "In progress",
-                           "idemgate: an identical call is still running (since " +
-                               FormatIsoTime(d.record.created_at) + "). Retry after " +
-                               std::to_string(secs) + " s to get its outcome; do not run it again",
-                           key_member + ",\"retry_after\":" + std::to_string(secs));
-      p.headers.push_back({"Retry-After", std::to_string(secs)});
+      return Json(200, o, d.record.outcome->body);
+    case gate::Answer::Kind::kTooLarge:
+    case gate::Answer::Kind::kNoOutcome:
+      break;
+    case gate::Answer::Kind::kInProgress: {
+      const std::string secs = std::to_string(a.retry_after_seconds);
+      Response p = Problem(a.http_status, "in-progress", "In progress",
+                           "idemgate: an identical call is still running (since " + a.first_at +
+                               "). Retry after " + secs +
+                               " s to get its outcome; do not run it again",
+                           key_member + ",\"retry_after\":" + secs);
+      p.headers.push_back({"Retry-After", secs});
       return p;
     }
-    case Decision::Kind::kUnknown:
-      return Problem(409, "outcome-unknown", "Outcome unknown",
-                     "idemgate: an identical call began at " + FormatIsoTime(d.record.created_at) +
+    case gate::Answer::Kind::kUnknown:
+      return Problem(a.http_status, "outcome-unknown", "Outcome unknown",
+                     "idemgate: an identical call began at " + a.first_at +
                          " and its owner died before reporting an outcome: the action may "
                          "already have happened. Do not repeat it blindly; check, then "
                          "resolve the record (POST /v1/records/{key}/resolve or `idemgate "
                          "resolve`)",
                      key_member);
-    case Decision::Kind::kDrift:
-      return Problem(422, "drift", "Arguments differ",
-                     "idemgate: key " + call.id.key + " was first used at " +
-                         FormatIsoTime(d.record.created_at) +
+    case gate::Answer::Kind::kDrift:
+      return Problem(a.http_status, "drift", "Arguments differ",
+                     "idemgate: key " + call.id.key + " was first used at " + a.first_at +
                          " with different arguments. Send the original arguments to get "
                          "its outcome, or use a new key for a new action",
-                     key_member + ",\"first_at\":" + json_text::Quote(FormatIsoTime(d.record.created_at)));
+                     key_member + ",\"first_at\":" + json_text::Quote(a.first_at));
   }
-  return Problem(500, "internal", "Internal error", "idemgate: unexpected decision");
+  // Completed, but nothing this API can replay: a too-large marker, or no
+  // outcome at all. The call is not run again either way.
+  return Problem(409, "outcome-too-large", "Outcome too large to replay",
+                 "idemgate: this call already ran (first at " + a.first_at +
+                     ") but its outcome was larger than max_result_bytes, so only a "
+                     "marker was stored. Do not run it again; look the result up in "
+                     "the tool itself",
+                 key_member);
 }
 
 // 405 naming what `path` answers.

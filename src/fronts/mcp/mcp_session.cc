@@ -820,47 +820,43 @@ void McpSession::Core::RunGatedCall(const std::shared_ptr<GatedCall>& gc) {
     note = "refused: " + e.ToString();
   } else {
     const Decision& d = *begun;
-    switch (d.kind) {
-      case Decision::Kind::kReplay: {
-        if (d.record.outcome && d.record.outcome->cls == OutcomeClass::kTooLarge) {
-          Answer(*gc, ResultResponse(gc->id_text, CompleteResult(TooLargeResult(call, d),
-                                                                 gc->prepared.stateless)));
-          note = "replayed a too-large marker";
-          break;
-        }
-        auto result = ReplayResult(d, config_);
-        if (!result) {
+    const gate::Answer a = gate::AnswerFor(d);
+    const bool stateless = gc->prepared.stateless;
+    note = a.note;
+    switch (a.kind) {
+      case gate::Answer::Kind::kRun:
+        note = Execute(*gc, d);
+        break;
+      case gate::Answer::Kind::kReplay:
+      case gate::Answer::Kind::kNoOutcome:
+        if (auto result = ReplayResult(d, a, config_)) {
+          Answer(*gc, ResultResponse(gc->id_text, CompleteResult(std::move(*result), stateless)));
+        } else {
           Answer(*gc, ErrorResponse(gc->id_text, kRpcInternalError,
                                     "idemgate could not read the stored result of an identical "
                                     "earlier call (" +
                                         result.error().message +
                                         "); the action was not performed again.",
                                     ConditionData("unreadable", call.id.key)));
-        } else {
-          Answer(*gc, ResultResponse(gc->id_text, CompleteResult(*result, gc->prepared.stateless)));
+          note = "replay failed: " + result.error().message;
         }
-        note = d.reconciled ? "reconciled" : d.attached ? "attached" : "replayed";
         break;
-      }
-      case Decision::Kind::kInProgress:
-        Answer(*gc, ResultResponse(gc->id_text, CompleteResult(InProgressResult(call, d),
-                                                               gc->prepared.stateless)));
-        note = "in progress";
-        break;
-      case Decision::Kind::kUnknown:
-        Answer(*gc, ResultResponse(gc->id_text, CompleteResult(OutcomeUnknownResult(call, d),
-                                                               gc->prepared.stateless)));
-        note = "outcome unknown";
-        break;
-      case Decision::Kind::kDrift:
+      case gate::Answer::Kind::kTooLarge:
         Answer(*gc, ResultResponse(gc->id_text,
-                                   CompleteResult(DriftResult(call, d, gc->prepared.gate.mode),
-                                                  gc->prepared.stateless)));
-        note = "drift";
+                                   CompleteResult(TooLargeResult(call, a), stateless)));
         break;
-      case Decision::Kind::kExecute:
-      case Decision::Kind::kPassThrough:
-        note = Execute(*gc, d);
+      case gate::Answer::Kind::kInProgress:
+        Answer(*gc, ResultResponse(gc->id_text,
+                                   CompleteResult(InProgressResult(call, a), stateless)));
+        break;
+      case gate::Answer::Kind::kUnknown:
+        Answer(*gc, ResultResponse(gc->id_text,
+                                   CompleteResult(OutcomeUnknownResult(call, a), stateless)));
+        break;
+      case gate::Answer::Kind::kDrift:
+        Answer(*gc, ResultResponse(gc->id_text,
+                                   CompleteResult(DriftResult(call, d, a, gc->prepared.gate.mode),
+                                                  stateless)));
         break;
     }
   }

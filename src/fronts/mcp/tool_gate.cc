@@ -758,7 +758,8 @@ LookupAnswer ClassifyLookupAnswer(std::string_view response, const Message& pars
   return a;
 }
 
-Result<std::string> ReplayResult(const Decision& decision, const Config& config) {
+Result<std::string> ReplayResult(const Decision& decision, const gate::Answer& answer,
+                                 const Config& config) {
   const Record& record = decision.record;
   if (!record.outcome) {
     return MakeError(ErrorCode::kDataLoss, "record " + record.id.key + " has no stored outcome");
@@ -778,7 +779,7 @@ Result<std::string> ReplayResult(const Decision& decision, const Config& config)
   }
   // When the first attempt claimed the call: "first run at", the same
   // instant the drift and in-progress answers name.
-  const std::string first_at = FormatIsoTime(record.created_at);
+  const std::string& first_at = answer.first_at;
 
   std::string meta_text = "{}";
   if (*meta != nullptr && json_text::IsObject((*meta)->value.In(body))) {
@@ -816,8 +817,8 @@ Result<std::string> ReplayResult(const Decision& decision, const Config& config)
   return std::move(*out);
 }
 
-std::string InProgressResult(const Call& call, const Decision& decision) {
-  const int64_t seconds = std::max<int64_t>(1, (decision.retry_after.count() + 999) / 1000);
+std::string InProgressResult(const Call& call, const gate::Answer& answer) {
+  const int64_t seconds = answer.retry_after_seconds;
   std::string text = "[idemgate] An identical call to " + call.tool + " (key " + call.id.key +
                      ") is still running, so this one was not executed again. Retry this same "
                      "call in about " +
@@ -828,10 +829,10 @@ std::string InProgressResult(const Call& call, const Decision& decision) {
                    KeyMeta(call) + "," + Quote(kMetaRetryAfter) + ":" + std::to_string(seconds));
 }
 
-std::string OutcomeUnknownResult(const Call& call, const Decision& decision) {
+std::string OutcomeUnknownResult(const Call& call, const gate::Answer& answer) {
   std::string text =
       "[idemgate] The outcome of an identical earlier call to " + call.tool + " (key " +
-      call.id.key + ", started at " + FormatIsoTime(decision.record.created_at) +
+      call.id.key + ", started at " + answer.first_at +
       ") is unknown: it was sent to the tool, but no result came back. The action may already "
       "have happened. Do not repeat it blindly: first check whether it took effect, or tell the "
       "user. An operator can settle it with `idemgate resolve " +
@@ -849,27 +850,27 @@ std::string UnansweredResult(const Call& call, std::string_view why) {
   return Condition("outcome_unknown", text, KeyMeta(call));
 }
 
-std::string DriftResult(const Call& call, const Decision& decision, KeyMode mode) {
+std::string DriftResult(const Call& call, const Decision& decision, const gate::Answer& answer,
+                        KeyMode mode) {
   std::string how = mode == KeyMode::kExplicit || call.detail == "explicit key"
                         ? "to perform a new action, send a new idempotency key"
                         : "to perform a new action, start a new turn or pass a new repeat_nonce";
   const bool other_tool = decision.record.tool != call.tool;
   std::string text =
       "[idemgate] The idempotency key " + call.id.key + " was first used at " +
-      FormatIsoTime(decision.record.created_at) + " for a call to " +
+      answer.first_at + " for a call to " +
       (other_tool ? "another tool, " + decision.record.tool + ","
                   : call.tool + " with different arguments,") +
       " so this call was refused rather than treated as the same action. To get the earlier "
       "call's result, repeat it with its original " +
       (other_tool ? "tool and arguments; " : "arguments; ") + how + ".";
   return Condition("drift", text,
-                   KeyMeta(call) + "," + Quote(kMetaFirstAt) + ":" +
-                       Quote(FormatIsoTime(decision.record.created_at)));
+                   KeyMeta(call) + "," + Quote(kMetaFirstAt) + ":" + Quote(answer.first_at));
 }
 
-std::string TooLargeResult(const Call& call, const Decision& decision) {
+std::string TooLargeResult(const Call& call, const gate::Answer& answer) {
   std::string text = "[idemgate] An identical earlier call to " + call.tool + " (key " +
-                     call.id.key + ", first run at " + FormatIsoTime(decision.record.created_at) +
+                     call.id.key + ", first run at " + answer.first_at +
                      ") already ran, but its result was too large to store, so it cannot be "
                      "shown again. The action was not performed again.";
   return Condition("too_large", text, KeyMeta(call));

@@ -18,6 +18,7 @@
 #include "idem/clock.h"
 #include "idem/config.h"
 #include "idem/key.h"
+#include "gate/answer.h"
 #include "gate/upstream_class.h"
 #include "idem/ledger.h"
 #include "fronts/mcp/http_jsonrpc.h"
@@ -194,17 +195,20 @@ LookupAnswer ClassifyLookupAnswer(std::string_view response, const Message& pars
 // outcome of class success or tool error): the stored result plus replay
 // _meta and, if config.mcp.replay_text, a text block saying the action was
 // not performed again. kDataLoss if the stored body is not a JSON object.
-Result<std::string> ReplayResult(const Decision& decision, const Config& config);
+Result<std::string> ReplayResult(const Decision& decision, const gate::Answer& answer,
+                                 const Config& config);
 
 // Idempotency conditions, answered as tool results with isError: true, one
-// plain-English text block and _meta["dev.idemgate/condition"].
-std::string InProgressResult(const Call& call, const Decision& decision);
-std::string OutcomeUnknownResult(const Call& call, const Decision& decision);
+// plain-English text block and _meta["dev.idemgate/condition"]; `answer` is
+// gate::AnswerFor of the ledger's decision.
+std::string InProgressResult(const Call& call, const gate::Answer& answer);
+std::string OutcomeUnknownResult(const Call& call, const gate::Answer& answer);
 // The call this attempt forwarded got no answer (`why`: "the tool server went
 // away before answering (...)"): its outcome is unknown as well.
 std::string UnansweredResult(const Call& call, std::string_view why);
-std::string DriftResult(const Call& call, const Decision& decision, KeyMode mode);
-std::string TooLargeResult(const Call& call, const Decision& decision);
+std::string DriftResult(const Call& call, const Decision& decision, const gate::Answer& answer,
+                        KeyMode mode);
+std::string TooLargeResult(const Call& call, const gate::Answer& answer);
 std::string MissingKeyResult(std::string_view tool);
 
 // `result` (a result object) with "resultType": "complete" added when
