@@ -8,7 +8,10 @@
 //    refuse a duplicated name;
 //  - on a JSON array: ArrayElements lists its elements; AppendElement gives
 //    the array plus one element;
-//  - Quote(s) of UTF-8 parses back to s.
+//  - Quote(s) of UTF-8 parses back to s;
+//  - Validate accepts exactly what Boost.JSON parses; a View of any text
+//    reads nothing out of bounds, and on an object finds a member sent once
+//    with its exact value, and a member sent twice as ambiguous.
 #include <boost/json.hpp>
 #include <cmath>
 #include <cstddef>
@@ -99,6 +102,17 @@ void CheckObject(std::string_view text, const json::object& doc, std::string_vie
   }
   const bool duplicated = count.contains(std::string(name)) && count[std::string(name)] > 1;
 
+  const jt::View member = jt::View(text)[name];
+  FUZZ_CHECK_EQ(member.ambiguous(), duplicated);
+  FUZZ_CHECK_EQ(member.present(), count.contains(std::string(name)) && !duplicated);
+  if (member.present()) {
+    const auto v = Parse(member.text());
+    FUZZ_CHECK(v.has_value() && Same(*v, doc.at(name)));
+    if (v->is_string()) FUZZ_CHECK(member.string() == std::string(v->get_string()));
+    if (v->is_bool()) FUZZ_CHECK(member.boolean() == v->get_bool());
+    if (auto i = member.int64()) FUZZ_CHECK(v->is_int64() && v->get_int64() == *i);
+  }
+
   auto set = jt::SetMember(text, name, value);
   CheckError(set);
   FUZZ_CHECK_EQ(set.has_value(), !duplicated);
@@ -186,7 +200,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckError(jt::RemoveMember(text, name));
   CheckError(jt::AppendElement(text, value));
 
+  const jt::View view(text);
+  (void)view[name].string();
+  (void)view[name].int64();
+  (void)view.Elements();
+
   const auto doc = Parse(text);
+  FUZZ_CHECK_EQ(jt::Validate(text, 4096).has_value(), doc.has_value());
   if (!doc) return 0;
   if (doc->is_object()) {
     CheckObject(text, doc->get_object(), name, value, *value_json, name_is_utf8);

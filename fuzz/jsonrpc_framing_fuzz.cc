@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -108,12 +109,26 @@ std::vector<LineFramer::Frame> ModelFrames(std::string_view stream, size_t max) 
 // JSON-RPC 2.0 as MCP uses it, plainly: a request or notification has
 // "jsonrpc": "2.0", a string "method", an object "params" if any, a string or
 // number "id" if any; anything without "method" is a response if it has an
-// "id" and a "result" or an "error".
-void CheckEnvelope(const boost::json::value& json) {
-  const std::optional<std::string> problem = idem::mcp::JsonRpcEnvelopeProblem(json);
+// "id" and a "result" or an "error"; and none of those members is sent twice
+// (json_text::ObjectMembers lists duplicates; json_text_fuzz checks it).
+void CheckEnvelope(std::string_view text, const boost::json::value& json) {
+  const std::optional<std::string> problem =
+      idem::mcp::JsonRpcEnvelopeProblem(idem::json_text::View(text));
   const boost::json::object* o = json.if_object();
+  bool twice = false;
+  if (o != nullptr) {
+    auto members = idem::json_text::ObjectMembers(text);
+    FUZZ_CHECK(members.has_value());
+    std::map<std::string, int> count;
+    for (const auto& m : *members) ++count[m.name];
+    for (const char* name : {"jsonrpc", "method", "id", "params", "result", "error"}) {
+      twice = twice || count[name] > 1;
+    }
+  }
   bool usable = false;
-  if (o != nullptr && !o->contains("method")) {
+  if (twice) {
+    usable = false;
+  } else if (o != nullptr && !o->contains("method")) {
     usable = o->contains("id") && (o->contains("result") || o->contains("error"));
   } else if (o != nullptr) {
     const auto* version = o->if_contains("jsonrpc");
@@ -148,8 +163,13 @@ void CheckClassified(const std::string& text) {
     FUZZ_CHECK_EQ(answer->id_text, id);
     return;
   }
-  const boost::json::value& json = m->json;
-  CheckEnvelope(json);
+  // The oracle's own tree (ParseMessage builds none).
+  boost::json::parse_options options;
+  options.max_depth = idem::mcp::kMaxMessageDepth;
+  boost::system::error_code ec;
+  const boost::json::value json = boost::json::parse(text, ec, {}, options);
+  FUZZ_CHECK(!ec);
+  CheckEnvelope(text, json);
   switch (m->kind) {
     case Message::Kind::kBatch:
       FUZZ_CHECK(json.is_array());

@@ -1,11 +1,14 @@
 #include "json/json_text.h"
 
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
+#include <charconv>
 #include <cstring>
 #include <vector>
 
 #include "core/json_escape.h"
 #include "core/utf8.h"
+#include "json/json_errors.h"
 
 namespace idem::json_text {
 namespace {
@@ -351,6 +354,155 @@ std::string Quote(std::string_view s) {
   out.reserve(s.size() + 2);
   AppendQuoted(out, s);
   return out;
+}
+
+namespace {
+
+// A Boost.JSON parser handler that keeps nothing: the grammar, UTF-8 and
+// depth checks without a tree.
+struct NullHandler {
+  using error_code = boost::system::error_code;
+  using string_view = boost::json::string_view;
+  static constexpr size_t max_object_size = size_t(-1);
+  static constexpr size_t max_array_size = size_t(-1);
+  static constexpr size_t max_key_size = size_t(-1);
+  static constexpr size_t max_string_size = size_t(-1);
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+  bool on_array_begin(error_code&) { return true; }
+  bool on_array_end(size_t, error_code&) { return true; }
+  bool on_object_begin(error_code&) { return true; }
+  bool on_object_end(size_t, error_code&) { return true; }
+  bool on_string_part(string_view, size_t, error_code&) { return true; }
+  bool on_string(string_view, size_t, error_code&) { return true; }
+  bool on_key_part(string_view, size_t, error_code&) { return true; }
+  bool on_key(string_view, size_t, error_code&) { return true; }
+  bool on_number_part(string_view, error_code&) { return true; }
+  bool on_int64(int64_t, string_view, error_code&) { return true; }
+  bool on_uint64(uint64_t, string_view, error_code&) { return true; }
+  bool on_double(double, string_view, error_code&) { return true; }
+  bool on_bool(bool, error_code&) { return true; }
+  bool on_null(error_code&) { return true; }
+  bool on_comment_part(string_view, error_code&) { return true; }
+  bool on_comment(string_view, error_code&) { return true; }
+};
+
+// `quoted` (a string literal, quotes included) equals `name` once unescaped.
+bool NameIs(std::string_view quoted, std::string_view name) {
+  const std::string_view raw = quoted.substr(1, quoted.size() - 2);
+  if (raw.find('\\') == std::string_view::npos) return raw == name;
+  auto unescaped = Unescape(quoted);
+  return unescaped && *unescaped == name;
+}
+
+std::string_view Trimmed(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+Result<void> Validate(std::string_view text, size_t max_depth) {
+  boost::json::parse_options options;
+  options.max_depth = max_depth;
+  boost::json::basic_parser<NullHandler> parser(options);
+  boost::system::error_code ec;
+  const size_t used = parser.write_some(false, text.data(), text.size(), ec);
+  if (!ec && used != text.size()) ec = boost::json::error::extra_data;
+  if (!ec) return {};
+  return MakeError(ec == boost::json::error::too_deep ? ErrorCode::kResourceExhausted
+                                                      : ErrorCode::kInvalidArgument,
+                   DescribeJsonError(text, ec, max_depth));
+}
+
+View::View(std::string_view text) : text_(Trimmed(text)), present_(!text_.empty()) {}
+
+bool View::is_number() const {
+  const char c = First();
+  return c == '-' || (c >= '0' && c <= '9');
+}
+
+const char* View::KindName() const {
+  switch (First()) {
+    case '{':
+      return "an object";
+    case '[':
+      return "an array";
+    case '"':
+      return "a string";
+    case 't':
+    case 'f':
+      return "a boolean";
+    case 'n':
+      return "null";
+    default:
+      return "a number";
+  }
+}
+
+View View::operator[](std::string_view name) const {
+  View found;
+  if (!is_object()) return found;
+  Scanner s(text_);
+  s.Advance();  // '{'
+  while (true) {
+    s.SkipSpace();
+    if (s.Peek() != '"') return found;  // '}' (or malformed: nothing more to find)
+    const size_t key = s.pos();
+    if (!s.SkipString()) return found;
+    const bool match = NameIs(text_.substr(key, s.pos() - key), name);
+    s.SkipSpace();
+    if (s.Peek() != ':') return found;
+    s.Advance();
+    s.SkipSpace();
+    const size_t value = s.pos();
+    if (!s.SkipValue()) return found;
+    if (match) {
+      if (found.present_ || found.ambiguous_) return View::Ambiguous();
+      found = View(text_.substr(value, s.pos() - value));
+    }
+    s.SkipSpace();
+    if (s.Peek() != ',') return found;
+    s.Advance();
+  }
+}
+
+std::vector<View> View::Elements() const {
+  std::vector<View> out;
+  if (!is_array()) return out;
+  auto spans = ArrayElements(text_);
+  if (!spans) return out;
+  out.reserve(spans->size());
+  for (const Span& e : *spans) out.emplace_back(e.In(text_));
+  return out;
+}
+
+std::optional<std::string> View::string() const {
+  if (!is_string() || text_.size() < 2) return std::nullopt;
+  auto s = Unescape(text_);
+  if (!s) return std::nullopt;
+  return std::move(*s);
+}
+
+std::optional<bool> View::boolean() const {
+  if (text_ == "true") return true;
+  if (text_ == "false") return false;
+  return std::nullopt;
+}
+
+std::optional<int64_t> View::int64() const {
+  int64_t v = 0;
+  const char* end = text_.data() + text_.size();
+  auto [ptr, ec] = std::from_chars(text_.data(), end, v);
+  if (ec != std::errc() || ptr != end || text_.empty()) return std::nullopt;
+  return v;
+}
+
+View View::Ambiguous() {
+  View v;
+  v.ambiguous_ = true;
+  return v;
 }
 
 }  // namespace idem::json_text

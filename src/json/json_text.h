@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +46,65 @@ Result<std::vector<Member>> ObjectMembers(std::string_view object);
 
 // The elements of `array`, which must be exactly one JSON array.
 Result<std::vector<Span>> ArrayElements(std::string_view array);
+
+// Checks that `text` is exactly one JSON value (RFC 8259: UTF-8, no trailing
+// data) nested at most `max_depth` deep, building nothing. kInvalidArgument,
+// or kResourceExhausted past the depth, with DescribeJsonError's phrase
+// ("not valid JSON at byte 61: …", "nested deeper than 64 levels"). What
+// the fronts run once on each message before they read it through View.
+Result<void> Validate(std::string_view text, size_t max_depth);
+
+// A read-only view of one JSON value in text that a parser accepted (or
+// that Validate did): a member or an element is found by scanning when it is
+// asked for, and nothing is copied until a string is read. The fronts read
+// a message through it (one parse per message, docs/DESIGN.md §6.1): no
+// tree is built for the bytes nobody reads, such as a tool's arguments,
+// which the canonicalizer parses itself.
+//
+// A member that appears more than once is `ambiguous()` and not present:
+// parsers disagree about which copy wins, so nobody acts on either. The
+// view holds a string_view: the text must outlive it. Safe from any thread.
+class View {
+ public:
+  View() = default;  // absent
+  // `text`: one JSON value, whitespace around it allowed.
+  explicit View(std::string_view text);
+
+  bool present() const { return present_; }
+  bool ambiguous() const { return ambiguous_; }
+  // The value's bytes, without surrounding whitespace; empty if absent.
+  std::string_view text() const { return text_; }
+
+  bool is_object() const { return First() == '{'; }
+  bool is_array() const { return First() == '['; }
+  bool is_string() const { return First() == '"'; }
+  bool is_null() const { return text_ == "null"; }
+  bool is_bool() const { return text_ == "true" || text_ == "false"; }
+  bool is_number() const;
+  // "an object", "a string", "null", …: what the value is, for messages.
+  const char* KindName() const;
+
+  // The member `name` (compared after unescaping) of an object; absent if
+  // this is not an object or has no such member.
+  View operator[](std::string_view name) const;
+  // The elements of an array, in order; empty if this is not an array.
+  std::vector<View> Elements() const;
+
+  // The value read as that type; nullopt if it is another type.
+  std::optional<std::string> string() const;  // unescaped
+  std::optional<bool> boolean() const;
+  // An integer literal that fits an int64 ("7", "-32602"); nullopt for a
+  // fraction or exponent ("1.0", "1e3") and anything out of range.
+  std::optional<int64_t> int64() const;
+
+ private:
+  char First() const { return text_.empty() ? '\0' : text_.front(); }
+  static View Ambiguous();
+
+  std::string_view text_;
+  bool present_ = false;
+  bool ambiguous_ = false;
+};
 
 // The one member called `name`: nullptr if absent. kInvalidArgument if the
 // object has it more than once: parsers disagree about which copy wins, so

@@ -115,6 +115,62 @@ TEST(JsonTextTest, QuoteOfBytesThatAreNotUtf8IsValidJson) {
   EXPECT_EQ(boost::json::parse(Quote("é\"\\\n\x01")).as_string(), "é\"\\\n\x01");
 }
 
+TEST(ViewTest, MembersAreFoundByScanningAndReadAsTheirType) {
+  const std::string text =
+      R"( {"id": 7, "method":"tools\/call", "params":{"name":"a\"b","arguments":{"n":[1,{"x":"}"}]},)"
+      R"("flag":true,"big":18446744073709551615,"frac":1.5}} )";
+  const View v(text);
+  EXPECT_TRUE(v.is_object());
+  EXPECT_EQ(v["id"].int64(), 7);
+  EXPECT_EQ(v["method"].string(), "tools/call");  // unescaped
+  EXPECT_EQ(v["params"]["name"].string(), "a\"b");
+  EXPECT_EQ(v["params"]["arguments"].text(), R"({"n":[1,{"x":"}"}]})");
+  EXPECT_EQ(v["params"]["flag"].boolean(), true);
+  EXPECT_EQ(v["params"]["big"].int64(), std::nullopt);  // beyond int64
+  EXPECT_TRUE(v["params"]["big"].is_number());
+  EXPECT_EQ(v["params"]["frac"].int64(), std::nullopt);
+  EXPECT_FALSE(v["missing"].present());
+  EXPECT_FALSE(v["params"]["name"]["deeper"].present());  // not an object
+  EXPECT_EQ(v["id"].string(), std::nullopt);
+  EXPECT_STREQ(v["params"]["arguments"]["n"].KindName(), "an array");
+  ASSERT_EQ(v["params"]["arguments"]["n"].Elements().size(), 2u);
+  EXPECT_EQ(v["params"]["arguments"]["n"].Elements()[1]["x"].string(), "}");
+}
+
+// Parsers disagree about which copy wins, so a duplicated member is read as
+// neither: ambiguous, not present.
+TEST(ViewTest, AMemberSentTwiceIsAmbiguousNotPresent) {
+  const View v(R"({"a":1,"b":2,"\u0061":3})");
+  EXPECT_FALSE(v["a"].present());
+  EXPECT_TRUE(v["a"].ambiguous());
+  EXPECT_EQ(v["b"].int64(), 2);
+  EXPECT_FALSE(v["b"].ambiguous());
+}
+
+TEST(ViewTest, TextCutShortFindsWhatComesBeforeTheCut) {
+  const View v(R"({"id":"r-1","params":{"blob":"aaa)");
+  EXPECT_EQ(v["id"].string(), "r-1");
+  EXPECT_FALSE(v["params"].present());
+  EXPECT_FALSE(View("")["id"].present());
+  EXPECT_FALSE(View("[1,2")["id"].present());
+}
+
+TEST(ValidateTest, AcceptsOneValueAndNamesWhatIsWrong) {
+  EXPECT_TRUE(Validate(R"( {"a":[1,2,{"b":null}]} )", 64));
+  EXPECT_TRUE(Validate("0e400", 64));
+  auto trailing = Validate(R"({"a":1} x)", 64);
+  ASSERT_FALSE(trailing);
+  EXPECT_EQ(trailing.error().code, ErrorCode::kInvalidArgument);
+  auto bad = Validate(R"({"a":tru})", 64);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("byte"), std::string::npos) << bad.error().message;
+  auto utf8 = Validate("\"\xff\"", 64);
+  ASSERT_FALSE(utf8);
+  auto deep = Validate(std::string(65, '[') + std::string(65, ']'), 64);
+  ASSERT_FALSE(deep);
+  EXPECT_EQ(deep.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_TRUE(Validate(std::string(64, '[') + std::string(64, ']'), 64));
+}
+
 }  // namespace
 }  // namespace idem::json_text
-

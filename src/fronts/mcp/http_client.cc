@@ -32,6 +32,7 @@
 
 #include "fronts/mcp/http_channels.h"
 #include "fronts/mcp/http_jsonrpc.h"
+#include "json/json_text.h"
 #include "fronts/mcp/http_message_pump.h"
 #include "fronts/mcp/http_protocol.h"
 #include "fronts/mcp/sse.h"
@@ -910,9 +911,9 @@ std::string MakeDeliveryFailure(std::string_view id_json, DeliveryFailure failur
   std::string clean = PrintableExcerpt(detail, 500);
   std::string data = R"({"idemgate":)";
   data.append(not_sent ? R"("not_sent")" : R"("maybe_sent")");
-  data.append(R"(,"detail":)").append(JsonQuote(clean));
+  data.append(R"(,"detail":)").append(json_text::Quote(clean));
   if (http_status != 0) data.append(R"(,"http_status":)").append(std::to_string(http_status));
-  data.append(R"(,"nonce":)").append(JsonQuote(ProcessNonce())).append("}");
+  data.append(R"(,"nonce":)").append(json_text::Quote(ProcessNonce())).append("}");
   std::string message = not_sent ? "idemgate: the request did not reach the upstream: "
                                  : "idemgate: the request was sent to the upstream but no answer "
                                    "came (it may have been carried out): ";

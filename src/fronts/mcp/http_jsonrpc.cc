@@ -1,6 +1,7 @@
 #include "fronts/mcp/http_jsonrpc.h"
 
 #include <boost/json.hpp>
+#include <charconv>
 
 #include "fronts/mcp/http_protocol.h"
 #include "fronts/mcp/json_rpc.h"  // DescribeJsonError, JsonRpcEnvelopeProblem
@@ -11,112 +12,60 @@ namespace {
 
 namespace json = boost::json;
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-size_t SkipSpace(std::string_view s, size_t pos) {
-  while (pos < s.size() && IsSpace(s[pos])) ++pos;
-  return pos;
-}
-
-// The offset just past the JSON string starting at `pos` (s[pos] == '"'),
-// or npos if it is not terminated.
-size_t SkipString(std::string_view s, size_t pos) {
-  for (size_t i = pos + 1; i < s.size(); ++i) {
-    if (s[i] == '\\') {
-      ++i;
-    } else if (s[i] == '"') {
-      return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
-// The offset just past the JSON value starting at `pos` (no leading
-// whitespace), or npos if it is malformed. Iterative, so deep nesting cannot
-// exhaust the stack; it checks bracket balance, not full JSON grammar (the
-// caller has already parsed the text).
-size_t SkipValue(std::string_view s, size_t pos) {
-  if (pos >= s.size()) return std::string_view::npos;
-  char c = s[pos];
-  if (c == '"') return SkipString(s, pos);
-  if (c != '{' && c != '[') {
-    size_t i = pos;
-    while (i < s.size() && !IsSpace(s[i]) && s[i] != ',' && s[i] != ']' && s[i] != '}' &&
-           s[i] != ':') {
-      ++i;
-    }
-    return i == pos ? std::string_view::npos : i;
-  }
-  std::string closers;
-  for (size_t i = pos; i < s.size(); ++i) {
-    char ch = s[i];
-    if (ch == '"') {
-      i = SkipString(s, i);
-      if (i == std::string_view::npos) return i;
-      --i;
-    } else if (ch == '{') {
-      closers.push_back('}');
-    } else if (ch == '[') {
-      closers.push_back(']');
-    } else if (ch == '}' || ch == ']') {
-      if (closers.empty() || closers.back() != ch) return std::string_view::npos;
-      closers.pop_back();
-      if (closers.empty()) return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
-std::string Serialize(const json::value& v) { return json::serialize(v); }
-
 const json::value* Member(const json::object& o, std::string_view name) {
   auto it = o.find(name);
   return it == o.end() ? nullptr : &it->value();
 }
 
-MessageInfo Classify(const json::value& v, std::string_view raw) {
+// The JSON text of a small value (an id, a progress token) serialised
+// canonically: equal values give equal text whatever their spelling.
+std::string Serialize(json_text::View v) {
+  boost::system::error_code ec;
+  const json::value parsed = json::parse(v.text(), ec);
+  return ec ? std::string(v.text()) : json::serialize(parsed);
+}
+
+// Read through json_text::View: nothing of the message is copied into a
+// tree, so a tool's arguments are only skipped over.
+MessageInfo Classify(std::string_view raw) {
   MessageInfo info;
   info.raw = std::string(raw);
+  const json_text::View v(raw);
   if (std::optional<std::string> problem = JsonRpcEnvelopeProblem(v)) info.problem = *problem;
-  const json::object* o = v.if_object();
-  if (o == nullptr) return info;
-  const json::value* method = Member(*o, "method");
-  const json::value* id = Member(*o, "id");
-  if (id != nullptr) info.id_key = Serialize(*id);
-  if (method != nullptr && method->is_string()) {
-    info.method = std::string(method->as_string());
-    info.kind = id != nullptr ? MessageKind::kRequest : MessageKind::kNotification;
-    if (const json::value* params = Member(*o, "params"); params && params->is_object()) {
-      const json::object& p = params->as_object();
-      if (const json::value* meta = Member(p, "_meta"); meta && meta->is_object()) {
-        const json::object& m = meta->as_object();
-        if (const json::value* t = Member(m, "progressToken")) info.progress_token = Serialize(*t);
-        if (const json::value* pv = Member(m, "io.modelcontextprotocol/protocolVersion");
-            pv && pv->is_string()) {
-          info.meta_protocol_version = std::string(pv->as_string());
-        }
+  if (!v.is_object()) return info;
+  const json_text::View method = v["method"];
+  const json_text::View id = v["id"];
+  if (id.present()) info.id_key = Serialize(id);
+  if (std::optional<std::string> name = method.string()) {
+    info.method = std::move(*name);
+    info.kind = id.present() ? MessageKind::kRequest : MessageKind::kNotification;
+    const json_text::View p = v["params"];
+    if (!p.is_object()) return info;
+    const json_text::View meta = p["_meta"];
+    if (const json_text::View t = meta["progressToken"]; t.present()) {
+      info.progress_token = Serialize(t);
+    }
+    if (auto pv = meta["io.modelcontextprotocol/protocolVersion"].string()) {
+      info.meta_protocol_version = std::move(*pv);
+    }
+    if (info.method == "notifications/progress") {
+      if (const json_text::View t = p["progressToken"]; t.present()) {
+        info.progress_token = Serialize(t);
       }
-      if (info.method == "notifications/progress") {
-        if (const json::value* t = Member(p, "progressToken")) info.progress_token = Serialize(*t);
-      }
-      const char* name_field = nullptr;
-      if (info.method == "tools/call" || info.method == "prompts/get") name_field = "name";
-      if (info.method == "resources/read") name_field = "uri";
-      if (name_field != nullptr) {
-        if (const json::value* n = Member(p, name_field); n && n->is_string()) {
-          info.name = std::string(n->as_string());
-        }
-      }
+    }
+    const char* name_field = nullptr;
+    if (info.method == "tools/call" || info.method == "prompts/get") name_field = "name";
+    if (info.method == "resources/read") name_field = "uri";
+    if (name_field != nullptr) {
+      if (auto n = p[name_field].string()) info.name = std::move(*n);
     }
     return info;
   }
-  if (method == nullptr && (Member(*o, "result") != nullptr || Member(*o, "error") != nullptr)) {
+  const json_text::View result = v["result"];
+  if (!method.present() && (result.present() || v["error"].present())) {
     info.kind = MessageKind::kResponse;
-    if (const json::value* r = Member(*o, "result"); r && r->is_object()) {
-      if (const json::value* pv = Member(r->as_object(), "protocolVersion");
-          pv && pv->is_string()) {
-        info.result_protocol_version = std::string(pv->as_string());
-      }
+    if (auto pv = result["protocolVersion"].string()) {
+      info.result_protocol_version = std::move(*pv);
     }
   }
   return info;
@@ -138,86 +87,55 @@ Result<json::value> Parse(std::string_view text, size_t max_depth) {
 }  // namespace
 
 Result<MessageBatch> InspectBody(std::string_view body, size_t max_depth) {
-  Result<json::value> parsed = Parse(body, max_depth);
-  if (!parsed) return std::unexpected(parsed.error());
+  if (auto valid = json_text::Validate(body, max_depth); !valid) {
+    return MakeError(valid.error().code, "the body is " + valid.error().message);
+  }
   MessageBatch batch;
-  if (const json::array* a = parsed->if_array()) {
+  const json_text::View whole(body);
+  if (whole.is_array()) {
     batch.is_batch = true;
-    if (a->empty()) return MakeError(ErrorCode::kInvalidArgument, "an empty JSON-RPC batch");
     std::optional<std::vector<std::string_view>> parts = SplitTopLevelArray(body);
-    if (!parts || parts->size() != a->size()) {
-      return MakeError(ErrorCode::kInvalidArgument, "a JSON-RPC batch that cannot be split");
-    }
-    for (size_t i = 0; i < a->size(); ++i) {
-      if (!(*a)[i].is_object()) {
+    if (!parts) return MakeError(ErrorCode::kInvalidArgument, "a JSON-RPC batch that cannot be split");
+    if (parts->empty()) return MakeError(ErrorCode::kInvalidArgument, "an empty JSON-RPC batch");
+    for (std::string_view part : *parts) {
+      if (!json_text::IsObject(part)) {
         return MakeError(ErrorCode::kInvalidArgument, "a JSON-RPC batch element is not an object");
       }
-      batch.messages.push_back(Classify((*a)[i], (*parts)[i]));
+      batch.messages.push_back(Classify(part));
     }
     return batch;
   }
-  if (!parsed->is_object()) {
+  if (!whole.is_object()) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "the body is neither a JSON-RPC message (an object) nor a batch (an array)");
   }
-  size_t begin = SkipSpace(body, 0);
-  size_t end = body.size();
-  while (end > begin && IsSpace(body[end - 1])) --end;
-  batch.messages.push_back(Classify(*parsed, body.substr(begin, end - begin)));
+  batch.messages.push_back(Classify(whole.text()));
   return batch;
 }
 
 Result<MessageInfo> InspectMessage(std::string_view text, size_t max_depth) {
-  Result<json::value> parsed = Parse(text, max_depth);
-  if (!parsed) return std::unexpected(parsed.error());
-  if (!parsed->is_object()) {
+  if (auto valid = json_text::Validate(text, max_depth); !valid) {
+    return MakeError(valid.error().code, "the body is " + valid.error().message);
+  }
+  if (!json_text::IsObject(text)) {
     return MakeError(ErrorCode::kInvalidArgument, "a JSON-RPC message must be a JSON object");
   }
-  return Classify(*parsed, text);
+  return Classify(text);
 }
 
 std::optional<std::string_view> FindTopLevelMember(std::string_view s, std::string_view name) {
-  size_t pos = SkipSpace(s, 0);
-  if (pos >= s.size() || s[pos] != '{') return std::nullopt;
-  pos = SkipSpace(s, pos + 1);
-  if (pos < s.size() && s[pos] == '}') return std::nullopt;
-  while (pos < s.size()) {
-    if (s[pos] != '"') return std::nullopt;
-    size_t key_end = SkipString(s, pos);
-    if (key_end == std::string_view::npos) return std::nullopt;
-    std::string_view key = s.substr(pos + 1, key_end - pos - 2);
-    pos = SkipSpace(s, key_end);
-    if (pos >= s.size() || s[pos] != ':') return std::nullopt;
-    pos = SkipSpace(s, pos + 1);
-    size_t value_end = SkipValue(s, pos);
-    if (value_end == std::string_view::npos) return std::nullopt;
-    if (key == name) return s.substr(pos, value_end - pos);
-    pos = SkipSpace(s, value_end);
-    if (pos >= s.size()) return std::nullopt;
-    if (s[pos] == '}') return std::nullopt;
-    if (s[pos] != ',') return std::nullopt;
-    pos = SkipSpace(s, pos + 1);
-  }
-  return std::nullopt;
+  const json_text::View member = json_text::View(s)[name];
+  if (!member.present()) return std::nullopt;
+  return member.text();
 }
 
 std::optional<std::vector<std::string_view>> SplitTopLevelArray(std::string_view s) {
-  size_t pos = SkipSpace(s, 0);
-  if (pos >= s.size() || s[pos] != '[') return std::nullopt;
+  auto spans = json_text::ArrayElements(s);
+  if (!spans) return std::nullopt;
   std::vector<std::string_view> parts;
-  pos = SkipSpace(s, pos + 1);
-  if (pos < s.size() && s[pos] == ']') return parts;
-  while (pos < s.size()) {
-    size_t end = SkipValue(s, pos);
-    if (end == std::string_view::npos) return std::nullopt;
-    parts.push_back(s.substr(pos, end - pos));
-    pos = SkipSpace(s, end);
-    if (pos >= s.size()) return std::nullopt;
-    if (s[pos] == ']') return parts;
-    if (s[pos] != ',') return std::nullopt;
-    pos = SkipSpace(s, pos + 1);
-  }
-  return std::nullopt;
+  parts.reserve(spans->size());
+  for (const json_text::Span& e : *spans) parts.push_back(e.In(s));
+  return parts;
 }
 
 Result<std::string> ReplaceId(std::string_view message, std::string_view new_id_json) {
@@ -270,12 +188,15 @@ std::vector<MirroredParam> MirroredParamsOfSchema(const json::object& input_sche
   return params;
 }
 
-std::optional<std::string> MirroredText(const json::value* v) {
-  if (v == nullptr) return std::nullopt;
-  if (v->is_string()) return std::string(v->as_string());
-  if (v->is_int64()) return std::to_string(v->as_int64());
-  if (v->is_uint64()) return std::to_string(v->as_uint64());
-  if (v->is_bool()) return std::string(v->as_bool() ? "true" : "false");
+std::optional<std::string> MirroredText(json_text::View v) {
+  if (std::optional<std::string> s = v.string()) return s;
+  if (std::optional<int64_t> i = v.int64()) return std::to_string(*i);
+  if (std::optional<bool> b = v.boolean()) return std::string(*b ? "true" : "false");
+  uint64_t u = 0;  // an integer beyond int64 (Boost.JSON's uint64)
+  const std::string_view t = v.text();
+  if (v.is_number() && std::from_chars(t.data(), t.data() + t.size(), u).ptr == t.data() + t.size()) {
+    return std::to_string(u);
+  }
   return std::nullopt;
 }
 
@@ -284,7 +205,7 @@ Result<std::string> WithRequestHeaders(
   std::string object = "{";
   for (const auto& [name, value] : headers) {
     if (object.size() > 1) object += ',';
-    object += JsonQuote(name) + ":" + JsonQuote(value);
+    object += json_text::Quote(name) + ":" + json_text::Quote(value);
   }
   object += '}';
   return json_text::SetMember(message, kRequestHeadersMember, object);
@@ -316,16 +237,11 @@ std::vector<std::pair<std::string, std::string>> MirroredParamHeaders(
     const std::vector<MirroredParam>& params, std::string_view tools_call_message,
     size_t max_depth) {
   std::vector<std::pair<std::string, std::string>> out;
-  Result<json::value> parsed = Parse(tools_call_message, max_depth);
-  if (!parsed || !parsed->is_object()) return out;
-  const json::value* p = Member(parsed->as_object(), "params");
-  if (p == nullptr || !p->is_object()) return out;
-  const json::value* arguments = Member(p->as_object(), "arguments");
+  if (!json_text::Validate(tools_call_message, max_depth)) return out;
+  const json_text::View arguments = json_text::View(tools_call_message)["params"]["arguments"];
   for (const MirroredParam& param : params) {
-    const json::value* v = arguments;
-    for (const std::string& key : param.path) {
-      v = v != nullptr && v->is_object() ? Member(v->as_object(), key) : nullptr;
-    }
+    json_text::View v = arguments;
+    for (const std::string& key : param.path) v = v[key];
     std::optional<std::string> text = MirroredText(v);
     if (!text) continue;
     out.emplace_back("Mcp-Param-" + param.header, EncodeMirroredHeaderValue(*text));
@@ -335,13 +251,10 @@ std::vector<std::pair<std::string, std::string>> MirroredParamHeaders(
 
 int StatelessHttpStatus(std::string_view response) {
   if (response.find("\"error\"") == std::string_view::npos) return 200;
-  Result<json::value> parsed = Parse(response, 64);
-  if (!parsed || !parsed->is_object()) return 200;
-  const json::value* error = Member(parsed->as_object(), "error");
-  if (error == nullptr || !error->is_object()) return 200;
-  const json::value* code = Member(error->as_object(), "code");
-  if (code == nullptr || !code->is_int64()) return 200;
-  switch (code->as_int64()) {
+  if (!json_text::Validate(response, 64)) return 200;
+  const std::optional<int64_t> code = json_text::View(response)["error"]["code"].int64();
+  if (!code) return 200;
+  switch (*code) {
     case -32601:
       return 404;
     case kMcpHeaderMismatch:
@@ -353,8 +266,6 @@ int StatelessHttpStatus(std::string_view response) {
   }
 }
 
-std::string JsonQuote(std::string_view text) { return Serialize(json::string(text)); }
-
 std::string JsonRpcError(std::string_view id_json, int code, std::string_view message,
                          std::string_view data_json) {
   std::string out = R"({"jsonrpc":"2.0","id":)";
@@ -362,7 +273,7 @@ std::string JsonRpcError(std::string_view id_json, int code, std::string_view me
   out.append(R"(,"error":{"code":)");
   out.append(std::to_string(code));
   out.append(R"(,"message":)");
-  out.append(JsonQuote(message));
+  out.append(json_text::Quote(message));
   if (!data_json.empty()) {
     out.append(R"(,"data":)");
     out.append(data_json);

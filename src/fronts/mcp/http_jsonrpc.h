@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "idem/error.h"
+#include "json/json_text.h"
 
 namespace boost::json {
 class object;
@@ -75,8 +76,8 @@ Result<MessageInfo> InspectMessage(std::string_view text, size_t max_depth);
 
 // The bytes of the top-level member `name` of the JSON object `object_text`
 // (the value only, without surrounding whitespace), or nullopt if the text is
-// not an object or has no such member. Member names are compared as written
-// (no unescaping).
+// not an object, has no such member or has it more than once (json_text::View).
+// `object_text` may be cut short: a member before the cut is found.
 std::optional<std::string_view> FindTopLevelMember(std::string_view object_text,
                                                    std::string_view name);
 
@@ -109,7 +110,7 @@ std::vector<MirroredParam> MirroredParamsOfSchema(const boost::json::object& inp
 // The value a client mirrors into the header of one parameter: a string as
 // it is, an integer in decimal, a boolean as true / false; nullopt for an
 // absent or null value, or one of any other type (it gets no header).
-std::optional<std::string> MirroredText(const boost::json::value* value);
+std::optional<std::string> MirroredText(json_text::View value);
 
 // The Streamable HTTP server hands the request headers idemgate reads with
 // a tools/call to the session inside the message: the top-level member
@@ -141,8 +142,6 @@ int StatelessHttpStatus(std::string_view response);
 std::string JsonRpcError(std::string_view id_json, int code, std::string_view message,
                          std::string_view data_json = {});
 
-// `text` as a JSON string literal, with quotes.
-std::string JsonQuote(std::string_view text);
 
 // JSON-RPC 2.0 error codes used by the transports.
 inline constexpr int kJsonRpcParseError = -32700;

@@ -15,6 +15,7 @@
 
 #include "fronts/mcp/http_channels.h"
 #include "fronts/mcp/http_jsonrpc.h"
+#include "json/json_text.h"
 #include "fronts/mcp/http_protocol.h"
 #include "fronts/mcp/http_reply.h"
 #include "fronts/mcp/http_server_session.h"
@@ -179,9 +180,9 @@ void EndpointCall::Run() {
     for (std::string_view v : kSupportedProtocolVersions) {
       if (!first) data.push_back(',');
       first = false;
-      data.append(JsonQuote(v));
+      data.append(json_text::Quote(v));
     }
-    data.append(R"(],"requested":)").append(JsonQuote(PrintableExcerpt(version_, 64))).append("}");
+    data.append(R"(],"requested":)").append(json_text::Quote(PrintableExcerpt(version_, 64))).append("}");
     return Error(400, kMcpUnsupportedProtocolVersion,
                  "idemgate: unsupported MCP-Protocol-Version '" + PrintableExcerpt(version_, 64) +
                      "'; supported: " + SupportedProtocolVersionList(),

@@ -21,24 +21,6 @@ bool IsBlank(std::string_view s) {
   return true;
 }
 
-// "a boolean", "an object", …: what a JSON value is, for error messages.
-const char* KindName(const boost::json::value& v) {
-  switch (v.kind()) {
-    case boost::json::kind::null:
-      return "null";
-    case boost::json::kind::bool_:
-      return "a boolean";
-    case boost::json::kind::object:
-      return "an object";
-    case boost::json::kind::array:
-      return "an array";
-    case boost::json::kind::string:
-      return "a string";
-    default:
-      return "a number";
-  }
-}
-
 // False for a number beyond a double ("1e400", "-1e400"), which Boost.JSON
 // reads as infinity: it serializes as null, so an answer could not carry it
 // back. A NaN is representable: it is Boost.JSON's reading of a zero with a
@@ -189,25 +171,25 @@ std::string IdKey(const boost::json::value& id) {
   }
 }
 
-Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
-  boost::json::parse_options options;
-  options.max_depth = max_depth;
+std::string IdKeyOfText(std::string_view id_text) {
   boost::system::error_code ec;
-  // The default storage, not an arena shared by the message's copies: a
-  // Message moved into a gated call is read on its worker while the I/O
-  // thread drops the one it parsed, and TSan found the arena's release racing
-  // with that read (McpSessionTest under -fsanitize=thread).
-  Message m{.kind = Message::Kind::kOther, .json = boost::json::parse(text, ec, {}, options)};
-  if (ec) {
-    return MakeError(ec == boost::json::error::too_deep ? ErrorCode::kResourceExhausted
-                                                        : ErrorCode::kInvalidArgument,
-                     DescribeJsonError(text, ec, max_depth));
+  const boost::json::value id = boost::json::parse(id_text, ec);
+  if (ec) return "j:" + std::string(id_text);
+  return IdKey(id);
+}
+
+Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
+  // Validated once, building nothing; read below only through spans.
+  if (auto valid = json_text::Validate(text, max_depth); !valid) {
+    return std::unexpected(valid.error());
   }
-  if (m.json.is_array()) {
+  Message m;
+  const json_text::View whole(text);
+  if (whole.is_array()) {
     m.kind = Message::Kind::kBatch;
     return m;
   }
-  if (!m.json.is_object()) return m;  // kOther
+  if (!whole.is_object()) return m;  // kOther
   auto members = json_text::ObjectMembers(text);
   if (!members) return std::unexpected(members.error());
   auto id = json_text::FindMember(*members, "id");
@@ -216,52 +198,78 @@ Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
   if (!method) return std::unexpected(method.error());
   m.members = std::move(*members);  // `id` points into them: a vector's move keeps its nodes
 
-  const boost::json::object& obj = m.json.get_object();
-  m.id_text = *id ? std::string((*id)->value.In(text)) : "null";
-  if (*id && !Representable(obj.at("id"))) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "not usable: its \"id\" " + PrintableExcerpt(m.id_text, 40) +
-                         " is a number beyond what a double holds; use a string or a smaller "
-                         "number");
+  if (*id) {
+    m.id_text = std::string((*id)->value.In(text));
+    boost::system::error_code ec;
+    const boost::json::value id_value = boost::json::parse(m.id_text, ec);  // a few bytes
+    if (!Representable(id_value)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "not usable: its \"id\" " + PrintableExcerpt(m.id_text, 40) +
+                           " is a number beyond what a double holds; use a string or a smaller "
+                           "number");
+    }
+    m.id_key = IdKey(id_value);
+  } else {
+    m.id_text = "null";
   }
-  if (*id) m.id_key = IdKey(obj.at("id"));
-  if (const auto* meth = obj.if_contains("method"); meth && meth->is_string()) {
-    m.method = std::string(meth->get_string());
+  const auto has = [&](std::string_view name) {
+    return std::ranges::any_of(m.members, [&](const json_text::Member& e) { return e.name == name; });
+  };
+  if (std::optional<std::string> name =
+          *method ? json_text::View((*method)->value.In(text)).string() : std::nullopt) {
+    m.method = std::move(*name);
     m.kind = *id ? Message::Kind::kRequest : Message::Kind::kNotification;
-  } else if (*id && obj.contains("error")) {
+  } else if (*id && has("error")) {
     m.kind = Message::Kind::kError;
-  } else if (*id && obj.contains("result")) {
+  } else if (*id && has("result")) {
     m.kind = Message::Kind::kResult;
   }
   return m;
 }
 
-std::optional<std::string> JsonRpcEnvelopeProblem(const boost::json::value& message) {
-  const boost::json::object* o = message.if_object();
-  if (o == nullptr) {
+std::optional<std::string> JsonRpcEnvelopeProblem(json_text::View message) {
+  if (!message.is_object()) {
     return std::string(
                "a JSON-RPC message must be a JSON object (a batch: an array of them), "
                "not ") +
-           KindName(message);
+           message.KindName();
   }
-  const boost::json::value* method = o->if_contains("method");
-  const boost::json::value* id = o->if_contains("id");
-  if (method == nullptr) {
-    if (id != nullptr && (o->contains("result") || o->contains("error"))) return std::nullopt;
+  auto members = json_text::ObjectMembers(message.text());
+  if (!members) return members.error().message;
+  return JsonRpcEnvelopeProblem(message.text(), *members);
+}
+
+std::optional<std::string> JsonRpcEnvelopeProblem(std::string_view object,
+                                                  const std::vector<json_text::Member>& members) {
+  // Parsers disagree about which copy of a member wins: one sent twice is
+  // refused rather than read one way here and another way by the peer.
+  json_text::View method, id, version, params;
+  bool answer = false;  // "result" or "error"
+  for (const json_text::Member& m : members) {
+    json_text::View* slot = m.name == "method"    ? &method
+                            : m.name == "id"      ? &id
+                            : m.name == "jsonrpc" ? &version
+                            : m.name == "params"  ? &params
+                                                  : nullptr;
+    answer = answer || m.name == "result" || m.name == "error";
+    if (slot == nullptr) continue;
+    if (slot->present()) return "\"" + m.name + "\" is sent more than once; send it once";
+    *slot = json_text::View(m.value.In(object));
+  }
+  if (!method.present()) {
+    if (id.present() && answer) return std::nullopt;
     return "the message is neither a request (\"method\" and \"id\"), a notification "
            "(\"method\") nor a response (\"id\" and \"result\" or \"error\")";
   }
-  if (!method->is_string())
-    return std::string("\"method\" must be a string, not ") + KindName(*method);
-  const boost::json::value* version = o->if_contains("jsonrpc");
-  if (version == nullptr || !version->is_string() || version->get_string() != "2.0") {
-    return "\"jsonrpc\" must be \"2.0\" (JSON-RPC 2.0)";
+  if (!method.is_string()) {
+    return std::string("\"method\" must be a string, not ") + method.KindName();
   }
-  if (id != nullptr && !id->is_string() && !id->is_number()) {
-    return std::string("a request's \"id\" must be a string or a number, not ") + KindName(*id);
+  if (version.string() != "2.0") return "\"jsonrpc\" must be \"2.0\" (JSON-RPC 2.0)";
+  if (id.present() && !id.is_string() && !id.is_number()) {
+    return std::string("a request's \"id\" must be a string or a number, not ") + id.KindName();
   }
-  if (const boost::json::value* params = o->if_contains("params"); params && !params->is_object()) {
-    return std::string("\"params\" must be an object, not ") + KindName(*params);
+  if (params.present() && !params.is_object()) {
+    return std::string("\"params\" must be an object, not ") + params.KindName();
   }
   return std::nullopt;
 }

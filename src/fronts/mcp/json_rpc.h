@@ -125,14 +125,11 @@ struct Message {
     kOther,         // valid JSON that is none of these
   };
   Kind kind = Kind::kOther;
-  // The whole message, for reading (default storage: a Message may be read
-  // on another thread than the one that parsed it).
-  boost::json::value json;
-  // The top-level members of an object message as spans into the text it
-  // was parsed from (json_text::ObjectMembers), so that whoever reads or
-  // splices its original bytes does not scan them again (one parse per
-  // message, docs/DESIGN.md §6.1). Empty for a batch or a non-object.
-  // Valid only for that text: whoever edits the text updates them.
+  // Nothing of the message is copied into a tree: a reader looks into the
+  // text through json_text::View (one parse per message, docs/DESIGN.md
+  // §6.1), so the bytes nobody reads, such as a tool's arguments, are only
+  // validated once and then skipped.
+  //
   std::vector<json_text::Member> members;
   std::string method;       // requests and notifications
   std::string id_text;      // the id's bytes as received ("null" if none)
@@ -155,7 +152,11 @@ using json_text::DescribeJsonError;
 // "result" or "error" (responses are not checked further). A peer drops a
 // message that breaks these without answering, so whoever sent a request
 // would wait for ever: the proxy answers it instead.
-std::optional<std::string> JsonRpcEnvelopeProblem(const boost::json::value& message);
+std::optional<std::string> JsonRpcEnvelopeProblem(json_text::View message);
+// The same for an object whose top-level members were already found
+// (Message::members of `object`), without scanning it again.
+std::optional<std::string> JsonRpcEnvelopeProblem(std::string_view object,
+                                                  const std::vector<json_text::Member>& members);
 
 // The "id" of a message that could not be parsed or was cut short (`text`
 // may be any prefix of it): the JSON text of its top-level "id" member when
@@ -167,6 +168,8 @@ std::string RecoverIdText(std::string_view text);
 // string, "n:" + an integer (1, 1.0 and 1e0 agree), "j:" + the JSON of
 // anything else (null, a fraction, an object).
 std::string IdKey(const boost::json::value& id);
+// IdKey of an id's JSON text; "j:" + the text if it is not JSON.
+std::string IdKeyOfText(std::string_view id_text);
 
 // {"jsonrpc":"2.0","id":<id_text>,"error":{"code":..,"message":..[,"data":..]}}.
 // `id_text` is JSON ("7", "\"a\"", "null"); `data_json` a JSON value or empty.

@@ -167,7 +167,7 @@ TEST(ParseMessageTest, ParseErrorsAnswerTheRequestWhenItsIdCanBeFound) {
 
 TEST(EnvelopeTest, MessagesAPeerWouldDropSilentlyAreNamed) {
   auto problem = [](std::string_view text) {
-    return JsonRpcEnvelopeProblem(boost::json::parse(text)).value_or("<ok>");
+    return JsonRpcEnvelopeProblem(json_text::View(text)).value_or("<ok>");
   };
   EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":1,"method":"ping"})"), "<ok>");
   EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":"a","method":"x","params":{}})"), "<ok>");

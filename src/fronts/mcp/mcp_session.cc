@@ -234,10 +234,10 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
 
   // ---- client → upstream
   void OnClientMessage(std::string text);
-  void HandleClientBatch(std::string text, const Message& msg);
+  void HandleClientBatch(std::string text);
   void ForwardRequest(std::string text, const Message& msg, Pending::Kind kind);
   void HandleToolCall(std::string text, Message& msg);
-  bool HandleCancel(const Message& msg);  // true: forward the notification
+  bool HandleCancel(std::string_view text);  // true: forward the notification
   // Marks `p` as re-planning the earlier call of its turn and tool, if it
   // is one (RecentKeys). Under mu_, before `p` is shared.
   void NoteReplan(PreparedCall& p);
@@ -245,7 +245,7 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
 
   // ---- upstream → client
   void OnUpstreamMessage(std::string text);
-  void HandleUpstreamBatch(std::string text, const Message& msg);
+  void HandleUpstreamBatch(std::string text);
   std::string RewriteToolsList(std::string text, const Message& msg);
   void OnUpstreamClosed(std::string reason);
 
@@ -355,10 +355,12 @@ void McpSession::Core::OnClientMessage(std::string text) {
   // A peer drops a message that is not JSON-RPC without a word, and the
   // client would wait for ever: answer it here, and forward nothing.
   std::optional<std::string> problem;
-  if (msg.kind != Message::Kind::kBatch) {
-    problem = JsonRpcEnvelopeProblem(msg.json);
-  } else if (msg.json.get_array().empty()) {
-    problem = "an empty batch";
+  if (msg.kind == Message::Kind::kBatch) {
+    if (json_text::View(text).Elements().empty()) problem = "an empty batch";
+  } else if (!json_text::IsObject(text)) {
+    problem = JsonRpcEnvelopeProblem(json_text::View(text));
+  } else {
+    problem = JsonRpcEnvelopeProblem(text, msg.members);
   }
   if (problem) {
     client_.Send(ErrorResponse(RecoverIdText(text), kRpcInvalidRequest,
@@ -367,12 +369,12 @@ void McpSession::Core::OnClientMessage(std::string text) {
   }
   switch (msg.kind) {
     case Message::Kind::kBatch:
-      HandleClientBatch(std::move(text), msg);
+      HandleClientBatch(std::move(text));
       return;
     case Message::Kind::kRequest:
       if (msg.method == "initialize") {
         std::lock_guard g(mu_);
-        host_ = ClientNameOf(msg);
+        host_ = ClientNameOf(text);
       }
       if (msg.method == "tools/call") {
         HandleToolCall(std::move(text), msg);
@@ -383,7 +385,7 @@ void McpSession::Core::OnClientMessage(std::string text) {
       }
       return;
     case Message::Kind::kNotification:
-      if (msg.method == "notifications/cancelled" && !HandleCancel(msg)) return;
+      if (msg.method == "notifications/cancelled" && !HandleCancel(text)) return;
       upstream_.Send(std::move(text));
       return;
     default:  // responses to server-to-client requests, and anything else
@@ -395,18 +397,20 @@ void McpSession::Core::OnClientMessage(std::string text) {
 // A batch (MCP 2025-03-26) passes through whole unless it holds a request the
 // proxy intercepts; then its elements are handled one by one (and answered
 // one by one, which JSON-RPC clients match by id).
-void McpSession::Core::HandleClientBatch(std::string text, const Message& msg) {
-  bool intercept = false;
-  for (const boost::json::value& e : msg.json.get_array()) {
-    const auto* obj = e.if_object();
-    const auto* method = obj ? obj->if_contains("method") : nullptr;
-    if (method && method->is_string() && obj->contains("id") &&
-        (method->get_string() == "tools/call" || method->get_string() == "tools/list")) {
-      intercept = true;
-    }
-  }
+void McpSession::Core::HandleClientBatch(std::string text) {
   auto elements = json_text::ArrayElements(text);
-  if (!intercept || !elements || elements->empty()) {
+  bool intercept = false;
+  for (size_t i = 0; elements && i < elements->size() && !intercept; ++i) {
+    const json_text::View e((*elements)[i].In(text));
+    // A member sent twice counts as sent: the element is then handled (and
+    // refused) on its own, never forwarded ungated.
+    const json_text::View id = e["id"];
+    const json_text::View method = e["method"];
+    const std::optional<std::string> name = method.string();
+    intercept = (id.present() || id.ambiguous()) &&
+                (method.ambiguous() || name == "tools/call" || name == "tools/list");
+  }
+  if (!intercept) {
     upstream_.Send(std::move(text));
     return;
   }
@@ -456,16 +460,12 @@ void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
   // bytes before anything is forwarded.
   const std::optional<RequestHeaders> headers = TakeRequestHeaders(text, msg);
   std::optional<ToolInfo> info;
-  {
-    const auto* params = msg.json.get_object().if_contains("params");
-    const auto* name =
-        params && params->is_object() ? params->get_object().if_contains("name") : nullptr;
-    if (name && name->is_string()) {
-      std::lock_guard g(mu_);
-      if (auto it = tools_.find(std::string(name->get_string())); it != tools_.end()) {
-        info = it->second;
-      }
-    }
+  auto params = json_text::FindMember(msg.members, "params");
+  if (std::optional<std::string> name =
+          params && *params ? json_text::View((*params)->value.In(text))["name"].string()
+                            : std::nullopt) {
+    std::lock_guard g(mu_);
+    if (auto it = tools_.find(*name); it != tools_.end()) info = it->second;
   }
   std::string host;
   {
@@ -544,13 +544,11 @@ void McpSession::Core::NoteReplan(PreparedCall& p) {
   }
 }
 
-bool McpSession::Core::HandleCancel(const Message& msg) {
-  const auto* params = msg.json.get_object().if_contains("params");
-  const auto* request_id =
-      params && params->is_object() ? params->get_object().if_contains("requestId") : nullptr;
-  if (request_id == nullptr) return true;
+bool McpSession::Core::HandleCancel(std::string_view text) {
+  const json_text::View request_id = json_text::View(text)["params"]["requestId"];
+  if (!request_id.present()) return true;
   std::lock_guard g(mu_);
-  auto it = pending_.find(IdKey(*request_id));
+  auto it = pending_.find(IdKeyOfText(request_id.text()));
   if (it == pending_.end()) return true;
   if (it->second.kind != Pending::Kind::kGatedCall) {
     pending_.erase(it);  // the client no longer expects an answer
@@ -606,7 +604,7 @@ void McpSession::Core::OnUpstreamMessage(std::string text) {
   }
   Message& msg = *parsed;
   if (msg.kind == Message::Kind::kBatch) {
-    HandleUpstreamBatch(std::move(text), msg);
+    HandleUpstreamBatch(std::move(text));
     return;
   }
   if (msg.kind != Message::Kind::kResult && msg.kind != Message::Kind::kError) {
@@ -663,16 +661,16 @@ void McpSession::Core::OnUpstreamMessage(std::string text) {
   }
 }
 
-void McpSession::Core::HandleUpstreamBatch(std::string text, const Message& msg) {
+void McpSession::Core::HandleUpstreamBatch(std::string text) {
   auto elements = json_text::ArrayElements(text);
   bool intercept = false;
   if (elements) {
     std::lock_guard g(mu_);
-    for (const boost::json::value& e : msg.json.get_array()) {
-      const auto* obj = e.if_object();
-      const auto* id = obj ? obj->if_contains("id") : nullptr;
-      if (id == nullptr || obj->contains("method")) continue;
-      const std::string key = IdKey(*id);
+    for (const json_text::Span& span : *elements) {
+      const json_text::View e(span.In(text));
+      const json_text::View id = e["id"];
+      if (!id.present() || e["method"].present()) continue;
+      const std::string key = IdKeyOfText(id.text());
       auto it = pending_.find(key);
       if (proxy_.contains(key) ||
           (it != pending_.end() && it->second.kind != Pending::Kind::kPlain)) {
@@ -963,10 +961,8 @@ std::string McpSession::Core::Settle(GatedCall& gc, const Decision& d, std::stri
     const UpstreamDelivery delivery = options_.classify_delivery(response);
     if (delivery != UpstreamDelivery::kAnswered) {
       std::string detail = "the request could not be delivered";
-      if (const auto* e = msg.json.get_object().if_contains("error"); e && e->is_object()) {
-        if (const auto* m = e->get_object().if_contains("message"); m && m->is_string()) {
-          detail = std::string(m->get_string());
-        }
+      if (auto message = json_text::View(response)["error"]["message"].string()) {
+        detail = std::move(*message);
       }
       if (delivery == UpstreamDelivery::kMaybeSent) {
         if (gc.abandoned) return "outcome unknown: " + detail;  // already marked

@@ -247,12 +247,13 @@ class ScriptedServer {
       return;
     }
     if (msg->method != "tools/call") return;
-    const std::string tool(msg->json.at("params").at("name").as_string());
+    const json::value request = json::parse(text);  // the test reads what the server got
+    const std::string tool(request.at("params").at("name").as_string());
     int n;
     {
       std::lock_guard g(mu_);
       n = ++executions_[tool];
-      calls_[tool].push_back(msg->json);
+      calls_[tool].push_back(request);
     }
     if (tool == "create_ticket" || tool == "charge") {
       Answer(msg->id_text, R"({"content":[{"type":"text","text":"ticket #)" + std::to_string(n) +
@@ -1258,4 +1259,26 @@ TEST_F(McpSessionTest, BatchWithAToolCallIsSplitAndGated) {
 }
 
 }  // namespace
+// The upstream's parser may read either copy of a duplicated "name": which
+// tool ran would then depend on it. Refused, never forwarded ungated.
+TEST_F(McpSessionTest, AToolNameSentTwiceIsRefusedAndNotForwarded) {
+  StartSession();
+  json::value r = Request(
+      R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","name":"create_ticket","arguments":{}}})");
+  EXPECT_EQ(r.at("error").at("code").as_int64(), kRpcInvalidRequest);
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  EXPECT_EQ(server_.executions("search"), 0);
+}
+
+TEST_F(McpSessionTest, ABatchWhoseToolCallSendsItsMethodTwiceIsSplitAndRefused) {
+  StartSession();
+  client_.Inject(
+      R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/call","params":{"name":"create_ticket","arguments":{}}}])");
+  json::value a = json::parse(client_.Await(HasId(1)));
+  // As for the same message alone: ParseMessage refuses a routing member
+  // sent twice.
+  EXPECT_EQ(a.at("error").at("code").as_int64(), kRpcParseError);
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+}
+
 }  // namespace idem::mcp

@@ -120,11 +120,11 @@ std::string ArgumentPath(const MirroredParam& param) {
 // 2026-07-28 dialect, in which a client must send a header for every
 // marked argument it passes.
 std::optional<std::string> HeaderMismatch(const std::vector<MirroredParam>& params,
-                                          const json::value* arguments,
+                                          json_text::View arguments,
                                           const RequestHeaders& headers, bool required) {
   for (const MirroredParam& param : params) {
-    const json::value* v = arguments;
-    for (const std::string& key : param.path) v = Member(ObjectAt(v), key);
+    json_text::View v = arguments;
+    for (const std::string& key : param.path) v = v[key];
     const std::optional<std::string> body = MirroredText(v);
     const std::string name = "Mcp-Param-" + param.header;
     auto sent = headers.find(Lower(name));
@@ -452,12 +452,15 @@ std::string ScopeDetail(bool explicit_key, bool call_seen, const std::optional<F
 }  // namespace
 
 std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, Message& parsed) {
-  const json::object* carried =
-      ObjectAt(Member(ObjectAt(&parsed.json), kRequestHeadersMember));
-  if (carried == nullptr) return std::nullopt;
+  auto member = json_text::FindMember(parsed.members, kRequestHeadersMember);
+  if (!member || *member == nullptr) return std::nullopt;
+  auto carried = json_text::ObjectMembers((*member)->value.In(request));
+  if (!carried) return std::nullopt;  // not an object: idemgate's own server never sends that
   RequestHeaders headers;
-  for (const auto& [name, value] : *carried) {
-    if (value.is_string()) headers[Lower(name)] = std::string(value.get_string());
+  for (const json_text::Member& h : *carried) {
+    if (auto value = json_text::View(h.value.In((*member)->value.In(request))).string()) {
+      headers[Lower(h.name)] = std::move(*value);
+    }
   }
   if (auto without = json_text::RemoveMember(request, kRequestHeadersMember)) {
     request = std::move(*without);
@@ -466,55 +469,77 @@ std::optional<RequestHeaders> TakeRequestHeaders(std::string& request, Message& 
   return headers;
 }
 
-std::string ClientNameOf(const Message& request) {
-  const json::object* params = ObjectAt(Member(ObjectAt(&request.json), "params"));
-  const json::value* info = Member(params, "clientInfo");
-  if (info == nullptr) {
-    info = Member(ObjectAt(Member(params, "_meta")), "io.modelcontextprotocol/clientInfo");
-  }
-  const json::value* name = Member(ObjectAt(info), "name");
-  if (name == nullptr || !name->is_string()) return {};
-  return std::string(std::string_view(name->get_string()).substr(0, kMaxHostBytes));
+namespace {
+
+// ClientNameOf, from a request's params.clientInfo and params._meta.
+std::string ClientNameIn(json_text::View client_info, json_text::View meta) {
+  json_text::View info = client_info;
+  if (!info.present()) info = meta["io.modelcontextprotocol/clientInfo"];
+  std::optional<std::string> name = info["name"].string();
+  if (!name) return {};
+  return name->substr(0, kMaxHostBytes);
+}
+
+}  // namespace
+
+std::string ClientNameOf(std::string_view request) {
+  const json_text::View params = json_text::View(request)["params"];
+  return ClientNameIn(params["clientInfo"], params["_meta"]);
 }
 
 CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Config& config,
                       const PlanContext& context, const ToolInfo* info) {
   CallPlan plan;
-  const json::object* params = ObjectAt(Member(ObjectAt(&parsed.json), "params"));
-  const json::value* name = Member(params, "name");
-  if (name == nullptr || !name->is_string()) return plan;  // the upstream will refuse it
-  plan.tool = std::string(name->get_string());
+  // params' members, found once in the original bytes from the top-level
+  // members the parse found; every reader below looks them up.
+  auto params_member = json_text::FindMember(parsed.members, "params");
+  std::string_view params_text;
+  Result<std::vector<json_text::Member>> pm = std::vector<json_text::Member>{};
+  if (params_member && *params_member) {
+    params_text = (*params_member)->value.In(request);
+    pm = json_text::ObjectMembers(params_text);
+  }
+  const std::vector<json_text::Member> no_members;
+  const std::vector<json_text::Member>& members = pm ? *pm : no_members;
+  const auto member = [&](std::string_view name) {
+    auto m = json_text::FindMember(members, name);
+    return m && *m ? json_text::View((*m)->value.In(params_text)) : json_text::View();
+  };
+  auto name_member = json_text::FindMember(members, "name");
+  if (!name_member) {
+    // Which tool would run depends on which copy the upstream reads.
+    return Refuse(std::move(plan), parsed, kRpcInvalidRequest,
+                  "tools/call refused: params " + name_member.error().message);
+  }
+  std::optional<std::string> name = member("name").string();
+  if (!name) return plan;  // the upstream will refuse it
+  plan.tool = std::move(*name);
   // SEP-2243: every server that reads the body checks the headers that
   // mirror it, whether or not it gates the tool (the headers are what an
   // intermediary routed on).
   if (context.headers != nullptr && info != nullptr && !info->mirrored.empty()) {
-    const json::value* v = Member(ObjectAt(Member(params, "_meta")),
-                                  "io.modelcontextprotocol/protocolVersion");
-    const bool required = v && v->is_string() && v->get_string() >= "2026-07-28";
-    if (auto wrong = HeaderMismatch(info->mirrored, Member(params, "arguments"),
-                                    *context.headers, required)) {
+    const std::optional<std::string> version =
+        member("_meta")["io.modelcontextprotocol/protocolVersion"].string();
+    const bool required = version && *version >= "2026-07-28";
+    if (auto wrong = HeaderMismatch(info->mirrored, member("arguments"), *context.headers,
+                                    required)) {
       return Refuse(std::move(plan), parsed, kMcpHeaderMismatch, *wrong);
     }
   }
   const Gate gate = GateFor(config, plan.tool, info);
   if (!gate.gated) return plan;
 
-  // Locate params, arguments and _meta in the original bytes, from the
-  // top-level members the parse found. A duplicated member is refused: the
-  // upstream might read the copy we did not.
-  auto params_member = json_text::FindMember(parsed.members, "params");
+  // A duplicated member is refused: the upstream might read the copy we
+  // did not.
   if (!params_member || !*params_member) {
     return Refuse(std::move(plan), parsed, kRpcInvalidRequest,
                   "tools/call refused: " +
                       (params_member ? std::string("no params") : params_member.error().message));
   }
-  const std::string_view params_text = (*params_member)->value.In(request);
-  auto pm = json_text::ObjectMembers(params_text);
   if (!pm) return Refuse(std::move(plan), parsed, kRpcInvalidRequest, pm.error().message);
-  auto args_member = json_text::FindMember(*pm, "arguments");
-  auto meta_member = json_text::FindMember(*pm, "_meta");
-  auto name_member = json_text::FindMember(*pm, "name");
-  for (const auto* r : {&args_member, &meta_member, &name_member}) {
+  auto args_member = json_text::FindMember(members, "arguments");
+  auto meta_member = json_text::FindMember(members, "_meta");
+  for (const auto* r : {&args_member, &meta_member}) {
     if (!*r) {
       return Refuse(std::move(plan), parsed, kRpcInvalidRequest,
                     "tools/call refused: params " + r->error().message);
@@ -529,11 +554,18 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
           "tools/call refused: params.arguments of \"" + plan.tool + "\" must be a JSON object");
     }
   }
-  const json::value* meta_value = Member(params, "_meta");
-  if (meta_value != nullptr && !meta_value->is_object()) {
-    return Refuse(std::move(plan), parsed, "tools/call refused: params._meta must be an object");
+  // _meta, small and idemgate's to read, is the one part of a call read
+  // into a tree (its sources name members by JSON Pointer).
+  json::value meta_value;
+  if (*meta_member != nullptr) {
+    const std::string_view meta_text = (*meta_member)->value.In(params_text);
+    if (!json_text::IsObject(meta_text)) {
+      return Refuse(std::move(plan), parsed, "tools/call refused: params._meta must be an object");
+    }
+    boost::system::error_code ec;
+    meta_value = json::parse(meta_text, ec);  // validated with the message
   }
-  const json::object* meta = ObjectAt(meta_value);
+  const json::object* meta = ObjectAt(&meta_value);
 
   // idemgate's own members are a caller's promise: one of the wrong type is
   // refused (a host's members are read as they come, and skipped).
@@ -652,7 +684,7 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
   p.call.tool = plan.tool;
   p.call.turn = turn;
   p.call.policy = config.PolicyFor(plan.tool);
-  p.call.host = ClientNameOf(parsed);
+  p.call.host = ClientNameIn(member("clientInfo"), member("_meta"));
   if (p.call.host.empty()) p.call.host = std::string(context.host);
   p.call.turn_fallback = derived->turn_fallback || (!turn_id && session_id);
   p.call.detail = ScopeDetail(explicit_key.has_value(), seen_key.has_value(), turn_id, session_id,
@@ -694,11 +726,14 @@ namespace {
 
 // The text of the "result" member of `response` exactly as received
 // (`parsed` is its parse, whose members locate it).
+// A "result" sent twice: the last copy, as a JSON parser that keeps the
+// last duplicate reads it.
 std::string ResultText(std::string_view response, const Message& parsed) {
-  if (auto r = json_text::FindMember(parsed.members, "result"); r && *r) {
-    return std::string((*r)->value.In(response));
+  std::string_view text = "null";
+  for (const json_text::Member& m : parsed.members) {
+    if (m.name == "result") text = m.value.In(response);
   }
-  return json::serialize(parsed.json.get_object().at("result"));
+  return std::string(text);
 }
 
 }  // namespace
@@ -706,25 +741,24 @@ std::string ResultText(std::string_view response, const Message& parsed) {
 ToolAnswer ClassifyToolAnswer(std::string_view response, const Message& parsed) {
   ToolAnswer a;
   if (parsed.kind != Message::Kind::kResult) {
-    const json::value* code = Member(ObjectAt(Member(ObjectAt(&parsed.json), "error")), "code");
-    if (code == nullptr || !code->is_int64()) {
+    const std::optional<int64_t> code = json_text::View(response)["error"]["code"].int64();
+    if (!code) {
       a.kind = Execution::Kind::kMaybeSent;
       a.why = "json-rpc error without a code";
       return a;
     }
-    a.kind = gate::ClassOfJsonRpcError(code->get_int64());
-    a.why = "json-rpc error " + std::to_string(code->get_int64());
+    a.kind = gate::ClassOfJsonRpcError(*code);
+    a.why = "json-rpc error " + std::to_string(*code);
     return a;
   }
   a.body = ResultText(response, parsed);
-  const json::object* result = ObjectAt(Member(ObjectAt(&parsed.json), "result"));
-  if (const json::value* t = Member(result, "resultType");
-      t && t->is_string() && t->get_string() == "input_required") {
+  const json_text::View result(a.body);
+  if (result["resultType"].string() == "input_required") {
     a.kind = Execution::Kind::kInterim;
     a.why = "input_required: not an outcome";
     return a;
   }
-  if (const json::value* e = Member(result, "isError"); e && e->is_bool() && e->get_bool()) {
+  if (result["isError"].boolean() == true) {
     a.kind = Execution::Kind::kToolError;
     a.why = "tool error";
     return a;
@@ -739,22 +773,23 @@ LookupAnswer ClassifyLookupAnswer(std::string_view response, const Message& pars
     a.why = "it answered with a JSON-RPC error";
     return a;
   }
-  const json::object* result = ObjectAt(Member(ObjectAt(&parsed.json), "result"));
-  if (const json::value* e = Member(result, "isError"); e && e->is_bool() && e->get_bool()) {
+  const std::string result_text = ResultText(response, parsed);
+  const json_text::View result(result_text);
+  if (result["isError"].boolean() == true) {
     a.why = "it answered isError (it could not look)";
     return a;
   }
-  const json::value* found = Member(ObjectAt(Member(result, "structuredContent")), "found");
-  if (found == nullptr || !found->is_bool()) {
+  const std::optional<bool> found = result["structuredContent"]["found"].boolean();
+  if (!found) {
     a.why = "its result has no boolean structuredContent.found";
     return a;
   }
-  if (!found->get_bool()) {
+  if (!*found) {
     a.verdict = gate::LookupVerdict::kNotFound;
     return a;
   }
   a.verdict = gate::LookupVerdict::kFound;
-  a.body = ResultText(response, parsed);
+  a.body = result_text;
   return a;
 }
 

@@ -149,7 +149,7 @@ struct PlanContext {
 // 2026-07-28 dialect sends it with every request), at most kMaxHostBytes;
 // empty if there is none. For the host label of the metrics.
 inline constexpr size_t kMaxHostBytes = 64;
-std::string ClientNameOf(const Message& request);
+std::string ClientNameOf(std::string_view request);
 
 // Plans `request` (the text of a tools/call request and its parse, whose
 // members must be those of this text). The key
