@@ -10,9 +10,11 @@
 
 namespace idem::redis {
 
-Pipeline::Pipeline(NodeAddress node, ConnectOptions options)
+Pipeline::Pipeline(NodeAddress node, ConnectOptions options,
+                   std::shared_ptr<ConnectBackoff> backoff)
     : node_(std::move(node)),
       options_(std::move(options)),
+      backoff_(backoff ? std::move(backoff) : std::make_shared<ConnectBackoff>()),
       wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 Pipeline::~Pipeline() {
@@ -69,11 +71,6 @@ void Pipeline::Run() {
       done(std::unexpected(e));
     }
   };
-  // After a failed connect, batches fail at once until reconnect_at, so
-  // that a server that is down costs each read no connect timeout of its own.
-  Clock::time_point reconnect_at{};
-  std::chrono::milliseconds backoff{0};
-  std::string connect_error;
   std::vector<Queued> batch;
   for (;;) {
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn ? conn->fd() : -1, POLLIN, 0}};
@@ -97,20 +94,23 @@ void Pipeline::Run() {
       batch.swap(queued_);
     }
     if (!batch.empty()) {
-      if (!conn && Clock::now() >= reconnect_at) {
+      // After a failed connect, batches fail at once for the node's
+      // backoff, so that a server that is down costs each call no connect
+      // timeout of its own.
+      std::optional<Error> unreached;
+      if (!conn) unreached = backoff_->Check();
+      if (!conn && !unreached) {
         auto opened = Connection::Open(node_, options_);
         if (opened) {
           conn = std::move(*opened);
-          backoff = std::chrono::milliseconds(0);
+          backoff_->Reached();
         } else {
-          connect_error = opened.error().message;
-          backoff = std::clamp(backoff * 2, std::chrono::milliseconds(10),
-                               std::chrono::milliseconds(1000));
-          reconnect_at = Clock::now() + backoff;
+          backoff_->Failed(opened.error());
+          unreached = opened.error();
         }
       }
       if (!conn) {
-        const Error e = Failure("cannot connect: " + connect_error);
+        const Error e = Failure("cannot connect: " + unreached->message);
         for (Queued& q : batch) q.second(std::unexpected(e));
       } else {
         if (in_flight.empty()) progress = Clock::now();

@@ -9,8 +9,9 @@
 // The connection is opened on the first command and again after an error;
 // an error (I/O, timeout, a server that cannot be reached) fails every
 // command in flight with kUnavailable and drops the connection. After a
-// failed connect, commands fail at once for a backoff (10 ms doubling to
-// 1 s) instead of each waiting for a connect timeout. A command is never
+// failed connect, commands fail at once for the node's backoff
+// (ConnectBackoff, shared with the blocking calls' pool) instead of each
+// waiting for a connect timeout. A command is never
 // resent: a write that failed in flight may or may not have been applied,
 // and its caller must treat it so. Thread-safe; a callback may Submit.
 #pragma once
@@ -33,7 +34,9 @@ class Pipeline {
   // behind it.
   using Done = std::function<void(Result<Reply>)>;
 
-  Pipeline(NodeAddress node, ConnectOptions options);
+  // `backoff`: the node's, shared with its pool (RedisClient::BackoffFor);
+  // null for one of the pipeline's own.
+  Pipeline(NodeAddress node, ConnectOptions options, std::shared_ptr<ConnectBackoff> backoff = {});
   // Fails every command not yet answered (kUnavailable, "closing") and joins
   // the pipeline's thread.
   ~Pipeline();
@@ -58,6 +61,7 @@ class Pipeline {
 
   const NodeAddress node_;
   const ConnectOptions options_;
+  const std::shared_ptr<ConnectBackoff> backoff_;
   const int wake_fd_;  // eventfd: something was queued, or stopping_
 
   std::mutex mu_;

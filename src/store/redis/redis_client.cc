@@ -78,25 +78,14 @@ Result<std::unique_ptr<Connection>> NodePool::Acquire(bool* reused) {
         return c;
       }
     }
-    const auto now = SteadyClock::now();
-    if (failures_ > 0 && now < retry_at_) {
-      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now);
-      return std::unexpected(Error{ErrorCode::kUnavailable,
-                                   last_error_ + " (next connect attempt in " +
-                                       std::to_string(wait.count()) + " ms)",
-                                   /*unreached=*/true});
-    }
   }
+  if (std::optional<Error> wait = backoff_->Check()) return std::unexpected(std::move(*wait));
   auto conn = Connection::Open(node_, options_);
-  std::lock_guard lock(mu_);
   if (!conn) {
-    ++failures_;
-    retry_at_ = SteadyClock::now() +
-                std::chrono::milliseconds(std::min(25 << std::min(failures_ - 1, 6), 1000));
-    last_error_ = conn.error().message;
+    backoff_->Failed(conn.error());
     return std::unexpected(conn.error());
   }
-  failures_ = 0;
+  backoff_->Reached();
   *reused = false;
   return conn;
 }

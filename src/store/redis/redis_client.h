@@ -25,9 +25,11 @@ class NodePool {
       : node_(std::move(node)), options_(std::move(options)), max_idle_(max_idle) {}
 
   // An idle connection the server has not closed, else a new one; `*reused`
-  // tells which. After a failed connect the node is in backoff (25 ms
-  // doubling to 1 s): until then Acquire fails at once with the last error.
+  // tells which. After a failed connect the node is in backoff
+  // (ConnectBackoff): until then Acquire fails at once with the last error.
   Result<std::unique_ptr<Connection>> Acquire(bool* reused);
+  // The node's backoff, for the pipeline to the same node to share.
+  std::shared_ptr<ConnectBackoff> backoff() const { return backoff_; }
   // Returns a connection; a broken one is dropped.
   void Release(std::unique_ptr<Connection> conn);
 
@@ -37,9 +39,7 @@ class NodePool {
   const size_t max_idle_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_;
-  int failures_ = 0;
-  std::chrono::steady_clock::time_point retry_at_{};
-  std::string last_error_;
+  const std::shared_ptr<ConnectBackoff> backoff_ = std::make_shared<ConnectBackoff>();
 };
 
 class RedisClient {
@@ -76,6 +76,11 @@ class RedisClient {
 
   const RedisConfig& config() const { return config_; }
   const ConnectOptions& connect_options() const { return connect_; }
+  // The reconnect backoff of `node`, which its pool uses: a pipeline to the
+  // node shares it (ConnectBackoff).
+  std::shared_ptr<ConnectBackoff> BackoffFor(const NodeAddress& node) {
+    return PoolFor(node).backoff();
+  }
 
  private:
   struct Request {

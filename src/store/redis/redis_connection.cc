@@ -173,6 +173,29 @@ Connection::~Connection() {
   redisReaderFree(reader_);
 }
 
+std::optional<Error> ConnectBackoff::Check() const {
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (failures_ == 0 || now >= retry_at_) return std::nullopt;
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now);
+  return Error{ErrorCode::kUnavailable,
+               last_error_ + " (next connect attempt in " + std::to_string(wait.count()) + " ms)",
+               /*unreached=*/true};
+}
+
+void ConnectBackoff::Failed(const Error& error) {
+  std::lock_guard lock(mu_);
+  ++failures_;
+  retry_at_ = std::chrono::steady_clock::now() +
+              std::chrono::milliseconds(std::min(25 << std::min(failures_ - 1, 6), 1000));
+  last_error_ = error.message;
+}
+
+void ConnectBackoff::Reached() {
+  std::lock_guard lock(mu_);
+  failures_ = 0;
+}
+
 Result<std::unique_ptr<Connection>> Connection::Open(const NodeAddress& node,
                                                      const ConnectOptions& options) {
   const auto deadline = SteadyClock::now() + options.connect_timeout;

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +49,27 @@ struct ConnectOptions {
   std::string password;  // empty: no AUTH
   int db = 0;            // SELECT when not 0
   std::shared_ptr<const TlsConnect> tls;  // null: plain TCP
+};
+
+// When one node may be dialled again. After a failed connect, attempts fail
+// at once for a backoff (25 ms doubling to 1 s) instead of each waiting for a
+// connect timeout of its own; any successful connect to the node ends it.
+// The blocking calls' pool and the pipeline of a node share one, so that
+// once either has reached a restarted server the other does not go on
+// refusing calls with its stale error. Thread-safe.
+class ConnectBackoff {
+ public:
+  // nullopt when a connect may be tried now; else the error to fail with,
+  // kUnavailable and unreached, naming the last failure and the wait.
+  std::optional<Error> Check() const;
+  void Failed(const Error& error);
+  void Reached();
+
+ private:
+  mutable std::mutex mu_;
+  int failures_ = 0;
+  std::chrono::steady_clock::time_point retry_at_{};
+  std::string last_error_;
 };
 
 // Not thread-safe: one thread at a time (the pool hands it out). Once an I/O

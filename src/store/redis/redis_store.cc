@@ -81,8 +81,9 @@ class RedisStore final : public Store {
     // redirections: the blocking calls.) Writes only when no WAIT follows
     // them (wait_replicas = 0).
     if (!client_->config().cluster) {
-      pipeline_ =
-          std::make_unique<redis::Pipeline>(client_->Masters().front(), client_->connect_options());
+      const redis::NodeAddress node = client_->Masters().front();
+      pipeline_ = std::make_unique<redis::Pipeline>(node, client_->connect_options(),
+                                                    client_->BackoffFor(node));
     }
   }
 

@@ -5,10 +5,28 @@
 
 #include "cluster_slots.h"
 #include "redis_codec.h"
+#include "redis_connection.h"
 #include "redis_url.h"
 
 namespace idem::redis {
 namespace {
+
+// The pool and the pipeline of a node share one backoff: once either has
+// reached a restarted server, the other tries at once instead of refusing
+// calls with its stale error until its own backoff ends.
+TEST(ConnectBackoffTest, AFailureDefersAttemptsAndAnySuccessEndsIt) {
+  ConnectBackoff backoff;
+  EXPECT_FALSE(backoff.Check());
+  backoff.Failed(Error{ErrorCode::kUnavailable, "redis store 127.0.0.1:1 is unreachable"});
+  std::optional<Error> wait = backoff.Check();
+  ASSERT_TRUE(wait);
+  EXPECT_EQ(wait->code, ErrorCode::kUnavailable);
+  EXPECT_TRUE(wait->unreached);
+  EXPECT_NE(wait->message.find("is unreachable (next connect attempt in "), std::string::npos)
+      << wait->message;
+  backoff.Reached();  // the other user of the node connected
+  EXPECT_FALSE(backoff.Check());
+}
 
 TEST(RedisUrlTest, SingleServerWithEverything) {
   auto c = ParseRedisUrl(
