@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "core/hex.h"
 #include "idem/store.h"
 
 namespace idem {
@@ -16,17 +17,6 @@ void PutU64(std::string& out, uint64_t v) {
 void PutText(std::string& out, std::string_view s) {
   PutU64(out, s.size());
   out += s;
-}
-
-std::string Hex(const unsigned char* p, size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    out += kHex[p[i] >> 4];
-    out += kHex[p[i] & 0xF];
-  }
-  return out;
 }
 
 std::string Name(const Attempt& a) {
@@ -70,7 +60,7 @@ std::string ChainHash(const Attempt& a, uint64_t seq, std::string_view prev_hash
   PutText(enc, a.detail);
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(enc.data()), enc.size(), digest);
-  return Hex(digest, sizeof digest);
+  return LowerHex(digest, sizeof digest);
 }
 
 void ChainAppend(ChainHead& head, Attempt& a) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/hex.h"
 #include "core/json_escape.h"
 #include "core/json_tree.h"
 #include "core/utf8.h"
@@ -28,16 +29,6 @@ const EVP_MD* Sha256() {
     return fetched != nullptr ? fetched : EVP_sha256();
   }();
   return md;
-}
-
-std::string Hex(const unsigned char* bytes, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(2 * n, '\0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[bytes[i] >> 4];
-    out[2 * i + 1] = kDigits[bytes[i] & 0xF];
-  }
-  return out;
 }
 
 // Collects canonical output in a string.
@@ -102,7 +93,7 @@ class HashSink {
     if (!ok || md_len != kSha256Bytes) {
       return MakeError(ErrorCode::kInternal, "SHA-256 failed inside OpenSSL");
     }
-    return Hex(md, kSha256Bytes);
+    return LowerHex(md, kSha256Bytes);
   }
 
  private:
@@ -396,7 +387,7 @@ std::string Sha256Hex(std::string_view bytes) {
     // than stopping.
     std::abort();
   }
-  return Hex(md, kSha256Bytes);
+  return LowerHex(md, kSha256Bytes);
 }
 
 }  // namespace idem

@@ -12,15 +12,18 @@ namespace {
 
 Answer ReplayAnswer(const Decision& d) {
   const Record& r = d.record;
-  if (!r.outcome) return {.kind = Answer::Kind::kNoOutcome, .http_status = 500,
-                          .note = "replay failed: no outcome"};
+  if (!r.outcome)
+    return {
+        .kind = Answer::Kind::kNoOutcome, .http_status = 500, .note = "replay failed: no outcome"};
   if (r.outcome->cls == OutcomeClass::kTooLarge) {
-    return {.kind = Answer::Kind::kTooLarge, .http_status = 409,
-            .note = "replayed a too-large marker"};
+    return {
+        .kind = Answer::Kind::kTooLarge, .http_status = 409, .note = "replayed a too-large marker"};
   }
   return {.kind = Answer::Kind::kReplay,
           .http_status = 200,
-          .note = d.reconciled ? "reconciled" : d.attached ? "attached" : "replayed"};
+          .note = d.reconciled ? "reconciled"
+                  : d.attached ? "attached"
+                               : "replayed"};
 }
 
 }  // namespace
@@ -35,8 +38,10 @@ Answer AnswerFor(const Decision& d) {
       a = ReplayAnswer(d);
       break;
     case Decision::Kind::kInProgress:
-      a = {.kind = Answer::Kind::kInProgress, .http_status = 409,
-           .retry_after_seconds = RetryAfterSeconds(d.retry_after), .note = "in progress"};
+      a = {.kind = Answer::Kind::kInProgress,
+           .http_status = 409,
+           .retry_after_seconds = RetryAfterSeconds(d.retry_after),
+           .note = "in progress"};
       break;
     case Decision::Kind::kUnknown:
       a = {.kind = Answer::Kind::kUnknown, .http_status = 409, .note = "outcome unknown"};

@@ -107,7 +107,7 @@ std::expected<AttemptFilter, Response> ParseAttemptFilter(
       }
       filter.limit = n;
     } else {
-      return bad("unknown query parameter \"" + net::PrintableExcerpt(name, 40) +
+      return bad("unknown query parameter \"" + idem::net::PrintableExcerpt(name, 40) +
                  "\"; the attempt log takes key, tool, outcome, since, limit, tenant");
     }
   }

@@ -9,15 +9,12 @@
 #include <vector>
 
 #include "memory_store.h"
+#include "observe/exposition_lines.h"
 
 namespace idem {
 namespace {
 
 using namespace std::chrono_literals;
-
-bool Has(const std::string& text, const std::string& line) {
-  return text.find(line + "\n") != std::string::npos;
-}
 
 class GatewayMetricsTest : public ::testing::Test {
  protected:

@@ -5,14 +5,11 @@
 #include <gtest/gtest.h>
 
 #include "memory_store.h"
+#include "observe/exposition_lines.h"
 #include "store_wrapper.h"
 
 namespace idem {
 namespace {
-
-bool Has(const std::string& text, const std::string& line) {
-  return text.find(line + "\n") != std::string::npos;
-}
 
 TEST(InstrumentedStoreTest, TimesEveryOperationAndCountsErrorsByCode) {
   FakeClock clock;

@@ -3,9 +3,9 @@
 #include <ctime>
 
 #include "core/fault_point.h"
+#include "fronts/http_proxy/stored_response.h"
 #include "gate/answer.h"
 #include "json/json_text.h"
-#include "fronts/http_proxy/stored_response.h"
 
 namespace idem::proxy {
 namespace {

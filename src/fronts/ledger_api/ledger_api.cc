@@ -7,9 +7,9 @@
 #include "gate/answer.h"
 #include "idem/canonical_json.h"
 #include "idem/key.h"
+#include "idem/resolve.h"
 #include "json/json_errors.h"
 #include "json/json_text.h"
-#include "idem/resolve.h"
 #include "net/http_rules.h"
 #include "net/record_answers.h"
 
@@ -378,11 +378,11 @@ Response BeginAnswer(const Call& call, const Decision& d) {
       break;
     case gate::Answer::Kind::kInProgress: {
       const std::string secs = std::to_string(a.retry_after_seconds);
-      Response p = Problem(a.http_status, "in-progress", "In progress",
-                           "idemgate: an identical call is still running (since " + a.first_at +
-                               "). Retry after " + secs +
-                               " s to get its outcome; do not run it again",
-                           key_member + ",\"retry_after\":" + secs);
+      Response p =
+          Problem(a.http_status, "in-progress", "In progress",
+                  "idemgate: an identical call is still running (since " + a.first_at +
+                      "). Retry after " + secs + " s to get its outcome; do not run it again",
+                  key_member + ",\"retry_after\":" + secs);
       p.headers.push_back({"Retry-After", secs});
       return p;
     }

@@ -32,10 +32,11 @@
 
 #include "fronts/mcp/http_channels.h"
 #include "fronts/mcp/http_jsonrpc.h"
-#include "json/json_text.h"
 #include "fronts/mcp/http_message_pump.h"
 #include "fronts/mcp/http_protocol.h"
+#include "fronts/mcp/log_line.h"
 #include "fronts/mcp/sse.h"
+#include "json/json_text.h"
 #include "net/http_target.h"
 
 namespace idem::mcp {
@@ -51,12 +52,6 @@ constexpr milliseconds kWriteTimeout{30'000};
 constexpr milliseconds kCloseGrace{5'000};
 constexpr milliseconds kListenRetryMin{1'000};
 constexpr milliseconds kListenRetryMax{30'000};
-
-void Log(std::string_view message) {
-  std::string line = "idemgate: mcp upstream: ";
-  line.append(message).push_back('\n');
-  std::cerr << line << std::flush;
-}
 
 // A secret that marks the delivery failures this process synthesises.
 const std::string& ProcessNonce() {
@@ -221,7 +216,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
     } else {
       // Sent as is: the upstream judges it. Without an id there is nothing
       // to answer if it fails.
-      Log("sending a message that does not parse as JSON-RPC (" + batch.error().message + ")");
+      LogLine("mcp upstream",
+              "sending a message that does not parse as JSON-RPC (" + batch.error().message + ")");
     }
     op->body = std::move(message);
     if (closing_) {
@@ -393,7 +389,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
           if (IsValidSessionId(id)) {
             session_id_ = id;
           } else if (!id.empty()) {
-            Log("ignoring a malformed Mcp-Session-Id from the upstream");
+            LogLine("mcp upstream", "ignoring a malformed Mcp-Session-Id from the upstream");
           }
         }
         op->sse = ok && event_stream;
@@ -417,8 +413,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
           return SessionExpired();
         }
         if (!ok || !event_stream) {
-          Log("the upstream refused the GET stream (HTTP " + std::to_string(op->status) +
-              "); retrying later");
+          LogLine("mcp upstream", "the upstream refused the GET stream (HTTP " +
+                                      std::to_string(op->status) + "); retrying later");
           return ListenEnded(op, false);
         }
         listen_backoff_ = kListenRetryMin;
@@ -555,7 +551,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       SessionExpired();
       return Fail(op, DeliveryFailure::kNotSent, "upstream session expired (HTTP 404)", status);
     }
-    if (op->unanswered.empty() && !op->messages.empty()) Log(detail);
+    if (op->unanswered.empty() && !op->messages.empty()) LogLine("mcp upstream", detail);
     // 5xx: the server may have acted before failing. Anything else (4xx,
     // an unfollowed redirect) refused the request before acting on it.
     Fail(op, status >= 500 ? DeliveryFailure::kMaybeSent : DeliveryFailure::kNotSent, detail,
@@ -644,7 +640,8 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
                    std::map<std::string, std::string>* unanswered = nullptr) {
     Result<MessageBatch> batch = InspectBody(text, options_.max_json_depth);
     if (!batch) {
-      Log("passing on an upstream message that is not JSON-RPC (" + batch.error().message + ")");
+      LogLine("mcp upstream", "passing on an upstream message that is not JSON-RPC (" +
+                                  batch.error().message + ")");
       pump_.Push(text);
       return;
     }
@@ -715,7 +712,7 @@ class UpstreamCore : public std::enable_shared_from_this<UpstreamCore> {
       if (!dead_) pump_.Push(MakeDeliveryFailure(id_json, failure, detail, status));
     }
     if (op->unanswered.empty() && op->kind == Op::Kind::kPost && !op->messages.empty()) {
-      Log("a message without id could not be delivered: " + detail);
+      LogLine("mcp upstream", "a message without id could not be delivered: " + detail);
     }
     op->unanswered.clear();
     if (op->has_initialize) init_barrier_ = false;

@@ -15,9 +15,7 @@ namespace {
 
 using namespace idem::mcp::testing;
 
-constexpr char kInitialize[] =
-    R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})";
-constexpr char kInitialized[] = R"({"jsonrpc":"2.0","method":"notifications/initialized"})";
+const std::string kClientInitialize = InitializeRequest("2025-11-25");
 
 std::shared_ptr<Channel> Connect(const std::string& url, Inbox& inbox,
                                  HttpClientOptions options = {}) {
@@ -44,7 +42,7 @@ TEST_F(HttpClientTest, FullSessionAgainstOurServer) {
   StartServer();
   Inbox inbox;
   auto channel = Connect(server_->url(), inbox);
-  ASSERT_TRUE(channel->Send(kInitialize));
+  ASSERT_TRUE(channel->Send(kClientInitialize));
   EXPECT_NE(inbox.WaitFor(R"("protocolVersion":"2025-11-25")"), "");
   ASSERT_TRUE(channel->Send(kInitialized));
   // A call with progress: both arrive, progress first.
@@ -86,7 +84,7 @@ TEST_F(HttpClientTest, ConcurrentCallsDoNotWaitForASlowOne) {
   StartServer();
   Inbox inbox;
   auto channel = Connect(server_->url(), inbox);
-  channel->Send(kInitialize);
+  channel->Send(kClientInitialize);
   ASSERT_NE(inbox.WaitFor(R"("id":1)"), "");
   channel->Send(kInitialized);
   channel->Send(R"({"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"slow"}})");
@@ -104,7 +102,7 @@ TEST_F(HttpClientTest, ExpiredSessionClosesTheChannel) {
   StartServer();
   Inbox inbox;
   auto channel = Connect(server_->url(), inbox);
-  channel->Send(kInitialize);
+  channel->Send(kClientInitialize);
   ASSERT_NE(inbox.WaitFor(R"("id":1)"), "");
   ASSERT_TRUE(echo_.WaitSessions(1));
   // The server forgets the session (as after a restart or an idle expiry).
@@ -265,7 +263,7 @@ TEST(HttpClient, SessionHeadersFollowTheInitializeAnswer) {
   Inbox inbox;
   auto channel = Connect(upstream.url(), inbox,
                          HttpClientOptions{.headers = {{"Authorization", "Bearer up"}}});
-  channel->Send(kInitialize);
+  channel->Send(kClientInitialize);
   ASSERT_NE(inbox.WaitFor(R"("id":1)"), "");
   channel->Send(kInitialized);
   channel->Send(R"({"jsonrpc":"2.0","id":2,"method":"ping"})");

@@ -95,7 +95,8 @@ Result<MessageBatch> InspectBody(std::string_view body, size_t max_depth) {
   if (whole.is_array()) {
     batch.is_batch = true;
     std::optional<std::vector<std::string_view>> parts = SplitTopLevelArray(body);
-    if (!parts) return MakeError(ErrorCode::kInvalidArgument, "a JSON-RPC batch that cannot be split");
+    if (!parts)
+      return MakeError(ErrorCode::kInvalidArgument, "a JSON-RPC batch that cannot be split");
     if (parts->empty()) return MakeError(ErrorCode::kInvalidArgument, "an empty JSON-RPC batch");
     for (std::string_view part : *parts) {
       if (!json_text::IsObject(part)) {
@@ -194,7 +195,8 @@ std::optional<std::string> MirroredText(json_text::View v) {
   if (std::optional<bool> b = v.boolean()) return std::string(*b ? "true" : "false");
   uint64_t u = 0;  // an integer beyond int64 (Boost.JSON's uint64)
   const std::string_view t = v.text();
-  if (v.is_number() && std::from_chars(t.data(), t.data() + t.size(), u).ptr == t.data() + t.size()) {
+  if (v.is_number() &&
+      std::from_chars(t.data(), t.data() + t.size(), u).ptr == t.data() + t.size()) {
     return std::to_string(u);
   }
   return std::nullopt;

@@ -142,7 +142,6 @@ int StatelessHttpStatus(std::string_view response);
 std::string JsonRpcError(std::string_view id_json, int code, std::string_view message,
                          std::string_view data_json = {});
 
-
 // JSON-RPC 2.0 error codes used by the transports.
 inline constexpr int kJsonRpcParseError = -32700;
 inline constexpr int kJsonRpcInvalidRequest = -32600;

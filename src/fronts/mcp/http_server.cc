@@ -15,10 +15,10 @@
 
 #include "fronts/mcp/http_channels.h"
 #include "fronts/mcp/http_jsonrpc.h"
-#include "json/json_text.h"
 #include "fronts/mcp/http_protocol.h"
 #include "fronts/mcp/http_reply.h"
 #include "fronts/mcp/http_server_session.h"
+#include "json/json_text.h"
 
 namespace idem::mcp {
 namespace {
@@ -182,7 +182,9 @@ void EndpointCall::Run() {
       first = false;
       data.append(json_text::Quote(v));
     }
-    data.append(R"(],"requested":)").append(json_text::Quote(PrintableExcerpt(version_, 64))).append("}");
+    data.append(R"(],"requested":)")
+        .append(json_text::Quote(PrintableExcerpt(version_, 64)))
+        .append("}");
     return Error(400, kMcpUnsupportedProtocolVersion,
                  "idemgate: unsupported MCP-Protocol-Version '" + PrintableExcerpt(version_, 64) +
                      "'; supported: " + SupportedProtocolVersionList(),

@@ -4,15 +4,10 @@
 #include <iostream>
 
 #include "fronts/mcp/http_protocol.h"
+#include "fronts/mcp/log_line.h"
 
 namespace idem::mcp {
 namespace {
-
-void Log(std::string_view message) {
-  std::string line = "idemgate: mcp http: ";
-  line.append(message).push_back('\n');
-  std::cerr << line << std::flush;
-}
 
 // The JSON-RPC answer to a request whose session ended before the upstream
 // answered it.
@@ -49,14 +44,15 @@ bool ServerSession::Send(std::string message) {
   if (ended_) return false;
   Touch();
   if (!info) {
-    Log("dropping a message for the client that is not a JSON-RPC object: " + info.error().message);
+    LogLine("mcp http", "dropping a message for the client that is not a JSON-RPC object: " +
+                            info.error().message);
     return true;
   }
   if (info->is_response()) {
     auto it = waiting_.find(info->id_key);
     if (it == waiting_.end()) {
-      Log("dropping a response for id " + PrintableExcerpt(info->id_key, 80) +
-          ": no request with that id is waiting (the client went away?)");
+      LogLine("mcp http", "dropping a response for id " + PrintableExcerpt(info->id_key, 80) +
+                              ": no request with that id is waiting (the client went away?)");
       return true;
     }
     std::shared_ptr<Exchange> ex = it->second;
@@ -83,9 +79,9 @@ bool ServerSession::Send(std::string message) {
   if (!target && info_.stateless) {
     // Sessionless clients share this session: a message that names no
     // client's request has no safe destination.
-    Log("dropping a " + info->method +
-        " message: sessionless clients only receive answers and "
-        "progress for their own requests");
+    LogLine("mcp http", "dropping a " + info->method +
+                            " message: sessionless clients only receive answers and "
+                            "progress for their own requests");
     return true;
   }
   if (!target) {
@@ -103,7 +99,8 @@ bool ServerSession::Send(std::string message) {
   } else {
     if (undelivered_.size() >= max_undelivered_) {
       undelivered_.pop_front();
-      Log("the client has no stream open: dropped the oldest buffered server message");
+      LogLine("mcp http",
+              "the client has no stream open: dropped the oldest buffered server message");
     }
     undelivered_.push_back(std::move(message));
   }

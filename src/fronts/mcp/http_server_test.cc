@@ -11,9 +11,7 @@ namespace {
 
 using namespace idem::mcp::testing;
 
-constexpr char kInitialize[] =
-    R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})";
-constexpr char kInitialized[] = R"({"jsonrpc":"2.0","method":"notifications/initialized"})";
+const std::string kServerInitialize = InitializeRequest("2025-06-18");
 constexpr char kVersion[] = "2025-06-18";
 
 class HttpServerTest : public ::testing::Test {
@@ -29,7 +27,7 @@ class HttpServerTest : public ::testing::Test {
 
   // Runs initialize + initialized; returns the session id.
   std::string Initialize(RawClient& c) {
-    RawResponse init = c.Request(http::verb::post, "/mcp", McpHeaders(), kInitialize);
+    RawResponse init = c.Request(http::verb::post, "/mcp", McpHeaders(), kServerInitialize);
     EXPECT_EQ(init.status, 200);
     std::string id = init.header("mcp-session-id");
     EXPECT_TRUE(IsValidSessionId(id));
@@ -76,7 +74,7 @@ void ExpectOneSseResponse(const RawResponse& r) {
 TEST_F(HttpServerTest, InitializeCreatesASessionAndToolsCallAnswersOverSse) {
   StartServer();
   RawClient c(port_);
-  RawResponse init = c.Request(http::verb::post, "/mcp", McpHeaders(), kInitialize);
+  RawResponse init = c.Request(http::verb::post, "/mcp", McpHeaders(), kServerInitialize);
   ASSERT_EQ(init.status, 200);
   ExpectOneSseResponse(init);
   std::string session = init.header("mcp-session-id");
@@ -219,7 +217,7 @@ TEST_F(HttpServerTest, SessionErrors) {
   EXPECT_EQ(c.Request(http::verb::delete_, "/mcp", {{"Mcp-Session-Id", "nope"}}).status, 404);
   std::string session = Initialize(c);
   RawResponse reinit =
-      c.Request(http::verb::post, "/mcp", McpHeaders(session, kVersion), kInitialize);
+      c.Request(http::verb::post, "/mcp", McpHeaders(session, kVersion), kServerInitialize);
   EXPECT_EQ(reinit.status, 400);
 }
 
@@ -365,17 +363,17 @@ TEST_F(HttpServerTest, DnsRebindingIsRefused) {
   RawClient c(port_);
   Headers evil_origin = McpHeaders();
   evil_origin.emplace_back("Origin", "http://evil.example");
-  RawResponse r = c.Request(http::verb::post, "/mcp", evil_origin, kInitialize);
+  RawResponse r = c.Request(http::verb::post, "/mcp", evil_origin, kServerInitialize);
   EXPECT_EQ(r.status, 403);
   EXPECT_NE(r.body.find("Origin"), std::string::npos);
   Headers evil_host = McpHeaders();
   evil_host.emplace_back("Host", "evil.example:8080");
   RawClient c2(port_);
-  EXPECT_EQ(c2.Request(http::verb::post, "/mcp", evil_host, kInitialize).status, 403);
+  EXPECT_EQ(c2.Request(http::verb::post, "/mcp", evil_host, kServerInitialize).status, 403);
   Headers local_origin = McpHeaders();
   local_origin.emplace_back("Origin", "http://localhost:6274");
   RawClient c3(port_);
-  EXPECT_EQ(c3.Request(http::verb::post, "/mcp", local_origin, kInitialize).status, 200);
+  EXPECT_EQ(c3.Request(http::verb::post, "/mcp", local_origin, kServerInitialize).status, 200);
 }
 
 TEST_F(HttpServerTest, StalledClientIsDroppedWhileOthersAreServed) {
@@ -469,12 +467,12 @@ TEST_F(HttpServerTest, BearerTokensNameTheTenantAndGuardSessions) {
   };
   StartServer(options);
   RawClient c(port_);
-  RawResponse none = c.Request(http::verb::post, "/mcp", McpHeaders(), kInitialize);
+  RawResponse none = c.Request(http::verb::post, "/mcp", McpHeaders(), kServerInitialize);
   EXPECT_EQ(none.status, 401);
   EXPECT_EQ(none.header("www-authenticate"), "Bearer");
   Headers acme = McpHeaders();
   acme.emplace_back("Authorization", "Bearer t-acme");
-  RawResponse init = c.Request(http::verb::post, "/mcp", acme, kInitialize);
+  RawResponse init = c.Request(http::verb::post, "/mcp", acme, kServerInitialize);
   ASSERT_EQ(init.status, 200);
   ASSERT_TRUE(echo_.WaitSessions(1));
   EXPECT_EQ(echo_.infos()[0].tenant, "acme");

@@ -27,6 +27,14 @@
 
 namespace idem::mcp::testing {
 
+// An initialize request (id 1) for `version`, and the notification that
+// follows it.
+inline std::string InitializeRequest(std::string_view version) {
+  return R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":")" +
+         std::string(version) + R"(","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})";
+}
+inline constexpr char kInitialized[] = R"({"jsonrpc":"2.0","method":"notifications/initialized"})";
+
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;

@@ -213,7 +213,8 @@ Result<Message> ParseMessage(std::string_view text, size_t max_depth) {
     m.id_text = "null";
   }
   const auto has = [&](std::string_view name) {
-    return std::ranges::any_of(m.members, [&](const json_text::Member& e) { return e.name == name; });
+    return std::ranges::any_of(m.members,
+                               [&](const json_text::Member& e) { return e.name == name; });
   };
   if (std::optional<std::string> name =
           *method ? json_text::View((*method)->value.In(text)).string() : std::nullopt) {

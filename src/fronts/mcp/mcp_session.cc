@@ -840,12 +840,12 @@ void McpSession::Core::RunGatedCall(const std::shared_ptr<GatedCall>& gc) {
         }
         break;
       case gate::Answer::Kind::kTooLarge:
-        Answer(*gc, ResultResponse(gc->id_text,
-                                   CompleteResult(TooLargeResult(call, a), stateless)));
+        Answer(*gc,
+               ResultResponse(gc->id_text, CompleteResult(TooLargeResult(call, a), stateless)));
         break;
       case gate::Answer::Kind::kInProgress:
-        Answer(*gc, ResultResponse(gc->id_text,
-                                   CompleteResult(InProgressResult(call, a), stateless)));
+        Answer(*gc,
+               ResultResponse(gc->id_text, CompleteResult(InProgressResult(call, a), stateless)));
         break;
       case gate::Answer::Kind::kUnknown:
         Answer(*gc, ResultResponse(gc->id_text,

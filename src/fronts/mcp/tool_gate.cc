@@ -120,8 +120,8 @@ std::string ArgumentPath(const MirroredParam& param) {
 // 2026-07-28 dialect, in which a client must send a header for every
 // marked argument it passes.
 std::optional<std::string> HeaderMismatch(const std::vector<MirroredParam>& params,
-                                          json_text::View arguments,
-                                          const RequestHeaders& headers, bool required) {
+                                          json_text::View arguments, const RequestHeaders& headers,
+                                          bool required) {
   for (const MirroredParam& param : params) {
     json_text::View v = arguments;
     for (const std::string& key : param.path) v = v[key];
@@ -521,8 +521,8 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
     const std::optional<std::string> version =
         member("_meta")["io.modelcontextprotocol/protocolVersion"].string();
     const bool required = version && *version >= "2026-07-28";
-    if (auto wrong = HeaderMismatch(info->mirrored, member("arguments"), *context.headers,
-                                    required)) {
+    if (auto wrong =
+            HeaderMismatch(info->mirrored, member("arguments"), *context.headers, required)) {
       return Refuse(std::move(plan), parsed, kMcpHeaderMismatch, *wrong);
     }
   }
@@ -892,8 +892,8 @@ std::string DriftResult(const Call& call, const Decision& decision, const gate::
                         : "to perform a new action, start a new turn or pass a new repeat_nonce";
   const bool other_tool = decision.record.tool != call.tool;
   std::string text =
-      "[idemgate] The idempotency key " + call.id.key + " was first used at " +
-      answer.first_at + " for a call to " +
+      "[idemgate] The idempotency key " + call.id.key + " was first used at " + answer.first_at +
+      " for a call to " +
       (other_tool ? "another tool, " + decision.record.tool + ","
                   : call.tool + " with different arguments,") +
       " so this call was refused rather than treated as the same action. To get the earlier "

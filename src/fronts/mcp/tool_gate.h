@@ -15,14 +15,14 @@
 #include <string_view>
 #include <vector>
 
+#include "fronts/mcp/http_jsonrpc.h"
+#include "fronts/mcp/json_rpc.h"
+#include "gate/answer.h"
+#include "gate/upstream_class.h"
 #include "idem/clock.h"
 #include "idem/config.h"
 #include "idem/key.h"
-#include "gate/answer.h"
-#include "gate/upstream_class.h"
 #include "idem/ledger.h"
-#include "fronts/mcp/http_jsonrpc.h"
-#include "fronts/mcp/json_rpc.h"
 
 namespace idem::mcp {
 
