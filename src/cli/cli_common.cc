@@ -15,8 +15,12 @@
 
 namespace idem::cli {
 
-int Fail(std::string_view command, std::string_view message) {
+void Say(std::string_view command, std::string_view message) {
   fmt::print(stderr, "idemgate {}: {}\n", command, message);
+}
+
+int Fail(std::string_view command, std::string_view message) {
+  Say(command, message);
   return kExitFailure;
 }
 

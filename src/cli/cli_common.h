@@ -57,7 +57,9 @@ void AddMcpCommand(CLI::App& app, Cli& cli);      // the MCP proxy
 void AddServeCommand(CLI::App& app, Cli& cli);    // the ledger API (idemgate serve)
 void AddHttpCommand(CLI::App& app, Cli& cli);     // the Idempotency-Key reverse proxy
 
-// Prints "idemgate <command>: <message>" on stderr and returns kExitFailure.
+// Prints "idemgate <command>: <message>" on stderr: a front's log line.
+void Say(std::string_view command, std::string_view message);
+// Says it and returns kExitFailure.
 int Fail(std::string_view command, std::string_view message);
 int Fail(std::string_view command, const Error& error);
 // Prints the message and a pointer to --help; returns kExitUsage.

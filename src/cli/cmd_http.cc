@@ -33,15 +33,15 @@ namespace idem::cli {
 namespace {
 
 // The listen address when neither --listen nor [listen] address is given.
-constexpr char kDefaultListen[] = "127.0.0.1:8788";
+constexpr char kHttpListen[] = "127.0.0.1:8788";
 
 struct HttpFlags {
-  ListenerFlags listener;  // --listen (default kDefaultListen), limits, timeouts, --threads
+  ListenerFlags listener;  // --listen (default kHttpListen), limits, timeouts, --threads
   std::string upstream;    // required
   bool verbose = false;
 };
 
-void LogLine(std::string_view line) { fmt::print(stderr, "idemgate http: {}\n", line); }
+void LogHttp(std::string_view line) { Say("http", line); }
 
 int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   if (flags.upstream.empty()) {
@@ -54,10 +54,10 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
 
   Result<Config> config = LoadConfigFor(globals);
   if (!config) return Fail("http", config.error());
-  Result<ListenerSetup> setup = ListenerSetupFor(flags.listener, *config, "http", kDefaultListen);
+  Result<ListenerSetup> setup = ListenerSetupFor(flags.listener, *config, "http", kHttpListen);
   if (!setup) return UsageError("http", setup.error().message);
   // What is gated, where each key goes, and the vendors' windows.
-  for (const std::string& line : proxy::DescribeRoutes(*config)) LogLine(line);
+  for (const std::string& line : proxy::DescribeRoutes(*config)) LogHttp(line);
   const Duration drain = setup->drain_timeout;
 
   net::HttpClientOptions upstream_options;
@@ -81,7 +81,7 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   }
 
   auto core = OpenFrontCore(globals, *config, "http",
-                            proxy::MakeRouteReconcileHook(*config, **upstream), LogLine);
+                            proxy::MakeRouteReconcileHook(*config, **upstream), LogHttp);
   if (!core) return Fail("http", core.error());
   Ledger& ledger = *(*core)->ledger;
   // A gated request holds its connection until answered, so --max-connections bounds the
@@ -99,7 +99,7 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   // not the upstream's to see.
   proxy_options.forward_authorization = config->tenants.empty();
   proxy_options.verbose = flags.verbose;
-  proxy_options.log = LogLine;
+  proxy_options.log = LogHttp;
   proxy::ReverseProxy reverse_proxy(ledger, *config, **upstream, pool, proxy_options);
 
   // /console: the operator console, its page public, its API admin-only.
@@ -119,12 +119,12 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
     }
     return Fail("http", listener.error());
   }
-  LogLine(fmt::format("proxying to {}", flags.upstream));
+  LogHttp(fmt::format("proxying to {}", flags.upstream));
 
-  LogLine(fmt::format("stopping on {}: finishing requests in flight (up to {})",
+  LogHttp(fmt::format("stopping on {}: finishing requests in flight (up to {})",
                       WaitForStopSignal(stop_signals), FormatDuration(drain)));
   if (!(*listener)->Drain(drain) || !reverse_proxy.Drain(drain)) {
-    LogLine(
+    LogHttp(
         "some requests were still running after --drain-timeout; their answers are dropped "
         "and their records settle as their leases run out");
   }
@@ -155,7 +155,7 @@ void AddHttpCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("--upstream", flags->upstream,
                   "The API to proxy: http(s)://HOST[:PORT][/PATH] (required)")
       ->option_text("URL");
-  AddListenerFlags(cmd, flags->listener, kDefaultListen);  // --threads: the upstream's too
+  AddListenerFlags(cmd, flags->listener, kHttpListen);  // --threads: the upstream's too
   cmd->add_flag("-v,--verbose", flags->verbose, "Log one line per gated request on stderr");
   cmd->callback(
       [&cli, flags] { cli.action = [&cli, flags] { return RunHttp(cli.globals, *flags); }; });

@@ -50,7 +50,7 @@ struct McpFlags {
 };
 
 // Writes one log line to stderr (never stdout: it carries MCP messages).
-void LogLine(std::string_view line) { fmt::print(stderr, "idemgate mcp: {}\n", line); }
+void LogMcp(std::string_view line) { Say("mcp", line); }
 
 // Prints what idemgate gates once the upstream's tools are known
 // (SessionOptions::on_tools_listed), once per distinct list: every session
@@ -63,7 +63,7 @@ class GatingAnnouncer {
     std::lock_guard g(mu_);
     if (text == last_) return;
     last_ = std::move(text);
-    for (const std::string& line : lines) LogLine(line);
+    for (const std::string& line : lines) LogMcp(line);
   }
 
  private:
@@ -108,7 +108,7 @@ class HttpSessions {
   void Open(std::shared_ptr<mcp::Channel> client, const mcp::HttpSessionInfo& info) {
     auto upstream = make_upstream_();
     if (!upstream) {
-      LogLine("cannot open an upstream for a new client session: " + upstream.error().message);
+      LogMcp("cannot open an upstream for a new client session: " + upstream.error().message);
       client->Close();  // refuses the session; its waiting requests get an error
       return;
     }
@@ -224,7 +224,7 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
         sessions.Open(std::move(client), info);
       });
   if (!server) return Fail("mcp", server.error());
-  LogLine(fmt::format("stopping on {}", WaitForStopSignal(stop_signals)));
+  LogMcp(fmt::format("stopping on {}", WaitForStopSignal(stop_signals)));
   (*server)->Stop();  // every client session ends; their upstreams are closed
   sessions.AwaitAllEnded();
   return kExitOk;
@@ -244,7 +244,7 @@ int RunStdio(Ledger& ledger, const Config& config, const mcp::SessionOptions& op
     end = session.Wait();
   }
   if (end.upstream_closed_first) {
-    LogLine(end.upstream_reason + "; the client was told about every request left unanswered");
+    LogMcp(end.upstream_reason + "; the client was told about every request left unanswered");
     return kExitFailure;
   }
   return kExitOk;
@@ -279,13 +279,13 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   if (!config) return Fail("mcp", config.error());
   // Metrics and the replay alert (docs/DESIGN.md §7). The alert (log line,
   // webhook) works in every mode; the metrics are exposed only by --listen.
-  auto core = OpenFrontCore(globals, *config, "mcp", mcp::MakeReconcileHook(), LogLine);
+  auto core = OpenFrontCore(globals, *config, "mcp", mcp::MakeReconcileHook(), LogMcp);
   if (!core) return Fail("mcp", core.error());
   Ledger& ledger = *(*core)->ledger;
 
   mcp::SessionOptions options;
   options.verbose = flags.verbose;
-  options.log = LogLine;
+  options.log = LogMcp;
   options.budget = std::make_shared<mcp::CallBudget>(config->mcp.max_in_flight);
   (*core)->metrics->SetInFlightLimit("mcp", config->mcp.max_in_flight);
   auto announcer = std::make_shared<GatingAnnouncer>();
@@ -312,7 +312,7 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     }
   }
   if (flags.verbose) {
-    LogLine("records are scoped to \"" + options.scope + "\"" +
+    LogMcp("records are scoped to \"" + options.scope + "\"" +
             (config->mcp.scope ? " ([mcp] scope)" : " (this upstream's; [mcp] scope names it)"));
   }
 
@@ -320,7 +320,7 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   if (!flags.command.empty()) {
     make_upstream = [command = flags.command]() -> Result<std::shared_ptr<mcp::Channel>> {
       mcp::ChildOptions child_options;
-      child_options.log = LogLine;
+      child_options.log = LogMcp;
       auto child = mcp::ChildChannel::Spawn(command, child_options);
       if (!child) return std::unexpected(child.error());
       return std::shared_ptr<mcp::Channel>(std::move(*child));

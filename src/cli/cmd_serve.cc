@@ -28,9 +28,9 @@ namespace idem::cli {
 namespace {
 
 // The listen address when neither --listen nor [listen] address is given.
-constexpr char kDefaultListen[] = "127.0.0.1:8787";
+constexpr char kServeListen[] = "127.0.0.1:8787";
 
-void LogLine(std::string_view line) { fmt::print(stderr, "idemgate serve: {}\n", line); }
+void LogServe(std::string_view line) { Say("serve", line); }
 
 int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
   // Before any thread starts (BlockStopSignals).
@@ -39,10 +39,10 @@ int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
 
   Result<Config> config = LoadConfigFor(globals);
   if (!config) return Fail("serve", config.error());
-  Result<ListenerSetup> setup = ListenerSetupFor(flags, *config, "serve", kDefaultListen);
+  Result<ListenerSetup> setup = ListenerSetupFor(flags, *config, "serve", kServeListen);
   if (!setup) return UsageError("serve", setup.error().message);
 
-  auto core = OpenFrontCore(globals, *config, "serve", nullptr, LogLine);
+  auto core = OpenFrontCore(globals, *config, "serve", nullptr, LogServe);
   if (!core) return Fail("serve", core.error());
   Ledger& ledger = *(*core)->ledger;
 
@@ -67,10 +67,10 @@ int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
     return Fail("serve", listener.error());
   }
 
-  LogLine(fmt::format("stopping on {}: finishing requests in flight (up to {})",
+  LogServe(fmt::format("stopping on {}: finishing requests in flight (up to {})",
                       WaitForStopSignal(stop_signals), FormatDuration(setup->drain_timeout)));
   if (!(*listener)->Drain(setup->drain_timeout)) {
-    LogLine("some requests were still running after --drain-timeout; their answers are dropped");
+    LogServe("some requests were still running after --drain-timeout; their answers are dropped");
   }
   pool.Shutdown();      // every request already begun finishes its store work
   (*listener)->Stop();  // then the I/O threads go
@@ -92,7 +92,7 @@ void AddServeCommand(CLI::App& app, Cli& cli) {
       "With [[tenant]] tokens in the config every request needs Authorization: Bearer TOKEN\n"
       "and records are kept per tenant; without, it listens on loopback only unless\n"
       "--insecure-no-auth. Stops gracefully on SIGINT/SIGTERM.");
-  AddListenerFlags(cmd, *flags, kDefaultListen);
+  AddListenerFlags(cmd, *flags, kServeListen);
   cmd->callback(
       [&cli, flags] { cli.action = [&cli, flags] { return RunServe(cli.globals, *flags); }; });
 }
