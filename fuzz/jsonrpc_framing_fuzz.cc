@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include "fuzz_check.h"
 #include "fronts/mcp/json_rpc.h"
+#include "fuzz_check.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 //   idemgate mcp   after_send once the tools/call is handed to the upstream
 //                  transport, after_answer when its response arrived,
 //                  before_reply before any answer to a gated call
-//                  (src/fronts/mcp/mcp_session.cc).
+//                  (src/fronts/mcp/gated_call.cc).
 //   idemgate http  after_send once a gated request is completely written to
 //                  the upstream (UpstreamRequest::on_written), after_answer
 //                  when the upstream's answer (or its too-large head) arrived,

@@ -725,9 +725,9 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
 namespace {
 
 // The text of the "result" member of `response` exactly as received
-// (`parsed` is its parse, whose members locate it).
-// A "result" sent twice: the last copy, as a JSON parser that keeps the
-// last duplicate reads it.
+// (`parsed` is its parse, whose members locate it). Of a "result" sent
+// twice, the last copy, as a JSON parser that keeps the last duplicate
+// reads it.
 std::string ResultText(std::string_view response, const Message& parsed) {
   std::string_view text = "null";
   for (const json_text::Member& m : parsed.members) {

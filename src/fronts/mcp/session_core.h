@@ -1,0 +1,316 @@
+// The state of one McpSession (McpSession::Core) and what it keeps per
+// request, shared by its two halves: routing messages between the client
+// and the upstream (mcp_session.cc) and running gated calls on worker
+// threads (gated_call.cc). Internal to the MCP front.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/worker_pool.h"
+#include "fronts/mcp/json_rpc.h"
+#include "fronts/mcp/mcp_session.h"
+#include "fronts/mcp/tool_gate.h"
+#include "json/json_text.h"
+
+namespace idem::mcp {
+
+inline constexpr size_t kDefaultBudget = 256;
+
+// A gated tools/call from its arrival to its answer. Guarded by the
+// session's mutex, except `prepared`, which is immutable once shared.
+struct GatedCall {
+  std::string id_text;
+  std::string id_key;
+  PreparedCall prepared;
+  std::condition_variable cv;    // signalled on answer, cancel, upstream gone
+  bool forwarded = false;        // sent upstream (a cancel is then forwarded too)
+  bool awaiting_forward = true;  // counted in Core::unforwarded_
+  bool cancelled = false;        // the client sent notifications/cancelled for it
+  TimePoint cancelled_at{};
+  std::optional<std::string> response;  // the upstream's answer, as received
+  std::optional<Message> response_msg;
+  // The worker gave up after the cancel grace and marked the record
+  // unknown; a late answer still settles it with `decision`'s fence.
+  bool abandoned = false;
+  Decision decision;
+};
+
+// One request the proxy itself sent upstream (a reconcile lookup).
+struct ProxyRequest {
+  std::condition_variable cv;
+  std::optional<std::string> response;
+};
+
+// A client request forwarded upstream and not yet answered.
+struct Pending {
+  enum class Kind { kPlain, kToolsList, kGatedCall };
+  Kind kind = Kind::kPlain;
+  std::string id_text;
+  std::shared_ptr<GatedCall> call;  // kGatedCall
+};
+
+// The call ids a session has seen (config.mcp.call_id), each with its tool
+// and key, the oldest forgotten first past a limit. Not thread-safe: the
+// session's mutex guards it.
+class CallKeys {
+ public:
+  // The key `call_id` was first seen with, if that was a call to `tool`.
+  std::optional<std::string> KeyOf(std::string_view call_id, std::string_view tool) const {
+    auto it = keys_.find(call_id);
+    if (it == keys_.end() || it->second.tool != tool) return std::nullopt;
+    return it->second.key;
+  }
+  // Remembers the first key `call_id` came with; keeps at most `limit`.
+  void Remember(const std::string& call_id, const std::string& tool, const std::string& key,
+                size_t limit) {
+    if (!keys_.try_emplace(call_id, Seen{tool, key}).second) return;
+    order_.push_back(call_id);
+    while (order_.size() > limit) {
+      keys_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  struct Seen {
+    std::string tool;
+    std::string key;
+  };
+  std::map<std::string, Seen, std::less<>> keys_;
+  std::deque<std::string> order_;
+};
+
+// The last key each (scope, tool) of a session was called with, and when:
+// a call in the same turn (or session) to the same tool with another key
+// soon after is a re-planned retry (the agent changed the arguments, so the
+// key differs and it runs again; crewAI#5802). At most `limit` pairs, the
+// oldest forgotten first. Not thread-safe: the session's mutex guards it.
+class RecentKeys {
+ public:
+  // The key (scope, tool) was last called with, if that was another key
+  // at or after now - window; then remembers `key` for the pair.
+  std::optional<std::string> Note(const std::string& scope, const std::string& tool,
+                                  const std::string& key, TimePoint now, Duration window,
+                                  size_t limit) {
+    const std::string pair = scope + '\n' + tool;  // a turn id has no newline worth keeping apart
+    auto [it, fresh] = last_.try_emplace(pair, Last{key, now});
+    std::optional<std::string> earlier;
+    if (!fresh) {
+      if (it->second.key != key && now - it->second.at <= window) earlier = it->second.key;
+      it->second = Last{key, now};
+      return earlier;
+    }
+    order_.push_back(pair);
+    while (order_.size() > limit) {
+      last_.erase(order_.front());
+      order_.pop_front();
+    }
+    return earlier;
+  }
+
+ private:
+  struct Last {
+    std::string key;
+    TimePoint at{};
+  };
+  std::map<std::string, Last, std::less<>> last_;
+  std::deque<std::string> order_;  // insertion order of last_'s pairs
+};
+
+inline std::string RetryableData(std::string_view condition) {
+  return "{" + json_text::Quote(kMetaCondition) + ":" + json_text::Quote(condition) +
+         R"(,"retryable":true})";
+}
+
+inline std::string ConditionData(std::string_view condition, std::string_view key) {
+  return "{" + json_text::Quote(kMetaCondition) + ":" + json_text::Quote(condition) + "," +
+         json_text::Quote(kMetaKey) + ":" + json_text::Quote(key) + R"(,"retryable":false})";
+}
+
+// The session itself: the channels' callbacks run on the channels' threads
+// (Enter/Exit count them, so Detach can wait for them), gated calls on the
+// worker pool. Thread-safe: everything below `mu_` is guarded by it, and
+// nothing blocking (a store write, a channel send) runs under it.
+class McpSession::Core : public std::enable_shared_from_this<Core> {
+ public:
+  Core(Channel& client, Channel& upstream, Ledger& ledger, const Config& config,
+       SessionOptions options)
+      : client_(client),
+        upstream_(upstream),
+        ledger_(ledger),
+        config_(config),
+        options_(std::move(options)),
+        tenant_(options_.tenant.empty() ? config.mcp.tenant : options_.tenant),
+        budget_(options_.budget ? options_.budget : std::make_shared<CallBudget>(kDefaultBudget)) {}
+
+  void Start() {
+    auto on_client = [self = shared_from_this()](std::string message) {
+      if (self->Enter()) {
+        self->OnClientMessage(std::move(message));
+        self->Exit();
+      }
+    };
+    auto on_client_closed = [self = shared_from_this()](std::string reason) {
+      if (self->Enter()) {
+        self->OnClientClosed(std::move(reason));
+        self->Exit();
+      }
+    };
+    auto on_upstream = [self = shared_from_this()](std::string message) {
+      if (self->Enter()) {
+        self->OnUpstreamMessage(std::move(message));
+        self->Exit();
+      }
+    };
+    auto on_upstream_closed = [self = shared_from_this()](std::string reason) {
+      if (self->Enter()) {
+        self->OnUpstreamClosed(std::move(reason));
+        self->Exit();
+      }
+    };
+    // Upstream first, so the client's first message finds it delivering.
+    upstream_.Start(std::move(on_upstream), std::move(on_upstream_closed));
+    client_.Start(std::move(on_client), std::move(on_client_closed));
+  }
+
+  SessionEnd Wait() {
+    std::unique_lock g(mu_);
+    done_cv_.wait(g, [&] { return finished_; });
+    return SessionEnd{upstream_first_, upstream_reason_, client_reason_};
+  }
+
+  bool ended() {
+    std::lock_guard g(mu_);
+    return finished_;
+  }
+
+  // Stops using the channels: wakes every waiting worker (they settle as if
+  // the upstream were gone), waits for running callbacks and workers.
+  void Detach() {
+    {
+      std::unique_lock g(mu_);
+      detached_ = true;
+      for (auto& [id, p] : pending_) {
+        if (p.call) p.call->cv.notify_all();
+      }
+      for (auto& [id, r] : proxy_) r->cv.notify_all();
+      callbacks_cv_.wait(g, [&] { return callbacks_ == 0; });
+    }
+    pool_.Shutdown();
+  }
+
+  // The reconcile lookup of one call (ReconcileLookup for the ledger hook).
+  Result<std::optional<Outcome>> Reconcile(const PreparedCall& p);
+
+ private:
+  bool Enter() {
+    std::lock_guard g(mu_);
+    if (detached_) return false;
+    ++callbacks_;
+    return true;
+  }
+  void Exit() {
+    std::lock_guard g(mu_);
+    if (--callbacks_ == 0) callbacks_cv_.notify_all();
+  }
+
+  void Log(std::string line) {
+    if (options_.log) options_.log(line);
+  }
+
+  // ---- client → upstream
+  void OnClientMessage(std::string text);
+  void HandleClientBatch(std::string text);
+  void ForwardRequest(std::string text, const Message& msg, Pending::Kind kind);
+  void HandleToolCall(std::string text, Message& msg);
+  bool HandleCancel(std::string_view text);  // true: forward the notification
+  // Marks `p` as re-planning the earlier call of its turn and tool, if it
+  // is one (RecentKeys). Under mu_, before `p` is shared.
+  void NoteReplan(PreparedCall& p);
+  void OnClientClosed(std::string reason);
+
+  // ---- upstream → client
+  void OnUpstreamMessage(std::string text);
+  void HandleUpstreamBatch(std::string text);
+  std::string RewriteToolsList(std::string text, const Message& msg);
+  void OnUpstreamClosed(std::string reason);
+
+  // ---- gated calls (worker threads)
+  void RunGatedCall(const std::shared_ptr<GatedCall>& gc);
+  std::string Execute(GatedCall& gc, const Decision& d);
+  std::string Settle(GatedCall& gc, const Decision& d, std::string response, const Message& msg,
+                     bool answer);
+  void SettleLate(const std::shared_ptr<GatedCall>& gc, std::string response, Message msg);
+  void Answer(GatedCall& gc, std::string response);
+  // `gc` is forwarded or will never be: closes the upstream if the client
+  // left and nothing else is waiting to be forwarded.
+  void DoneForwarding(GatedCall& gc);
+  // The answer may have happened: the record becomes unknown (if this call
+  // claimed one) and, if `answer`, the client hears why.
+  void MarkUnknown(GatedCall& gc, const Decision& d, std::string_view why, bool answer);
+  void ReleaseQuietly(const Call& call, const Decision& d);
+  void FinishCall(const std::shared_ptr<GatedCall>& gc, bool holds_budget);
+  // True (once) when the session has ended: the upstream is closed and no
+  // gated call is left; the caller must then call Finish() outside the lock.
+  bool MaybeFinishLocked();
+  // Closes the client channel, then lets Wait() return.
+  void Finish();
+
+  std::string UpstreamGone(std::string_view id_text, std::string_view reason, bool sent) const;
+
+  Channel& client_;
+  Channel& upstream_;
+  Ledger& ledger_;
+  const Config& config_;
+  const SessionOptions options_;
+  const std::string tenant_;
+  const std::shared_ptr<CallBudget> budget_;
+
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  std::condition_variable callbacks_cv_;
+  // Whether a request in flight holds `id_key`: a client request of any
+  // kind, or one idemgate sent itself. JSON-RPC ids are unique among
+  // requests in flight; a second one would take the first one's answer (a
+  // plain request's answer stored as a gated call's outcome). Under mu_.
+  bool IdInUse(const std::string& id_key) const {
+    return pending_.contains(id_key) || proxy_.contains(id_key);
+  }
+  static std::string IdInUseError(const Message& msg) {
+    return ErrorResponse(
+        msg.id_text, kRpcInvalidRequest,
+        "request id " + msg.id_text + " is already in use by a request in progress; use a new id");
+  }
+  std::map<std::string, Pending> pending_;  // by client id key
+  CallKeys call_keys_;                      // the call ids seen
+  RecentKeys recent_keys_;  // the last key of each (turn, tool), for re-planned retries
+  std::map<std::string, std::shared_ptr<ProxyRequest>> proxy_;  // by proxy id key
+  std::map<std::string, ToolInfo> tools_;  // what tools/list said, by tool name
+  std::string host_;  // the client's clientInfo.name from initialize, for the metrics
+  uint64_t next_proxy_id_ = 1;
+  int active_calls_ = 0;  // gated calls and late settlements not finished
+  // Gated calls admitted but not yet forwarded or settled: the upstream's
+  // stdin is closed only after them, so everything the client sent before
+  // leaving reaches the upstream first, as it would without the proxy.
+  int unforwarded_ = 0;
+  bool upstream_close_due_ = false;  // the client left; close the upstream when unforwarded_ is 0
+  int callbacks_ = 0;
+  bool client_closed_ = false;
+  bool upstream_closed_ = false;
+  bool upstream_first_ = false;
+  bool detached_ = false;
+  bool finishing_ = false;
+  bool finished_ = false;
+  std::string client_reason_;
+  std::string upstream_reason_;
+
+  WorkerPool pool_;  // last: its threads use everything above
+};
+
+}  // namespace idem::mcp
