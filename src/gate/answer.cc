@@ -12,9 +12,10 @@ namespace {
 
 Answer ReplayAnswer(const Decision& d) {
   const Record& r = d.record;
-  if (!r.outcome)
+  if (!r.outcome) {
     return {
         .kind = Answer::Kind::kNoOutcome, .http_status = 500, .note = "replay failed: no outcome"};
+  }
   if (r.outcome->cls == OutcomeClass::kTooLarge) {
     return {
         .kind = Answer::Kind::kTooLarge, .http_status = 409, .note = "replayed a too-large marker"};

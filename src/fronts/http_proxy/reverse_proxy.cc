@@ -248,7 +248,9 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
   const Call& call = g->plan.call;
   const gate::Answer a = gate::AnswerFor(g->decision);
   std::string_view note = a.note;
-  const std::string first_at = KeyMember(call) + ",\"first_at\":" + json_text::Quote(a.first_at);
+  // The problem members naming the key and the first attempt.
+  const std::string key_and_first_at =
+      KeyMember(call) + ",\"first_at\":" + json_text::Quote(a.first_at);
   switch (a.kind) {
     case gate::Answer::Kind::kRun:
       return Execute(g);  // answers and calls Done() when the upstream has answered
@@ -276,7 +278,7 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
                              KeyMember(call)));
       break;
     case gate::Answer::Kind::kTooLarge: {
-      std::string extra = first_at;
+      std::string extra = key_and_first_at;
       if (auto stored = DecodeStoredResponse(g->decision.record.outcome->body)) {
         extra += ",\"upstream_status\":" + std::to_string(stored->status);
       }
@@ -307,7 +309,7 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
               "performed again; do not repeat it blindly. Check at the upstream, then an operator "
               "can settle the record (`idemgate resolve " +
               call.id.key + "`) or wait for it to expire.",
-          first_at));
+          key_and_first_at));
       break;
     case gate::Answer::Kind::kDrift:
       g->Reply(http::Problem(
@@ -316,7 +318,7 @@ void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
               " for a request with a different method, path, query or body; a key names one "
               "request. Send the original request to get its answer, or use a new key for a new "
               "request.",
-          first_at));
+          key_and_first_at));
       break;
   }
   if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + std::string(note));
