@@ -150,33 +150,9 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
         budget_(options_.budget ? options_.budget : std::make_shared<CallBudget>(kDefaultBudget)) {}
 
   void Start() {
-    auto on_client = [self = shared_from_this()](std::string message) {
-      if (self->Enter()) {
-        self->OnClientMessage(std::move(message));
-        self->Exit();
-      }
-    };
-    auto on_client_closed = [self = shared_from_this()](std::string reason) {
-      if (self->Enter()) {
-        self->OnClientClosed(std::move(reason));
-        self->Exit();
-      }
-    };
-    auto on_upstream = [self = shared_from_this()](std::string message) {
-      if (self->Enter()) {
-        self->OnUpstreamMessage(std::move(message));
-        self->Exit();
-      }
-    };
-    auto on_upstream_closed = [self = shared_from_this()](std::string reason) {
-      if (self->Enter()) {
-        self->OnUpstreamClosed(std::move(reason));
-        self->Exit();
-      }
-    };
     // Upstream first, so the client's first message finds it delivering.
-    upstream_.Start(std::move(on_upstream), std::move(on_upstream_closed));
-    client_.Start(std::move(on_client), std::move(on_client_closed));
+    upstream_.Start(Callback(&Core::OnUpstreamMessage), Callback(&Core::OnUpstreamClosed));
+    client_.Start(Callback(&Core::OnClientMessage), Callback(&Core::OnClientClosed));
   }
 
   SessionEnd Wait() {
@@ -218,6 +194,16 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   void Exit() {
     std::lock_guard g(mu_);
     if (--callbacks_ == 0) callbacks_cv_.notify_all();
+  }
+  // A channel callback that runs `handler` between Enter and Exit: nothing
+  // once the session is detached, and Detach waits for it.
+  std::function<void(std::string)> Callback(void (Core::*handler)(std::string)) {
+    return [self = shared_from_this(), handler](std::string text) {
+      if (self->Enter()) {
+        (self.get()->*handler)(std::move(text));
+        self->Exit();
+      }
+    };
   }
 
   void Log(std::string line) {
