@@ -13,8 +13,9 @@
 // processes share a file and no channel) gets no cache: active() is false
 // and every call goes straight through.
 //
-// What is served from memory: Claim and Get (and GetAsync, whose `done` then
-// runs before it returns) of a key whose completed record is cached. What
+// What is served from memory: Claim and Get (and ClaimAsync and GetAsync,
+// whose `done` then runs before they return) of a key whose completed record
+// is cached. What
 // fills it: completed records returned by Claim, Get, GetAsync, Complete and
 // CompleteAsync. Everything else goes to the store unchanged.
 //
@@ -53,7 +54,7 @@ class CachingStore final : public ForwardingStore {
   bool active() const { return active_; }
 
   struct Stats {
-    uint64_t hits = 0;    // Claim/Get/GetAsync answered from memory
+    uint64_t hits = 0;    // Claim/ClaimAsync/Get/GetAsync answered from memory
     uint64_t misses = 0;  // ... that went to the store (only while active)
     uint64_t drops = 0;   // times the whole cache was dropped (evictions, feed changes)
     size_t records = 0;
@@ -82,8 +83,9 @@ class CachingStore final : public ForwardingStore {
   };
 
   // The cached completed record of `id` if it is live by the clock; counts
-  // a hit or a miss.
-  std::optional<Record> Lookup(const RecordId& id);
+  // a hit, or a miss if `count_miss`.
+  std::optional<Record> Lookup(const RecordId& id, bool count_miss = true);
+  void CountMiss();  // only while active
   // Keeps `record` if it is completed and no drop happened since `epoch`
   // was read (a read that began before an eviction must not refill it).
   void Fill(uint64_t epoch, const Record& record);

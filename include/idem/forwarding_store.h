@@ -52,6 +52,7 @@ class ForwardingStore : public Store {
     return target_.CompleteAsync(id, fence, outcome, retention, std::move(done), logged);
   }
   bool LogsWithRecords() const override { return target_.LogsWithRecords(); }
+  bool ReadsBeforeClaim() const override { return target_.ReadsBeforeClaim(); }
   Result<std::optional<TimePoint>> ReadServerClock() override {
     return target_.ReadServerClock();
   }

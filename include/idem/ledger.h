@@ -150,8 +150,9 @@ class Ledger {
   // asynchronously (Store::ClaimAsync): `done` runs exactly once, later, on
   // a thread of the store's, with Begin's answer when the claim settles it
   // (claimed: kExecute; the store's error; a pass-through under
-  // on_store_down = pass), or nullopt when the record exists and only Begin,
-  // which may wait for its owner, can answer. It must not block. False if the
+  // on_store_down = pass), the answer SettledAsync would give when the
+  // record it found settles the call (a completed record, say), or nullopt
+  // when only Begin, which may wait for the record's owner, can answer. It must not block. False if the
   // store has no such write, or the claim would first need a blocking one
   // (`done` is dropped; the caller goes to Begin). `call` must stay alive
   // until `done` has run.
@@ -159,7 +160,8 @@ class Ledger {
 
   // Begin for a front that must not block its I/O thread, in the cheapest
   // way the store allows: one read settles a finished call (SettledAsync),
-  // one claim a fresh one (BeginAsync), and only what is left, Begin, which
+  // one claim a fresh one (BeginAsync; the claim alone where it answers as
+  // the read would, Store::ReadsBeforeClaim), and only what is left, Begin, which
   // may block or wait for a running owner, goes to `offload`. `offload`
   // runs the work it is given on a worker thread or, if it cannot (the
   // front is stopping), answers the request itself, and then `done` is

@@ -155,6 +155,15 @@ class Store {
     return false;
   }
 
+  // Whether a caller that can do either should read a record before it
+  // claims it (Ledger::BeginWithoutBlocking). True (the default) where a
+  // claim costs more than a read even when it finds the record (SQLite: the
+  // claim queues for the one writer, a read does not). False where a claim
+  // that finds the record writes nothing and returns it in one round trip,
+  // as a read would (Redis: one script): the read first would only add a
+  // round trip to every fresh call.
+  virtual bool ReadsBeforeClaim() const { return true; }
+
   // Whether Claim and Complete append their `logged` entry in the record's
   // own write (one transaction, one script). False (the default): they
   // ignore it, and the caller appends the entry to the audit log itself, a

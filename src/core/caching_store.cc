@@ -62,24 +62,30 @@ void CachingStore::EraseLocked(std::unordered_map<std::string, Entry>::iterator 
   entries_.erase(it);
 }
 
-std::optional<Record> CachingStore::Lookup(const RecordId& id) {
+std::optional<Record> CachingStore::Lookup(const RecordId& id, bool count_miss) {
   if (!active_) return std::nullopt;
   const std::string key = CacheKey(id);
   const TimePoint now = clock_.Now();
   std::lock_guard g(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
-    ++misses_;
+    if (count_miss) ++misses_;
     return std::nullopt;
   }
   if (now >= it->second.record.expires_at) {  // retention ran out: the store forgets it too
     EraseLocked(it);
-    ++misses_;
+    if (count_miss) ++misses_;
     return std::nullopt;
   }
   lru_.splice(lru_.begin(), lru_, it->second.lru);
   ++hits_;
   return it->second.record;
+}
+
+void CachingStore::CountMiss() {
+  if (!active_) return;
+  std::lock_guard g(mu_);
+  ++misses_;
 }
 
 void CachingStore::Fill(uint64_t epoch, const Record& record) {
@@ -113,25 +119,38 @@ Result<std::optional<Record>> CachingStore::Get(const RecordId& id) {
   return r;
 }
 
+// The asynchronous reads count a miss only when the store took the read: a
+// front that offers a read, then a claim, then Begin one after the other
+// (Ledger::BeginWithoutBlocking) reaches the store once.
 bool CachingStore::GetAsync(const RecordId& id, GetDone done) {
-  if (auto cached = Lookup(id)) {
+  if (auto cached = Lookup(id, /*count_miss=*/false)) {
     done(std::optional<Record>(*std::move(cached)));
     return true;
   }
   const uint64_t epoch = Epoch();
-  return target_.GetAsync(id,
-                          [this, epoch, done = std::move(done)](Result<std::optional<Record>> r) {
-                            if (r && *r) Fill(epoch, **r);
-                            done(std::move(r));
-                          });
+  const bool taken = target_.GetAsync(
+      id, [this, epoch, done = std::move(done)](Result<std::optional<Record>> r) {
+        if (r && *r) Fill(epoch, **r);
+        done(std::move(r));
+      });
+  if (taken) CountMiss();
+  return taken;
 }
 
 bool CachingStore::ClaimAsync(const ClaimRequest& req, ClaimDone done) {
+  // As Claim: a live completed record is what the store would return.
+  if (auto cached = Lookup(req.id, /*count_miss=*/false)) {
+    done(ClaimResult{false, *std::move(cached)});
+    return true;
+  }
   const uint64_t epoch = Epoch();
-  return target_.ClaimAsync(req, [this, epoch, done = std::move(done)](Result<ClaimResult> r) {
-    if (r && !r->claimed) Fill(epoch, r->record);
-    done(std::move(r));
-  });
+  const bool taken =
+      target_.ClaimAsync(req, [this, epoch, done = std::move(done)](Result<ClaimResult> r) {
+        if (r && !r->claimed) Fill(epoch, r->record);
+        done(std::move(r));
+      });
+  if (taken) CountMiss();
+  return taken;
 }
 
 Result<Record> CachingStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,

@@ -96,15 +96,39 @@ TEST_F(CachingStoreTest, ARetryOfACompletedCallIsAnsweredWithoutTheStore) {
     EXPECT_EQ((*r)->fence, retry->record.fence);
   }));
   EXPECT_TRUE(answered) << "a hit answers before GetAsync returns";
+  answered = false;
+  EXPECT_TRUE(cache_.ClaimAsync(req, [&](Result<ClaimResult> r) {
+    answered = true;
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r->claimed);
+    EXPECT_EQ(r->record.fence, retry->record.fence);
+  })) << "answered from memory although the backend has no asynchronous claim";
+  EXPECT_TRUE(answered) << "a hit answers before ClaimAsync returns";
 
   EXPECT_EQ(backend_.claims, claims);
   EXPECT_EQ(backend_.gets, 0);
-  EXPECT_EQ(cache_.stats().hits, 3u);
+  EXPECT_EQ(cache_.stats().hits, 4u);
   // What the store itself holds is what the cache answered.
   auto stored = memory_->Get(req.id);
   ASSERT_TRUE(stored && *stored);
   EXPECT_EQ((*stored)->fence, retry->record.fence);
   EXPECT_EQ((*stored)->expires_at, retry->record.expires_at);
+}
+
+// A read, an asynchronous claim and a claim offered one after the other for
+// one call (Ledger::BeginWithoutBlocking) count one miss: only the store's
+// answer is one.
+TEST_F(CachingStoreTest, AMissIsCountedOnlyWhenTheStoreIsAsked) {
+  CachingStore cache(*memory_, clock_, 1 << 20);  // no asynchronous read or claim
+  ASSERT_TRUE(cache.active());
+  const ClaimRequest req = Request("fresh");
+  EXPECT_FALSE(cache.GetAsync(req.id, [](Result<std::optional<Record>>) {
+    ADD_FAILURE() << "refused";
+  }));
+  EXPECT_FALSE(cache.ClaimAsync(req, [](Result<ClaimResult>) { ADD_FAILURE() << "refused"; }));
+  ASSERT_TRUE(cache.Claim(req));
+  EXPECT_EQ(cache.stats().misses, 1u);
+  EXPECT_EQ(cache.stats().hits, 0u);
 }
 
 TEST_F(CachingStoreTest, ARecordReadFromTheStoreIsCachedOnlyOnceCompleted) {

@@ -200,7 +200,13 @@ bool Ledger::BeginAsync(const Call& call,
   auto req = std::make_shared<const ClaimRequest>(ClaimFor(call, started));
   return store_.ClaimAsync(
       *req, [this, &call, started, req, done = std::move(done)](Result<ClaimResult> claim) {
-        done(AfterClaim(call, *req, started, /*sent=*/true, claim));
+        auto decided = AfterClaim(call, *req, started, /*sent=*/true, claim);
+        // The claim found the record: a finished call is answered from it,
+        // as SettledAsync would from a read.
+        if (!decided) {
+          if (auto final = Final(call, claim->record, started, /*waited=*/false)) decided = *final;
+        }
+        done(std::move(decided));
       });
 }
 
@@ -216,6 +222,9 @@ void Ledger::BeginWithoutBlocking(const Call& call, Offload offload,
         });
     if (!async) offload(begin);
   };
+  // Where a claim that finds the record answers as a read would, the read
+  // first would only add a round trip to every fresh call.
+  if (!store_.ReadsBeforeClaim()) return claim();
   const bool read = SettledAsync(call, [claim, finish](std::optional<Decision> settled) {
     if (!settled) return claim();
     (*finish)(*std::move(settled));

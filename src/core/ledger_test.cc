@@ -791,16 +791,21 @@ TEST_F(AsyncWritesTest, ClaimsCompletesAndLeavesAnExistingRecordToBegin) {
   ASSERT_TRUE(stored) << stored.error().ToString();
   ASSERT_TRUE(stored->outcome);
   EXPECT_EQ(stored->outcome->cls, OutcomeClass::kTooLarge) << "as Complete: over max_result_bytes";
-  EXPECT_FALSE(BeginAsync(call)) << "a completed record: Begin (or SettledAsync) replays it";
+  auto replay = BeginAsync(call);
+  ASSERT_TRUE(replay && *replay) << "the claim found a completed record: it settles the call";
+  EXPECT_EQ((*replay)->kind, Kind::kReplay);
+  ASSERT_TRUE((*replay)->record.outcome);
+  EXPECT_EQ((*replay)->record.outcome->cls, OutcomeClass::kTooLarge);
   auto stale = CompleteAsync(call, **first, Outcome{OutcomeClass::kSuccess, "again"});
   EXPECT_FALSE(stale) << "the record is completed: the fence's write is refused";
 
   ledger_async_.Flush();
   auto attempts = store_->QueryAttempts(AttemptFilter{});
   ASSERT_TRUE(attempts);
-  ASSERT_EQ(attempts->size(), 3u) << "claimed, executed; the refused second completion";
-  EXPECT_EQ((*attempts)[2].outcome, AttemptOutcome::kClaimed);
-  EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kExecuted);
+  ASSERT_EQ(attempts->size(), 4u) << "claimed, executed, replayed; the refused second completion";
+  EXPECT_EQ((*attempts)[3].outcome, AttemptOutcome::kClaimed);
+  EXPECT_EQ((*attempts)[2].outcome, AttemptOutcome::kExecuted);
+  EXPECT_EQ((*attempts)[1].outcome, AttemptOutcome::kReplayed);
   EXPECT_EQ((*attempts)[0].outcome, AttemptOutcome::kError);
 }
 
@@ -902,6 +907,53 @@ TEST_F(LedgerTest, BeginWithoutBlockingOffloadsOnlyWhatMayBlock) {
   begin(ledger_, MakeCall("third-key"), stopping, /*pool_up=*/false);
   EXPECT_EQ(stopping.offloaded, 1);
   EXPECT_EQ(stopping.done, 0) << "the front answered itself";
+}
+
+// Above a store whose claim answers as a read would (Redis), nothing is
+// read first: a fresh call is one claim, and a finished one is settled by
+// the claim that finds its record, both without a worker.
+TEST_F(LedgerTest, BeginWithoutBlockingClaimsFirstWhereTheStoreSaysSo) {
+  struct ClaimFirst : testing::InlineAsyncWrites {
+    using InlineAsyncWrites::InlineAsyncWrites;
+    bool ReadsBeforeClaim() const override { return false; }
+    bool GetAsync(const RecordId&, GetDone) override {
+      ++reads;
+      return false;
+    }
+    int reads = 0;
+  } store(*store_);
+  Ledger ledger(store, clock_, LedgerOptions{"test", nullptr, true});
+  int offloaded = 0;
+  auto begin = [&](const Call& call) {
+    std::optional<Result<Decision>> answer;
+    ledger.BeginWithoutBlocking(
+        call,
+        [&](std::function<void()> work) {
+          ++offloaded;
+          work();
+        },
+        [&](Result<Decision> d) { answer = std::move(d); });
+    return answer;
+  };
+
+  Call call = MakeCall();
+  auto fresh = begin(call);
+  ASSERT_TRUE(fresh && *fresh);
+  EXPECT_EQ((*fresh)->kind, Kind::kExecute);
+  ASSERT_TRUE(ledger.Complete(call, **fresh, Outcome{OutcomeClass::kSuccess, "ok"}));
+  auto replay = begin(call);
+  ASSERT_TRUE(replay && *replay);
+  EXPECT_EQ((*replay)->kind, Kind::kReplay);
+  EXPECT_EQ(store.reads, 0) << "no read before the claim";
+  EXPECT_EQ(offloaded, 0) << "neither needed a worker";
+
+  Call drifted = call;  // the claim finds another call's record: refused as drift, no worker
+  drifted.fingerprint = std::string(64, 'f');
+  drifted.policy.on_drift = OnDrift::kReject;
+  auto drift = begin(drifted);
+  ASSERT_TRUE(drift && *drift);
+  EXPECT_EQ((*drift)->kind, Kind::kDrift);
+  EXPECT_EQ(offloaded, 0);
 }
 
 TEST_F(LedgerTest, TurnFallbackUsesTheShorterWindow) {

@@ -46,6 +46,7 @@ class InstrumentedStore final : public Store {
                      CompleteDone done, const Attempt* logged = nullptr) override;  // timed as "complete"
   Result<std::optional<TimePoint>> ReadServerClock() override;  // not timed
   bool LogsWithRecords() const override { return target_.LogsWithRecords(); }
+  bool ReadsBeforeClaim() const override { return target_.ReadsBeforeClaim(); }
   Result<bool> Evict(const RecordId& id) override;
   bool WatchEvictions(EvictionFeed on_change) override;  // not timed
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;

@@ -501,7 +501,9 @@ TEST_F(HttpServerTest, IdleSessionExpires) {
 }
 
 TEST_F(HttpServerTest, StopEndsSessionsAndAnswersWaitingRequests) {
-  StartServer();
+  // The held answer opens its stream at the first keep-alive (Open waits for
+  // its header): at once, not after the default 15 s.
+  StartServer({.sse_keepalive = std::chrono::milliseconds(1)});
   RawClient c(port_);
   std::string session = Initialize(c);
   RawResponse open =

@@ -91,6 +91,9 @@ class RedisStore final : public Store {
   // One server: in the record's script. A cluster's audit stream lives in
   // another slot than the record, which one script cannot write.
   bool LogsWithRecords() const override { return !client_->config().cluster; }
+  // A pipelined claim that finds the record writes nothing and answers with
+  // it (the claim script's 'exists'), in the one round trip a read would take.
+  bool ReadsBeforeClaim() const override { return !PipelinedWrites(); }
 
   // A claim or completion that logs its entry sends it chained from this
   // process's cached head of the tenant; the script refuses it ('stale')

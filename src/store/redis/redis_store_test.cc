@@ -947,7 +947,9 @@ TEST(RedisClusterTest, GetAsyncIsNotOfferedInACluster) {
 // connection. With a replica attached it succeeds; without one it is
 // kUnavailable (durability not confirmed), never a silent success.
 TEST(RedisSingleTest, WaitReplicasConfirmsOrRefuses) {
-  OwnServer primary("wait-primary");
+  // The replica's first sync at once, not after the primary's default 5 s
+  // wait for other replicas to share a diskless transfer.
+  OwnServer primary("wait-primary", "--repl-diskless-sync-delay 0");
   OwnServer replica("wait-replica", "--replicaof 127.0.0.1 " + primary.port());
   auto config = redis::ParseRedisUrl(replica.url());
   ASSERT_TRUE(config);
