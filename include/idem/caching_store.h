@@ -13,9 +13,9 @@
 // processes share a file and no channel) gets no cache: active() is false
 // and every call goes straight through.
 //
-// What is served from memory: Claim and Get (and ClaimAsync and GetAsync,
-// whose `done` then runs before they return) of a key whose completed record
-// is cached. What
+// What is served from memory: Claim, Get and Held (and ClaimAsync and
+// GetAsync, whose `done` then runs before they return) of a key whose
+// completed record is cached. What
 // fills it: completed records returned by Claim, Get, GetAsync, Complete and
 // CompleteAsync. Everything else goes to the store unchanged.
 //
@@ -54,7 +54,7 @@ class CachingStore final : public ForwardingStore {
   bool active() const { return active_; }
 
   struct Stats {
-    uint64_t hits = 0;    // Claim/ClaimAsync/Get/GetAsync answered from memory
+    uint64_t hits = 0;    // Claim/Get/Held and their Async answered from memory
     uint64_t misses = 0;  // ... that went to the store (only while active)
     uint64_t drops = 0;   // times the whole cache was dropped (evictions, feed changes)
     size_t records = 0;
@@ -68,6 +68,7 @@ class CachingStore final : public ForwardingStore {
                           Duration retention, const Attempt* logged = nullptr) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
   bool GetAsync(const RecordId& id, GetDone done) override;
+  std::optional<Record> Held(const RecordId& id) override;  // a hit counts, a miss does not
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override;
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
                      CompleteDone done, const Attempt* logged = nullptr) override;

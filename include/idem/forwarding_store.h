@@ -44,6 +44,7 @@ class ForwardingStore : public Store {
   bool GetAsync(const RecordId& id, GetDone done) override {
     return target_.GetAsync(id, std::move(done));
   }
+  std::optional<Record> Held(const RecordId& id) override { return target_.Held(id); }
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
     return target_.ClaimAsync(req, std::move(done));
   }

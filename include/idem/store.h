@@ -130,6 +130,16 @@ class Store {
     return false;
   }
 
+  // The completed record of `id` if this store holds it in memory
+  // (CachingStore), answered without reaching the backend or blocking;
+  // nullopt (the default) when it holds none. Where the read before a claim
+  // is skipped (ReadsBeforeClaim), a retry of a finished call is still
+  // answered from memory without building a claim.
+  virtual std::optional<Record> Held(const RecordId& id) {
+    (void)id;
+    return std::nullopt;
+  }
+
   // Claim and Complete without blocking the caller, as GetAsync: true if
   // the store took the write, and `done` then runs exactly once, later, on a
   // thread of the store's, with what Claim or Complete would return; it must

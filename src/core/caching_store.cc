@@ -137,6 +137,11 @@ bool CachingStore::GetAsync(const RecordId& id, GetDone done) {
   return taken;
 }
 
+std::optional<Record> CachingStore::Held(const RecordId& id) {
+  // The claim or read that follows a miss counts it.
+  return Lookup(id, /*count_miss=*/false);
+}
+
 bool CachingStore::ClaimAsync(const ClaimRequest& req, ClaimDone done) {
   // As Claim: a live completed record is what the store would return.
   if (auto cached = Lookup(req.id, /*count_miss=*/false)) {

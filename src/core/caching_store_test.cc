@@ -104,10 +104,13 @@ TEST_F(CachingStoreTest, ARetryOfACompletedCallIsAnsweredWithoutTheStore) {
     EXPECT_EQ(r->record.fence, retry->record.fence);
   })) << "answered from memory although the backend has no asynchronous claim";
   EXPECT_TRUE(answered) << "a hit answers before ClaimAsync returns";
+  auto held = cache_.Held(req.id);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->fence, retry->record.fence);
 
   EXPECT_EQ(backend_.claims, claims);
   EXPECT_EQ(backend_.gets, 0);
-  EXPECT_EQ(cache_.stats().hits, 4u);
+  EXPECT_EQ(cache_.stats().hits, 5u);
   // What the store itself holds is what the cache answered.
   auto stored = memory_->Get(req.id);
   ASSERT_TRUE(stored && *stored);
@@ -115,9 +118,9 @@ TEST_F(CachingStoreTest, ARetryOfACompletedCallIsAnsweredWithoutTheStore) {
   EXPECT_EQ((*stored)->expires_at, retry->record.expires_at);
 }
 
-// A read, an asynchronous claim and a claim offered one after the other for
-// one call (Ledger::BeginWithoutBlocking) count one miss: only the store's
-// answer is one.
+// A look into memory, a read, an asynchronous claim and a claim offered one
+// after the other for one call (Ledger::BeginWithoutBlocking) count one miss:
+// only the store's answer is one.
 TEST_F(CachingStoreTest, AMissIsCountedOnlyWhenTheStoreIsAsked) {
   CachingStore cache(*memory_, clock_, 1 << 20);  // no asynchronous read or claim
   ASSERT_TRUE(cache.active());
@@ -126,6 +129,7 @@ TEST_F(CachingStoreTest, AMissIsCountedOnlyWhenTheStoreIsAsked) {
     ADD_FAILURE() << "refused";
   }));
   EXPECT_FALSE(cache.ClaimAsync(req, [](Result<ClaimResult>) { ADD_FAILURE() << "refused"; }));
+  EXPECT_FALSE(cache.Held(req.id));
   ASSERT_TRUE(cache.Claim(req));
   EXPECT_EQ(cache.stats().misses, 1u);
   EXPECT_EQ(cache.stats().hits, 0u);

@@ -223,8 +223,16 @@ void Ledger::BeginWithoutBlocking(const Call& call, Offload offload,
     if (!async) offload(begin);
   };
   // Where a claim that finds the record answers as a read would, the read
-  // first would only add a round trip to every fresh call.
-  if (!store_.ReadsBeforeClaim()) return claim();
+  // first would only add a round trip to every fresh call; a finished call
+  // whose record is held in memory still costs no claim.
+  if (!store_.ReadsBeforeClaim()) {
+    if (auto held = store_.Held(call.id)) {
+      if (auto settled = Final(call, *held, clock_.Now(), /*waited=*/false)) {
+        return (*finish)(*std::move(settled));
+      }
+    }
+    return claim();
+  }
   const bool read = SettledAsync(call, [claim, finish](std::optional<Decision> settled) {
     if (!settled) return claim();
     (*finish)(*std::move(settled));

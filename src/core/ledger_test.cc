@@ -911,7 +911,8 @@ TEST_F(LedgerTest, BeginWithoutBlockingOffloadsOnlyWhatMayBlock) {
 
 // Above a store whose claim answers as a read would (Redis), nothing is
 // read first: a fresh call is one claim, and a finished one is settled by
-// the claim that finds its record, both without a worker.
+// the claim that finds its record, both without a worker, or by the record
+// held in memory (CachingStore) without a claim.
 TEST_F(LedgerTest, BeginWithoutBlockingClaimsFirstWhereTheStoreSaysSo) {
   struct ClaimFirst : testing::InlineAsyncWrites {
     using InlineAsyncWrites::InlineAsyncWrites;
@@ -920,7 +921,19 @@ TEST_F(LedgerTest, BeginWithoutBlockingClaimsFirstWhereTheStoreSaysSo) {
       ++reads;
       return false;
     }
+    bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override {
+      ++claims;
+      return InlineAsyncWrites::ClaimAsync(req, std::move(done));
+    }
+    // As a CachingStore would once it holds the completed record.
+    std::optional<Record> Held(const RecordId& id) override {
+      if (!cache) return std::nullopt;
+      auto r = target_.Get(id);
+      return r && *r && (*r)->state == RecordState::kCompleted ? **r : std::optional<Record>();
+    }
     int reads = 0;
+    int claims = 0;
+    bool cache = false;
   } store(*store_);
   Ledger ledger(store, clock_, LedgerOptions{"test", nullptr, true});
   int offloaded = 0;
@@ -946,6 +959,13 @@ TEST_F(LedgerTest, BeginWithoutBlockingClaimsFirstWhereTheStoreSaysSo) {
   EXPECT_EQ((*replay)->kind, Kind::kReplay);
   EXPECT_EQ(store.reads, 0) << "no read before the claim";
   EXPECT_EQ(offloaded, 0) << "neither needed a worker";
+  EXPECT_EQ(store.claims, 2);
+
+  store.cache = true;  // a record held in memory answers without a claim
+  auto held = begin(call);
+  ASSERT_TRUE(held && *held);
+  EXPECT_EQ((*held)->kind, Kind::kReplay);
+  EXPECT_EQ(store.claims, 2);
 
   Call drifted = call;  // the claim finds another call's record: refused as drift, no worker
   drifted.fingerprint = std::string(64, 'f');
@@ -954,6 +974,7 @@ TEST_F(LedgerTest, BeginWithoutBlockingClaimsFirstWhereTheStoreSaysSo) {
   ASSERT_TRUE(drift && *drift);
   EXPECT_EQ((*drift)->kind, Kind::kDrift);
   EXPECT_EQ(offloaded, 0);
+  EXPECT_EQ(store.claims, 2) << "the held record settled the drift too";
 }
 
 TEST_F(LedgerTest, TurnFallbackUsesTheShorterWindow) {

@@ -41,6 +41,7 @@ class InstrumentedStore final : public Store {
   Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
   bool GetAsync(const RecordId& id, GetDone done) override;  // timed as "get"
+  std::optional<Record> Held(const RecordId& id) override { return target_.Held(id); }
   bool ClaimAsync(const ClaimRequest& req, ClaimDone done) override;  // timed as "claim"
   bool CompleteAsync(const RecordId& id, uint64_t fence, const Outcome& outcome, Duration retention,
                      CompleteDone done, const Attempt* logged = nullptr) override;  // timed as "complete"

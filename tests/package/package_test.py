@@ -79,7 +79,7 @@ def check_info(deb, version, tmp):
     depends = fields.get("Depends", "")
     print(f"     Depends: {depends}")
     for lib in ("libc6", "libstdc++6", "libssl3", "libsqlite3-0", "libhiredis", "libpq5",
-                "libboost-json1.81.0", "libboost-url1.81.0", "libfmt9"):
+                "libboost-json1.81.0", "libboost-url1.81.0", "libfmt9", "libjemalloc2"):
         check(re.search(rf"(^|, ){re.escape(lib)}", depends) is not None, f"Depends names {lib}")
 
     control = os.path.join(tmp, "control")
