@@ -41,11 +41,12 @@
 // X-Forwarded-For gets the client's address appended.
 //
 // Thread-safe. Handle() never blocks: it runs on the listener's I/O thread.
-// A retry of a finished request is answered from the store's non-blocking
-// read where it has one (Ledger::SettledAsync), and a fresh request is
-// claimed and its answer stored by the store's non-blocking writes where it
-// has them (Ledger::BeginAsync, CompleteAsync: Redis on one server);
-// everything else that touches the store runs on the worker pool.
+// The store is reached in the cheapest way it offers
+// (Ledger::BeginWithoutBlocking): a retry of a finished request is answered
+// from the replay cache, or the store's non-blocking read or claim, and a
+// fresh request is claimed and its answer stored by the store's non-blocking
+// writes where it has them (Ledger::BeginAsync, CompleteAsync: Redis on one
+// server); everything else that touches the store runs on the worker pool.
 #pragma once
 
 #include <atomic>
