@@ -147,15 +147,16 @@ class Ledger {
   bool SettledAsync(const Call& call, std::function<void(std::optional<Decision>)> done);
 
   // Begin's claim without blocking the caller, for stores that write
-  // asynchronously (Store::ClaimAsync): `done` runs exactly once, later, on
-  // a thread of the store's, with Begin's answer when the claim settles it
+  // asynchronously (Store::ClaimAsync): `done` runs exactly once, later on a
+  // thread of the store's or, from a cache, before this returns, with Begin's
+  // answer when the claim settles it
   // (claimed: kExecute; the store's error; a pass-through under
   // on_store_down = pass), the answer SettledAsync would give when the
   // record it found settles the call (a completed record, say), or nullopt
-  // when only Begin, which may wait for the record's owner, can answer. It must not block. False if the
-  // store has no such write, or the claim would first need a blocking one
-  // (`done` is dropped; the caller goes to Begin). `call` must stay alive
-  // until `done` has run.
+  // when only Begin, which may wait for the record's owner, can answer. It
+  // must not block. False if the store has no such write, or the claim would
+  // first need a blocking one (`done` is dropped; the caller goes to Begin).
+  // `call` must stay alive until `done` has run.
   bool BeginAsync(const Call& call, std::function<void(std::optional<Result<Decision>>)> done);
 
   // Begin for a front that must not block its I/O thread, in the cheapest

@@ -128,8 +128,8 @@ bool CachingStore::GetAsync(const RecordId& id, GetDone done) {
     return true;
   }
   const uint64_t epoch = Epoch();
-  const bool taken = target_.GetAsync(
-      id, [this, epoch, done = std::move(done)](Result<std::optional<Record>> r) {
+  const bool taken =
+      target_.GetAsync(id, [this, epoch, done = std::move(done)](Result<std::optional<Record>> r) {
         if (r && *r) Fill(epoch, **r);
         done(std::move(r));
       });

@@ -125,9 +125,8 @@ TEST_F(CachingStoreTest, AMissIsCountedOnlyWhenTheStoreIsAsked) {
   CachingStore cache(*memory_, clock_, 1 << 20);  // no asynchronous read or claim
   ASSERT_TRUE(cache.active());
   const ClaimRequest req = Request("fresh");
-  EXPECT_FALSE(cache.GetAsync(req.id, [](Result<std::optional<Record>>) {
-    ADD_FAILURE() << "refused";
-  }));
+  EXPECT_FALSE(
+      cache.GetAsync(req.id, [](Result<std::optional<Record>>) { ADD_FAILURE() << "refused"; }));
   EXPECT_FALSE(cache.ClaimAsync(req, [](Result<ClaimResult>) { ADD_FAILURE() << "refused"; }));
   EXPECT_FALSE(cache.Held(req.id));
   ASSERT_TRUE(cache.Claim(req));
