@@ -7,7 +7,7 @@
 //
 //   node bench/http/bench.mjs [--seconds 10] [--rounds 3] [--threads 2] [--connections 32]
 //                             [--keys 1000] [--warmup 2] [--idemgate PATH] [--only FRONT,FRONT]
-//                             [--redis-fsync always|everysec] [--json FILE]
+//                             [--redis-fsync always|everysec] [--json FILE] [--baseline PATH]
 //
 // Fronts (each is the target of wrk; all but `vendor` forward to the same vendor process):
 //   vendor            examples/http-vendor/server.mjs --no-fsync called directly: the baseline.
@@ -17,6 +17,10 @@
 //                     --config (one [[route]] gating POST /v1/charges).
 //   node-idempotency  peer_node_idempotency.mjs: @node-idempotency/core + storage-adapter-redis.
 //   powertools        peer_powertools.mjs: @aws-lambda-powertools/idempotency, cache (Redis) layer.
+//   baseline          with --baseline PATH: an older idemgate binary, run as `idemgate` is (its own
+//                     Redis database, /1), taking turns with it in every round, so that two builds
+//                     compare by CPU per request within one run (this VM's figures move by ±20%
+//                     from round to round). Prints idemgate / baseline for fresh and replay.
 // Modes: fresh (fresh.lua: a new key per request) and replay (replay.lua: cycles through --keys
 // keys that were executed once through that front before the first round).
 //
@@ -41,7 +45,7 @@ const REDIS_SH = path.join(ROOT, 'tests/servers/redis.sh');
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
 const BODY = '{"amount":1999,"currency":"usd","customer":"cus_bench"}';
 
-const FRONTS = ['vendor', 'idemgate', 'node-idempotency', 'powertools'];
+const FRONTS = ['vendor', 'idemgate', 'baseline', 'node-idempotency', 'powertools'];
 const PEERS = ['node-idempotency', 'powertools'];
 const MODES = ['fresh', 'replay'];
 
@@ -52,14 +56,14 @@ function usage(msg) {
   if (msg) console.error(`bench/http: ${msg}`);
   console.error('usage: node bench/http/bench.mjs [--seconds 10] [--rounds 3] [--threads 2] ' +
     '[--connections 32] [--keys 1000] [--warmup 2] [--idemgate PATH] [--only FRONT,…] ' +
-    '[--redis-fsync always|everysec] [--json FILE]');
+    '[--redis-fsync always|everysec] [--json FILE] [--baseline PATH]');
   process.exit(2);
 }
 
 function parseArgs(argv) {
   const o = {
     seconds: 10, rounds: 3, threads: 2, connections: 32, keys: 1000, warmup: 2,
-    idemgate: process.env.IDEMGATE || '', only: null, json: '', redisFsync: 'always',
+    idemgate: process.env.IDEMGATE || '', only: null, json: '', redisFsync: 'always', baseline: '',
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -74,11 +78,13 @@ function parseArgs(argv) {
     else if (a === '--only') o.only = v().split(',');
     else if (a === '--json') o.json = v();
     else if (a === '--redis-fsync') o.redisFsync = v();
+    else if (a === '--baseline') o.baseline = v();
     else if (a === '-h' || a === '--help') usage();
     else usage(`unknown argument ${a}`);
   }
   for (const f of o.only ?? []) if (!FRONTS.includes(f)) usage(`unknown front ${f}`);
   if (!['always', 'everysec'].includes(o.redisFsync)) usage('--redis-fsync is always or everysec');
+  if (o.baseline && !fs.existsSync(o.baseline)) usage(`--baseline ${o.baseline}: no such file`);
   return o;
 }
 
@@ -242,8 +248,8 @@ function runWrk(url, mode, args, seconds) {
 // ---------------------------------------------------------------------------------------------
 // Set-up.
 
-function findIdemgate() {
-  const candidates = opts.idemgate ? [opts.idemgate]
+function findIdemgate(given = opts.idemgate) {
+  const candidates = given ? [given]
     : ['build-bench/idemgate', 'build-h5/idemgate'].map((p) => path.join(ROOT, p));
   for (const bin of candidates) {
     if (!fs.existsSync(bin)) continue;
@@ -279,7 +285,10 @@ function pkgVersion(name) {
 
 async function main() {
   const t0 = Date.now();
-  let fronts = opts.only ?? FRONTS;
+  let fronts = (opts.only ?? FRONTS).filter((f) => f !== 'baseline' || opts.baseline);
+  if (opts.baseline && !fronts.includes('baseline')) fronts.splice(fronts.indexOf('idemgate') + 1, 0, 'baseline');
+  const base = opts.baseline ? findIdemgate(opts.baseline) : {};
+  if (opts.baseline && !base.bin) usage(base.why);
   const ig = fronts.includes('idemgate') ? findIdemgate() : {};
   if (fronts.includes('idemgate') && !ig.bin) {
     console.log(`idemgate skipped: ${ig.why}`);
@@ -300,11 +309,12 @@ async function main() {
   const targets = { vendor };
   for (const f of fronts) {
     if (f === 'vendor') continue;
-    if (f === 'idemgate') {
+    if (f === 'idemgate' || f === 'baseline') {
       const config = path.join(tmp, 'idemgate.toml');
       fs.writeFileSync(config, '[[route]]\nmatch = "/v1/charges"\nmethods = ["POST"]\n');
-      targets[f] = await spawnListening(f, ig.bin, ['http', '--listen', '127.0.0.1:0', '--upstream', vendor.url,
-        '--store', `${redisUrl}/0${process.env.IDEM_STORE_QUERY ?? ''}`, '--config', config]);
+      const db = f === 'idemgate' ? 0 : 1; // one audit chain each
+      targets[f] = await spawnListening(f, f === 'idemgate' ? ig.bin : base.bin, ['http', '--listen', '127.0.0.1:0',
+        '--upstream', vendor.url, '--store', `${redisUrl}/${db}${process.env.IDEM_STORE_QUERY ?? ''}`, '--config', config]);
     } else {
       const script = path.join(HERE, `peer_${f.replace('-', '_')}.mjs`);
       targets[f] = await spawnListening(f, process.execPath, [script, '--upstream', vendor.url, '--redis', `${redisUrl}/0`]);
@@ -323,6 +333,7 @@ async function main() {
     `@aws-lambda-powertools/idempotency ${pkgVersion('@aws-lambda-powertools/idempotency')}, ` +
     `@redis/client ${pkgVersion('@redis/client')}`);
   if (ig.bin) console.log(`idemgate: ${ig.bin}`);
+  if (base.bin) console.log(`baseline: ${base.bin}`);
   console.log(`vendor ${vendor.url}; ${fronts.filter((f) => f !== 'vendor').map((f) => `${f} ${targets[f].url}`).join('; ')}`);
 
   const nonce = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
@@ -460,6 +471,14 @@ function report(all, fronts, elapsed) {
     }
     ratio('replay req/s / vendor-direct', (rd) => get('idemgate', 'replay', rd)?.perSec / get('vendor', 'replay', rd)?.perSec, 0.8, '>=');
     ratio('fresh req/s / vendor-direct', (rd) => get('idemgate', 'fresh', rd)?.perSec / get('vendor', 'fresh', rd)?.perSec, 0.4, '>=');
+  }
+  // An older build against this one, in the same rounds (--baseline; no target).
+  if (fronts.includes('idemgate') && fronts.includes('baseline')) {
+    const vsBase = (m, key) => median(rounds.map((rd) => key(get('idemgate', m, rd)) / key(get('baseline', m, rd))));
+    console.log('\nidemgate / baseline (medians of per-round ratios):');
+    printTable(['case', 'CPU front', 'CPU redis', 'req/s', 'p99'], MODES.map((m) => [m,
+      fmt2(vsBase(m, (r) => r?.cpu.front)), fmt2(vsBase(m, (r) => r?.cpu.redis)),
+      fmt2(vsBase(m, (r) => r?.perSec)), fmt2(vsBase(m, (r) => r?.p99))]));
   }
   // The same ratios for each peer, for reference (no targets).
   const info = [];
