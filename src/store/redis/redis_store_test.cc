@@ -32,6 +32,7 @@
 #include "cluster_slots.h"
 #include "idem/attempt_chain.h"
 #include "idem/caching_store.h"
+#include "idem/ledger.h"
 #include "idem/store.h"
 #include "redis_client.h"
 #include "redis_codec.h"
@@ -488,15 +489,16 @@ std::unique_ptr<redis::Connection> AdminOfSingle(std::string* server) {
   return Connect(config->nodes.front());
 }
 
-// EVALSHA calls the server has run, from INFO commandstats.
-long long EvalshaCalls(redis::Connection& admin) {
+// Calls of `command` (lower case) the server has run, from INFO commandstats.
+long long CommandCalls(redis::Connection& admin, const std::string& command) {
   redis::Reply info = RunCmd(admin, {"INFO", "commandstats"});
   if (!info) return -1;
   const std::string text(redis::Text(*info));
-  const std::string tag = "cmdstat_evalsha:calls=";
+  const std::string tag = "cmdstat_" + command + ":calls=";
   const size_t at = text.find(tag);
   return at == std::string::npos ? 0 : std::stoll(text.substr(at + tag.size()));
 }
+long long EvalshaCalls(redis::Connection& admin) { return CommandCalls(admin, "evalsha"); }
 
 // Issue 18: one instance's claims and completions, each with its audit
 // entry, from many threads at once reach the server in the order they were
@@ -539,6 +541,76 @@ TEST(RedisSingleTest, ChainedClaimsAndCompletionsFromManyThreadsAreSentOnce) {
   ASSERT_TRUE(report) << report.error().ToString();
   EXPECT_FALSE(report->fault) << report->fault->message;
   EXPECT_EQ(report->checked, 2u * (kThreads * kCalls + 1));
+}
+
+// Issue 18: on one server, a fresh call through the ledger's non-blocking
+// path (Ledger::BeginWithoutBlocking, CompleteAsync, as `idemgate http` runs
+// it) is the claim script and the completion script, with no read before
+// the claim (Store::ReadsBeforeClaim); its retry is the one claim that finds
+// the completed record and replays it. Neither needs a worker.
+TEST(RedisSingleTest, AFreshCallIsTwoScriptsAndNoReadFirst) {
+  OwnServer own("fresh");  // INFO commandstats counts this test's commands only
+  auto config = redis::ParseRedisUrl(own.url());
+  ASSERT_TRUE(config) << config.error().ToString();
+  auto admin = Connect(config->nodes.front());
+  ASSERT_TRUE(admin);
+  FakeClock clock;
+  auto store = OpenOrFail(WithOptions(own.url(), "prefix=" + UniquePrefix("fresh")), clock);
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->ReadsBeforeClaim()) << "the pipelined claim answers as a read would";
+  Ledger ledger(*store, clock, LedgerOptions{"test", nullptr, true});
+  auto begin = [&](const Call& call) {
+    std::promise<Result<Decision>> answer;
+    ledger.BeginWithoutBlocking(
+        call, [](std::function<void()>) { ADD_FAILURE() << "offloaded to a worker"; },
+        [&](Result<Decision> d) { answer.set_value(std::move(d)); });
+    return answer.get_future().get();
+  };
+  auto complete = [&](const Call& call, const Decision& d) {
+    std::promise<Result<Record>> stored;
+    EXPECT_TRUE(ledger.CompleteAsync(call, d, Outcome{OutcomeClass::kSuccess, "charged"},
+                                     [&](Result<Record> r) { stored.set_value(std::move(r)); }));
+    return stored.get_future().get();
+  };
+  auto call_for = [](const std::string& key) {
+    Call c;
+    c.id = RecordId{"default", key};
+    c.fingerprint = "fp";
+    c.tool = "charge";
+    c.turn = "turn-1";
+    return c;
+  };
+
+  // The warm-up loads every script (NOSCRIPT, then EVAL), the audit log's
+  // append among them: a replay's entry is not written with a record.
+  const Call warm = call_for("warm-up");
+  auto warmed = begin(warm);
+  ASSERT_TRUE(warmed) << warmed.error().ToString();
+  ASSERT_TRUE(complete(warm, *warmed));
+  ASSERT_TRUE(begin(warm));
+  ledger.Flush();
+  const long long scripts = EvalshaCalls(*admin), reads = CommandCalls(*admin, "hgetall");
+
+  const Call call = call_for("fresh");
+  auto fresh = begin(call);
+  ASSERT_TRUE(fresh) << fresh.error().ToString();
+  EXPECT_EQ(fresh->kind, Decision::Kind::kExecute);
+  auto stored = complete(call, *fresh);
+  ASSERT_TRUE(stored) << stored.error().ToString();
+  EXPECT_EQ(EvalshaCalls(*admin) - scripts, 2) << "the claim and the completion";
+  EXPECT_EQ(CommandCalls(*admin, "hgetall") - reads, 0) << "nothing was read first";
+
+  auto retry = begin(call);
+  ASSERT_TRUE(retry) << retry.error().ToString();
+  EXPECT_EQ(retry->kind, Decision::Kind::kReplay);
+  ASSERT_TRUE(retry->record.outcome);
+  EXPECT_EQ(retry->record.outcome->body, "charged");
+  ledger.Flush();
+  EXPECT_EQ(EvalshaCalls(*admin) - scripts, 4)
+      << "and the claim that found the record, and the append of the replay's audit entry";
+  // (Commands a script runs count as the server's too.)
+  EXPECT_EQ(CommandCalls(*admin, "hgetall") - reads, 1)
+      << "only the claim script's own read of the record it found";
 }
 
 // attempts_maxlen trims the stream, which is a purge: each trimmed tenant's
