@@ -50,9 +50,9 @@ is_redis() {
   [ "${stat%% *}" != Z ]
 }
 
-# Stops the servers of the DIRs given (by their pidfiles), all at once: each
-# takes about 1.5 s to exit after SIGTERM, so a cluster's three are not
-# waited for one after the other. Up to 5 s, then SIGKILL.
+# Stops the servers of the DIRs given (by their pidfiles): SIGTERM to all,
+# then one wait for all of them (a cluster's three are not waited for one
+# after the other). Up to 5 s, then SIGKILL.
 stop_dirs() {  # DIR...
   local d pid pids=()
   for d in "$@"; do
