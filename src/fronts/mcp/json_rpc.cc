@@ -244,21 +244,21 @@ std::optional<std::string> JsonRpcEnvelopeProblem(std::string_view object,
                                                   const std::vector<json_text::Member>& members) {
   // Parsers disagree about which copy of a member wins: one sent twice is
   // refused rather than read one way here and another way by the peer.
-  json_text::View method, id, version, params;
-  bool answer = false;  // "result" or "error"
+  json_text::View method, id, version, params, result, error;
   for (const json_text::Member& m : members) {
     json_text::View* slot = m.name == "method"    ? &method
                             : m.name == "id"      ? &id
                             : m.name == "jsonrpc" ? &version
                             : m.name == "params"  ? &params
+                            : m.name == "result"  ? &result
+                            : m.name == "error"   ? &error
                                                   : nullptr;
-    answer = answer || m.name == "result" || m.name == "error";
     if (slot == nullptr) continue;
     if (slot->present()) return "\"" + m.name + "\" is sent more than once; send it once";
     *slot = json_text::View(m.value.In(object));
   }
   if (!method.present()) {
-    if (id.present() && answer) return std::nullopt;
+    if (id.present() && (result.present() || error.present())) return std::nullopt;
     return "the message is neither a request (\"method\" and \"id\"), a notification "
            "(\"method\") nor a response (\"id\" and \"result\" or \"error\")";
   }

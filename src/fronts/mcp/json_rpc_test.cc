@@ -194,6 +194,17 @@ TEST(EnvelopeTest, MessagesAPeerWouldDropSilentlyAreNamed) {
             "\"params\" must be an object, not a string");
   EXPECT_EQ(problem(R"({"jsonrpc":"2.0","method":"x","params":[1]})"),
             "\"params\" must be an object, not an array");
+
+  // Parsers disagree about which copy wins: a member sent twice is refused,
+  // an answer's "result" or "error" as much as a request's "method".
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":1,"result":{},"result":{"x":1}})"),
+            "\"result\" is sent more than once; send it once");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":1,"error":{},"error":{}})"),
+            "\"error\" is sent more than once; send it once");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","method":"x","result":1,"result":2})"),
+            "\"result\" is sent more than once; send it once");
+  EXPECT_EQ(problem(R"({"jsonrpc":"2.0","id":1,"method":"x","id":2})"),
+            "\"id\" is sent more than once; send it once");
 }
 
 TEST(LineFramerTest, AnOversizeMessageKeepsItsIdWhereverItComes) {
