@@ -3,6 +3,8 @@
 #include "idem/ledger.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <set>
@@ -975,6 +977,45 @@ TEST_F(LedgerTest, BeginWithoutBlockingClaimsFirstWhereTheStoreSaysSo) {
   EXPECT_EQ((*drift)->kind, Kind::kDrift);
   EXPECT_EQ(offloaded, 0);
   EXPECT_EQ(store.claims, 2) << "the held record settled the drift too";
+}
+
+// Owner tokens come from a per-thread pool of CSPRNG bytes (ledger.cc): each
+// claim's is new, 128 bits in hex, and a forked child does not draw from the
+// pool its parent had filled.
+TEST_F(LedgerTest, EveryClaimHasItsOwnOwnerToken) {
+  std::set<std::string> owners;
+  auto claim = [&](const std::string& key) {
+    auto d = ledger_.Begin(MakeCall(key));
+    EXPECT_TRUE(d && d->kind == Kind::kExecute);
+    return d ? d->record.owner : std::string();
+  };
+  for (int i = 0; i < 100; ++i) {  // three refills of a 32-token pool
+    const std::string owner = claim("k" + std::to_string(i));
+    EXPECT_EQ(owner.size(), 32u);
+    EXPECT_EQ(owner.find_first_not_of("0123456789abcdef"), std::string::npos);
+    owners.insert(owner);
+  }
+  EXPECT_EQ(owners.size(), 100u);
+
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string owner = claim("in-child");
+    const bool written = write(fds[1], owner.data(), owner.size()) == ssize_t(owner.size());
+    _exit(written ? 0 : 1);
+  }
+  close(fds[1]);
+  char buf[64];
+  const ssize_t n = read(fds[0], buf, sizeof buf);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(n, 32);
+  const std::string in_child(buf, static_cast<size_t>(n));
+  EXPECT_NE(claim("in-parent"), in_child);  // the parent's next token
+  EXPECT_FALSE(owners.contains(in_child));
 }
 
 TEST_F(LedgerTest, TurnFallbackUsesTheShorterWindow) {
