@@ -327,6 +327,11 @@ void AppendQuoted(std::string& out, std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const auto* end = p + s.size();
   while (p < end) {
+    // Printable ASCII other than '"' and '\\', most of any text, in one append.
+    const auto* run = p;
+    while (p < end && *p < 0x80 && !json::NeedsEscape(*p)) ++p;
+    out.append(reinterpret_cast<const char*>(run), static_cast<size_t>(p - run));
+    if (p == end) break;
     if (*p >= 0x80) {
       utf8::Char c = utf8::DecodeMultiByte(p, end);
       if (c.problem == utf8::Problem::kNone) {
@@ -338,12 +343,8 @@ void AppendQuoted(std::string& out, std::string_view s) {
       }
       continue;
     }
-    if (json::NeedsEscape(*p)) {
-      char escaped[6];
-      out.append(escaped, json::CanonicalEscape(*p, escaped));
-    } else {
-      out.push_back(static_cast<char>(*p));
-    }
+    char escaped[6];
+    out.append(escaped, json::CanonicalEscape(*p, escaped));
     ++p;
   }
   out.push_back('"');
