@@ -4,7 +4,8 @@
 // over stdio and over Streamable HTTP, in one run.
 //
 //   node bench/mcp/bench.mjs [--seconds 3] [--rounds 3] [--clients 8] [--dir /tmp]
-//                            [--idemgate PATH] [--baseline PATH] [--only CASE,CASE] [--json FILE]
+//                            [--idemgate PATH] [--baseline PATH] [--baseline-query Q]
+//                            [--only CASE,CASE] [--json FILE]
 //
 // Every client is its own SDK Client with its own connection, and keeps exactly one tools/call
 // in flight (a closed loop: it sends the next call when the previous answer arrives). All the
@@ -25,6 +26,8 @@
 // HTTP through idemgate: one `idemgate mcp --listen 127.0.0.1:0 --upstream-url URL` with its own
 // SQLite file, in front of the same upstream as direct HTTP; one client session each.
 //
+// --baseline-query Q: appended to the baseline's store URL (`?shared_writer=off` compares the
+// shared writer with each proxy committing alone, with --baseline the same binary).
 // --baseline PATH (issue #18 target 4): an older idemgate binary, run over stdio beside the one
 // under test in the same rounds (cases "baseline pass-through stdio" and "baseline gated replay
 // stdio", its own SQLite file). The bench then prints idemgate's own CPU per call, pass-through
@@ -72,6 +75,7 @@ function parseArgs(argv) {
     dir: process.env.BENCH_DIR || os.tmpdir(),
     idemgate: process.env.IDEMGATE || '',
     baseline: '',
+    baselineQuery: '',
     only: null,
     json: '',
   };
@@ -88,6 +92,7 @@ function parseArgs(argv) {
     else if (a === '--dir') o.dir = v();
     else if (a === '--idemgate') o.idemgate = v();
     else if (a === '--baseline') o.baseline = v();
+    else if (a === '--baseline-query') o.baselineQuery = v();
     else if (a === '--only') o.only = v().split(',');
     else if (a === '--json') o.json = v();
     else if (a === '-h' || a === '--help') usage();
@@ -110,7 +115,8 @@ function usage(msg) {
   if (msg) process.stderr.write(`mcp bench: ${msg}\n`);
   process.stderr.write(
     'usage: bench.mjs [--seconds S] [--rounds R] [--clients N] [--warmup S] [--dir DIR]\n' +
-      '                 [--idemgate PATH] [--baseline PATH] [--only CASE,…] [--json FILE]\n',
+      '                 [--idemgate PATH] [--baseline PATH] [--baseline-query Q] [--only CASE,…]\n' +
+      '                 [--json FILE]\n',
   );
   process.exit(2);
 }
@@ -425,7 +431,8 @@ async function main() {
     ['mcp', '--store', `sqlite:${path.join(dir, 'stdio.db')}`, '--', node, ECHO]);
   const baseStdio = opts.baseline
     ? await stdioClients(n, opts.baseline,
-      ['mcp', '--store', `sqlite:${path.join(dir, 'stdio-baseline.db')}`, '--', node, ECHO])
+      ['mcp', '--store', `sqlite:${path.join(dir, 'stdio-baseline.db')}${opts.baselineQuery}`, '--',
+        node, ECHO])
     : [];
   const directHttp = await httpClients(n, echoHttp.url);
   const gateHttpClients = await httpClients(n, gateHttp.url);
@@ -494,6 +501,9 @@ async function main() {
       { name: 'baseline gated replay stdio', tr: 'stdio', kind: 'replay', group: groups.baseStdio,
         base: 'direct stdio charge', call: callCharge(replayTurn('stdio-baseline')),
         check: replayed },
+      { name: 'baseline gated fresh stdio', tr: 'stdio', kind: 'fresh', group: groups.baseStdio,
+        base: 'direct stdio charge',
+        call: callCharge((i) => `bench-${runId}-base-fresh-${i}-${freshSeq++}`), check: notReplayed },
     ] : []),
   ].filter((c) => !opts.only || opts.only.some((o) => c.name.includes(o)));
 
@@ -611,6 +621,12 @@ async function main() {
   if (freshStdio && freshStdio.cpu.idemgate !== undefined) {
     console.log(`idemgate CPU per gated fresh call, stdio: ${freshStdio.cpu.idemgate.toFixed(0)} µs ` +
       '(target ≤ 100)');
+  }
+  const baseFresh = rows.find((r) => r.name === 'baseline gated fresh stdio');
+  if (freshStdio && baseFresh && Number.isFinite(freshStdio.ratio) && Number.isFinite(baseFresh.ratio)) {
+    console.log(`gated fresh stdio, this build / baseline: calls/s ${(freshStdio.ratio / baseFresh.ratio).toFixed(2)}, ` +
+      `idemgate CPU per call ${(freshStdio.cpu.idemgate / baseFresh.cpu.idemgate).toFixed(2)} ` +
+      `(${freshStdio.cpu.idemgate.toFixed(0)} against ${baseFresh.cpu.idemgate.toFixed(0)} µs)`);
   }
   printOwnCpuTargets(results);
   const errors = rows.reduce((a, r) => a + r.errors, 0);

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -12,10 +13,13 @@
 #include "database_file.h"
 #include "group_commit_writer.h"
 #include "read_pool.h"
+#include "shared_writer.h"
 #include "sqlite_connection.h"
 #include "sqlite_rows.h"
 #include "sqlite_schema.h"
+#include "sqlite_writes.h"
 #include "write_lock.h"
+#include "writer_protocol.h"
 
 namespace idem {
 namespace {
@@ -39,12 +43,16 @@ Result<const char*> SynchronousPragma(const std::string& mode) {
 struct Target {
   std::string path;
   bool write_lock = true;
+  bool shared_writer = true;
+  size_t shared_writer_clients = 64;
 };
+
+constexpr std::string_view kClientsParam = "shared_writer_clients=";
 
 // Splits PATH[?NAME=VALUE&…] (see OpenSqliteStore).
 Result<Target> ParseTarget(std::string_view url) {
   const size_t q = url.find('?');
-  Target target{std::string(url.substr(0, q)), true};
+  Target target{std::string(url.substr(0, q))};
   if (q == std::string_view::npos) return target;
   std::string_view params = url.substr(q + 1);
   while (!params.empty()) {
@@ -55,10 +63,27 @@ Result<Target> ParseTarget(std::string_view url) {
       target.write_lock = true;
     } else if (param == "write_lock=none") {
       target.write_lock = false;
+    } else if (param == "shared_writer=on") {
+      target.shared_writer = true;
+    } else if (param == "shared_writer=off") {
+      target.shared_writer = false;
+    } else if (param.starts_with(kClientsParam)) {
+      const std::string_view value = param.substr(kClientsParam.size());
+      size_t n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n == 0) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("sqlite store {}: shared_writer_clients=\"{}\" is not a "
+                                     "positive whole number of connections",
+                                     target.path, value));
+      }
+      target.shared_writer_clients = n;
     } else {
       return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("sqlite store {}: unknown parameter \"{}\"; the one known is "
-                                   "write_lock=flock|none (a path with '?' in it cannot be used)",
+                       fmt::format("sqlite store {}: unknown parameter \"{}\"; the known ones "
+                                   "are write_lock=flock|none, shared_writer=on|off and "
+                                   "shared_writer_clients=N (a path with '?' in it cannot be "
+                                   "used)",
                                    target.path, param));
     }
   }
@@ -108,40 +133,6 @@ Result<void> EnableWal(Connection& conn, Duration busy_timeout) {
                                  conn.path(), *mode));
   }
   return {};
-}
-
-int64_t Micros(TimePoint t) { return ToUnixMillis(t) * 1000; }
-
-std::string Describe(const RecordId& id) {
-  return fmt::format("record \"{}\" of tenant \"{}\"", id.key, id.tenant);
-}
-
-Error NotFound(const RecordId& id) {
-  return Error{ErrorCode::kNotFound,
-               Describe(id) + " does not exist (never claimed, released, evicted or expired)"};
-}
-
-Error StaleFence(const Record& r, uint64_t fence) {
-  return Error{ErrorCode::kAborted,
-               fmt::format("{} is now at fence {} ({}), not {}: this owner lost its claim and "
-                           "must not write",
-                           Describe(r.id), r.fence, RecordStateName(r.state), fence)};
-}
-
-Error WrongState(const Record& r, std::string_view action, std::string_view allowed) {
-  return Error{ErrorCode::kFailedPrecondition,
-               fmt::format("{} is {}; {} needs it {}", Describe(r.id), RecordStateName(r.state),
-                           action, allowed)};
-}
-
-// The live row of `id` owned with `fence`: kNotFound if absent or past
-// retention, kAborted if the fence moved on.
-Result<Record> ReadOwned(Connection& conn, const RecordId& id, uint64_t fence, TimePoint now) {
-  auto row = sqlite::ReadRecord(conn, id);
-  if (!row) return std::unexpected(std::move(row.error()));
-  if (!*row || (*row)->expires_at <= now) return std::unexpected(NotFound(id));
-  if ((*row)->fence != fence) return std::unexpected(StaleFence(**row, fence));
-  return std::move(**row);
 }
 
 template <typename T, typename Fn>
@@ -224,6 +215,14 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, C
       [hub](const std::vector<RecordId>& changed) {
         for (const RecordId& id : changed) hub->Notify(ChangeHub::KeyOf(id));
       });
+  if (target->shared_writer) {
+    SqliteStore* self = store.get();
+    auto shared = sqlite::SharedWriter::Open(
+        path, [self](std::string_view call) { return self->Serve(call); },
+        target->shared_writer_clients);
+    if (!shared) return std::unexpected(std::move(shared.error()));
+    store->shared_ = std::move(*shared);
+  }
   return store;
 }
 
@@ -231,6 +230,9 @@ uint64_t SqliteStore::commits() const { return writer_->commits(); }
 uint64_t SqliteStore::writes() const { return writer_->writes(); }
 uint64_t SqliteStore::pending_writes() const { return writer_->pending(); }
 uint64_t SqliteStore::write_lock_waits() const { return writer_->lock_waits(); }
+bool SqliteStore::serves_writes() const { return shared_ && shared_->serving(); }
+uint64_t SqliteStore::writes_served() const { return shared_ ? shared_->served() : 0; }
+uint64_t SqliteStore::writes_sent() const { return shared_ ? shared_->sent() : 0; }
 
 template <typename T, typename Fn>
 Result<T> SqliteStore::Write(Fn fn) {
@@ -247,163 +249,102 @@ Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
   // effect. An absent or expired record still goes through the atomic
   // claim in the writer, so there is no check-then-insert.
   if (auto live = Get(req.id); live && *live) return ClaimResult{false, std::move(**live)};
-  return Write<ClaimResult>([&](WriteContext& ctx) -> Result<ClaimResult> {
-    const TimePoint now = clock_.Now();
-    auto row = sqlite::ReadRecord(ctx.conn, req.id);
-    if (!row) return std::unexpected(std::move(row.error()));
-    if (*row && (*row)->expires_at > now) return ClaimResult{false, std::move(**row)};
-
-    auto floor = sqlite::FenceFloor(ctx.conn);
-    if (!floor) return std::unexpected(std::move(floor.error()));
-    uint64_t fence = std::max(*floor + 1, static_cast<uint64_t>(Micros(now)));
-    if (*row) fence = std::max(fence, (*row)->fence + 1);
-
-    Record r;
-    r.id = req.id;
-    r.state = RecordState::kInProgress;
-    r.fingerprint = req.fingerprint;
-    r.tool = req.tool;
-    r.turn = req.turn;
-    r.owner = req.owner;
-    r.fence = fence;
-    r.created_at = now;
-    r.lease_expires_at = now + req.lease;
-    r.expires_at = now + std::max(req.retention, req.lease);
-    r.retention = req.retention;
-    if (auto ok = sqlite::WriteRecord(ctx.conn, r); !ok) return std::unexpected(ok.error());
-    if (req.logged) {
-      if (auto ok = sqlite::InsertAttempt(ctx.conn, *req.logged); !ok) {
-        return std::unexpected(ok.error());
+  if (shared_) {
+    if (auto sent = shared_->Call(sqlite::wire::EncodeClaim(req, clock_.Now()))) {
+      if (*sent) {
+        auto claimed = sqlite::wire::DecodeClaimReply(**sent);
+        if (claimed && claimed->claimed) hub_->Notify(ChangeHub::KeyOf(req.id));
+        return claimed;
+      }
+      // The server died with the claim in hand; its process is gone, so it
+      // committed or it did not, for good. A live record with this
+      // attempt's owner token is the claim it committed; no record, and the
+      // claim is made here.
+      auto live = Get(req.id);
+      if (!live) return std::unexpected(std::move(live.error()));
+      if (*live) {
+        const bool own = !req.owner.empty() && (*live)->owner == req.owner &&
+                         (*live)->state == RecordState::kInProgress;
+        return ClaimResult{own, std::move(**live)};
       }
     }
-    ctx.changed.push_back(req.id);
-    return ClaimResult{true, std::move(r)};
-  });
+  }
+  return Write<ClaimResult>(
+      [&](WriteContext& ctx) { return sqlite::ClaimInTx(ctx, req, clock_.Now()); });
 }
 
 Result<TimePoint> SqliteStore::Heartbeat(const RecordId& id, uint64_t fence, Duration lease) {
-  return Write<TimePoint>([&](WriteContext& ctx) -> Result<TimePoint> {
-    const TimePoint now = clock_.Now();
-    auto r = ReadOwned(ctx.conn, id, fence, now);
-    if (!r) return std::unexpected(std::move(r.error()));
-    if (r->state != RecordState::kInProgress) {
-      return std::unexpected(WrongState(*r, "a heartbeat", "in_progress"));
-    }
-    r->lease_expires_at = now + lease;
-    r->expires_at = std::max(r->expires_at, r->lease_expires_at);
-    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
-    return r->lease_expires_at;
+  return Write<TimePoint>([&](WriteContext& ctx) {
+    return sqlite::HeartbeatInTx(ctx, id, fence, lease, clock_.Now());
   });
 }
 
 Result<Record> SqliteStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                                      Duration retention, const Attempt* logged) {
-  return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
-    const TimePoint now = clock_.Now();
-    auto r = ReadOwned(ctx.conn, id, fence, now);
-    if (!r) return r;
-    if (r->state == RecordState::kCompleted) {
-      return std::unexpected(WrongState(*r, "complete", "in_progress or unknown"));
-    }
-    r->state = RecordState::kCompleted;
-    r->outcome = outcome;
-    r->completed_at = now;
-    r->expires_at = now + retention;
-    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
-    if (logged) {
-      if (auto ok = sqlite::InsertAttempt(ctx.conn, *logged); !ok) {
-        return std::unexpected(ok.error());
+  if (shared_) {
+    if (auto sent = shared_->Call(
+            sqlite::wire::EncodeComplete(id, fence, outcome, retention, logged, clock_.Now()))) {
+      if (*sent) {
+        auto completed = sqlite::wire::DecodeRecordReply(**sent);
+        if (completed) hub_->Notify(ChangeHub::KeyOf(id));
+        return completed;
+      }
+      // The server died with the completion in hand. If it committed, the
+      // record is completed at this fence; otherwise it is written below
+      // (still fenced: at most one completion of this fence takes effect).
+      auto current = Get(id);
+      if (current && *current && (*current)->fence == fence &&
+          (*current)->state == RecordState::kCompleted) {
+        return std::move(**current);
       }
     }
-    ctx.changed.push_back(id);
-    return r;
+  }
+  return Write<Record>([&](WriteContext& ctx) {
+    return sqlite::CompleteInTx(ctx, id, fence, outcome, retention, logged, clock_.Now());
   });
 }
 
 Result<void> SqliteStore::Release(const RecordId& id, uint64_t fence) {
-  return Write<void>([&](WriteContext& ctx) -> Result<void> {
-    auto r = ReadOwned(ctx.conn, id, fence, clock_.Now());
-    if (!r) return std::unexpected(std::move(r.error()));
-    if (r->state == RecordState::kCompleted) {
-      return std::unexpected(WrongState(*r, "release", "in_progress or unknown"));
-    }
-    if (auto ok = sqlite::DeleteRecord(ctx.conn, id); !ok) return std::unexpected(ok.error());
-    ctx.changed.push_back(id);
-    return {};
-  });
+  return Write<void>(
+      [&](WriteContext& ctx) { return sqlite::ReleaseInTx(ctx, id, fence, clock_.Now()); });
 }
 
-// One write transaction, like every write here: read, check, delete. The
-// single writer connection makes it atomic.
 Result<void> SqliteStore::Abandon(const RecordId& id, std::string_view owner) {
   if (owner.empty()) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "sqlite store: abandon needs the claim's owner token");
   }
-  return Write<void>([&](WriteContext& ctx) -> Result<void> {
-    auto row = sqlite::ReadRecord(ctx.conn, id);
-    if (!row) return std::unexpected(std::move(row.error()));
-    if (!*row || (*row)->expires_at <= clock_.Now()) return std::unexpected(NotFound(id));
-    const Record& r = **row;
-    if (r.owner != owner) {
-      return MakeError(ErrorCode::kAborted,
-                       fmt::format("{} was claimed by another attempt (fence {}); it is not "
-                                   "this attempt's to abandon",
-                                   Describe(id), r.fence));
-    }
-    if (r.state != RecordState::kInProgress) {
-      return std::unexpected(WrongState(r, "abandon", "in_progress"));
-    }
-    if (auto ok = sqlite::DeleteRecord(ctx.conn, id); !ok) return std::unexpected(ok.error());
-    ctx.changed.push_back(id);
-    return {};
-  });
+  return Write<void>(
+      [&](WriteContext& ctx) { return sqlite::AbandonInTx(ctx, id, owner, clock_.Now()); });
 }
 
 Result<Record> SqliteStore::MarkUnknown(const RecordId& id, uint64_t fence, Duration retention) {
-  return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
-    const TimePoint now = clock_.Now();
-    auto r = ReadOwned(ctx.conn, id, fence, now);
-    if (!r) return r;
-    if (r->state != RecordState::kInProgress) {
-      return std::unexpected(WrongState(*r, "mark unknown", "in_progress"));
-    }
-    r->state = RecordState::kUnknown;
-    r->completed_at = now;
-    r->expires_at = now + retention;
-    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
-    ctx.changed.push_back(id);
-    return r;
+  return Write<Record>([&](WriteContext& ctx) {
+    return sqlite::MarkUnknownInTx(ctx, id, fence, retention, clock_.Now());
   });
 }
 
 Result<Record> SqliteStore::TakeOver(const RecordId& id, uint64_t fence, Duration lease) {
-  return Write<Record>([&](WriteContext& ctx) -> Result<Record> {
-    const TimePoint now = clock_.Now();
-    auto r = ReadOwned(ctx.conn, id, fence, now);
-    if (!r) return r;
-    if (r->state == RecordState::kCompleted) {
-      return std::unexpected(WrongState(*r, "take over",
-                                        "in_progress with an expired lease, or "
-                                        "unknown"));
-    }
-    if (r->state == RecordState::kInProgress && r->lease_expires_at > now) {
-      return MakeError(ErrorCode::kFailedPrecondition,
-                       fmt::format("{} is in progress and its owner's lease is alive for {} ms; "
-                                   "wait for it or for the lease to expire",
-                                   Describe(id), (r->lease_expires_at - now).count()));
-    }
-    r->state = RecordState::kInProgress;
-    r->owner.clear();
-    r->fence = fence + 1;
-    r->lease_expires_at = now + lease;
-    r->expires_at = std::max(r->expires_at, r->lease_expires_at);
-    r->completed_at = TimePoint{};
-    r->outcome.reset();
-    if (auto ok = sqlite::WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
-    ctx.changed.push_back(id);
-    return r;
-  });
+  return Write<Record>(
+      [&](WriteContext& ctx) { return sqlite::TakeOverInTx(ctx, id, fence, lease, clock_.Now()); });
+}
+
+std::string SqliteStore::Serve(std::string_view bytes) {
+  auto call = sqlite::wire::DecodeCall(bytes);
+  if (!call) return sqlite::wire::EncodeReply(Result<void>(std::unexpected(call.error())));
+  if (auto* c = std::get_if<sqlite::wire::ClaimCall>(&*call)) {
+    return sqlite::wire::EncodeReply(Write<ClaimResult>(
+        [&](WriteContext& ctx) { return sqlite::ClaimInTx(ctx, c->req, c->now); }));
+  }
+  if (auto* c = std::get_if<sqlite::wire::CompleteCall>(&*call)) {
+    const Attempt* logged = c->logged ? &*c->logged : nullptr;
+    return sqlite::wire::EncodeReply(Write<Record>([&](WriteContext& ctx) {
+      return sqlite::CompleteInTx(ctx, c->id, c->fence, c->outcome, c->retention, logged, c->now);
+    }));
+  }
+  const auto& append = std::get<sqlite::wire::AppendCall>(*call);
+  return sqlite::wire::EncodeReply(Write<void>(
+      [&](WriteContext& ctx) { return sqlite::AppendAttemptsInTx(ctx, append.attempts); }));
 }
 
 Result<std::optional<Record>> SqliteStore::Get(const RecordId& id) {
@@ -416,11 +357,7 @@ Result<std::optional<Record>> SqliteStore::Get(const RecordId& id) {
 }
 
 Result<bool> SqliteStore::Evict(const RecordId& id) {
-  return Write<bool>([&](WriteContext& ctx) -> Result<bool> {
-    auto deleted = sqlite::DeleteRecord(ctx.conn, id);
-    if (deleted && *deleted) ctx.changed.push_back(id);
-    return deleted;
-  });
+  return Write<bool>([&](WriteContext& ctx) { return sqlite::EvictInTx(ctx, id); });
 }
 
 Result<void> SqliteStore::WaitForChange(const RecordId& id, const Record& seen,
@@ -442,12 +379,8 @@ Result<void> SqliteStore::WaitForChange(const RecordId& id, const Record& seen,
 
 Result<size_t> SqliteStore::PurgeExpired(size_t limit) {
   if (limit == 0) return 0;
-  return Write<size_t>([&](WriteContext& ctx) -> Result<size_t> {
-    auto ids = sqlite::DeleteExpiredRecords(ctx.conn, clock_.Now(), limit);
-    if (!ids) return std::unexpected(std::move(ids.error()));
-    ctx.changed.insert(ctx.changed.end(), ids->begin(), ids->end());
-    return ids->size();
-  });
+  return Write<size_t>(
+      [&](WriteContext& ctx) { return sqlite::PurgeExpiredInTx(ctx, limit, clock_.Now()); });
 }
 
 Result<uint64_t> SqliteStore::CountRecords() {
@@ -458,12 +391,15 @@ Result<uint64_t> SqliteStore::CountRecords() {
 
 Result<void> SqliteStore::AppendAttempts(const std::vector<Attempt>& attempts) {
   if (attempts.empty()) return {};
-  return Write<void>([&](WriteContext& ctx) -> Result<void> {
-    for (const Attempt& a : attempts) {
-      if (auto ok = sqlite::InsertAttempt(ctx.conn, a); !ok) return ok;
+  if (shared_) {
+    // A reply lost with the server is an error: whether the entries were
+    // written is unknown, and writing them again could log them twice.
+    if (auto sent = shared_->Call(sqlite::wire::EncodeAppend(attempts))) {
+      if (!*sent) return std::unexpected(std::move(sent->error()));
+      return sqlite::wire::DecodeVoidReply(**sent);
     }
-    return {};
-  });
+  }
+  return Write<void>([&](WriteContext& ctx) { return sqlite::AppendAttemptsInTx(ctx, attempts); });
 }
 
 Result<std::vector<Attempt>> SqliteStore::QueryAttempts(const AttemptFilter& filter) {

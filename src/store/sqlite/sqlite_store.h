@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "idem/clock.h"
@@ -19,6 +20,7 @@ class ChangeHub;
 namespace sqlite {
 class GroupCommitWriter;
 class ReadPool;
+class SharedWriter;
 }  // namespace sqlite
 
 // Opens (creating if needed, mode 0600, parent directories 0700) the SQLite
@@ -28,7 +30,13 @@ class ReadPool;
 //     others, take turns through an flock on PATH-lock and wait for it
 //     asleep (sqlite::WriteLock);
 //   write_lock=none: only SQLite's own lock, which a waiting writer polls
-//     for up to the busy timeout.
+//     for up to the busy timeout;
+//   shared_writer=on (default): the processes on this file hand their
+//     claims, completions and audit entries to one of them, whose writer
+//     commits them together (sqlite::SharedWriter); shared_writer=off: this
+//     store commits its own writes;
+//   shared_writer_clients=N (default 64): connections the serving process
+//     answers at once.
 // `clock` must outlive the store. Errors, each naming the path and what to
 // do: kInvalidArgument for bad options, a path that is a
 // directory or an SQLite file of another program; kUnavailable for a file or
@@ -87,6 +95,11 @@ class SqliteStore final : public Store {
   uint64_t pending_writes() const;
   // Times the writer found the write lock held by another and slept.
   uint64_t write_lock_waits() const;
+  // Whether this store serves the file's shared writer, how many writes it
+  // has run for other processes, and how many it has sent to another.
+  bool serves_writes() const;
+  uint64_t writes_served() const;
+  uint64_t writes_sent() const;
 
  private:
   SqliteStore(std::string path, Clock& clock, const StoreOptions& options);
@@ -96,12 +109,19 @@ class SqliteStore final : public Store {
   template <typename T, typename Fn>
   Result<T> Write(Fn fn);
 
+  // Runs a write another process sent through the shared writer and returns
+  // the reply.
+  std::string Serve(std::string_view call);
+
   const std::string path_;
   Clock& clock_;
   const StoreOptions options_;
   std::unique_ptr<ChangeHub> hub_;
   std::unique_ptr<sqlite::ReadPool> readers_;
-  std::unique_ptr<sqlite::GroupCommitWriter> writer_;  // last: stopped first
+  std::unique_ptr<sqlite::GroupCommitWriter> writer_;
+  // Null with shared_writer=off. Last: stopped first, while the writer it
+  // hands calls to still runs.
+  std::unique_ptr<sqlite::SharedWriter> shared_;
 };
 
 }  // namespace idem

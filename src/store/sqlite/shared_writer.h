@@ -1,0 +1,113 @@
+// One writer per SQLite file on a machine (docs/DESIGN.md §5): the processes
+// that open the same file (eight `idemgate mcp` stdio proxies of eight agent
+// sessions, say) hand their claims, completions and audit entries to one of
+// them, whose group-commit writer puts the writes of all of them into shared
+// transactions, one fsync for many. Processes cannot share an SQLite
+// transaction, so without this each commits, and fsyncs, alone.
+//
+// The file stays the only truth. Whoever holds an exclusive flock on
+// PATH-writer.lock serves: it listens on the Unix socket PATH-writer.sock
+// (mode 0600; a peer of another user is refused by its credentials). The
+// others connect to it. Serving is never required for correctness: a
+// process that cannot reach a server writes the file itself, as every
+// process did before, through the write lock. When the server goes away,
+// the next process to find its socket dead takes the flock and serves.
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "idem/error.h"
+
+namespace idem::sqlite {
+
+// Where the shared writer of the database at `database_path` listens, and
+// the lock its server holds.
+std::string SharedWriterSocketPath(const std::string& database_path);
+std::string SharedWriterLockPath(const std::string& database_path);
+
+class SharedWriter {
+ public:
+  // Runs one call that another process sent (a writer_protocol.h call) and
+  // returns the reply; on the connection's own thread, so calls of several
+  // clients run at once and share the writer's transactions.
+  using Handler = std::function<std::string(std::string_view call)>;
+
+  // Serves the database at `database_path` if no process does, else
+  // prepares to be a client of the one that does. `max_clients`: connections
+  // served at once (each is a thread); one more is refused, and its process
+  // writes itself. kUnavailable if the lock file cannot be opened.
+  static Result<std::unique_ptr<SharedWriter>> Open(const std::string& database_path,
+                                                    Handler handler, size_t max_clients);
+  // Stops serving: every call being run is finished and answered first.
+  ~SharedWriter();
+  SharedWriter(const SharedWriter&) = delete;
+  SharedWriter& operator=(const SharedWriter&) = delete;
+
+  // Sends `call` to the serving process and returns its reply.
+  //   nullopt: nothing was sent, so nothing was written: this process serves
+  //     (perhaps from now on, having found the server gone), or no server can
+  //     be reached. The caller writes itself.
+  //   kUnavailable: the call was sent and the server went away before
+  //     answering. It may or may not have been written; the caller reads
+  //     the file to find out.
+  std::optional<Result<std::string>> Call(std::string_view call);
+
+  // Whether this process serves the file.
+  bool serving() const { return serving_.load(std::memory_order_acquire); }
+  // Calls answered for other processes, and calls sent to another.
+  uint64_t served() const { return served_.load(std::memory_order_relaxed); }
+  uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+
+ private:
+  SharedWriter(std::string socket_path, int lock_fd, Handler handler, size_t max_clients);
+
+  // Takes the server's flock if it is free and starts listening.
+  void TryToServe();
+  void Accept();
+  void Serve(int fd);
+  // A connection to the server, from the idle ones or new; -1 if none can be
+  // made (and no attempt for a moment after a failed one).
+  int Connect();
+  void PutBack(int fd);
+
+  const std::string socket_path_;
+  const int lock_fd_;
+  const Handler handler_;
+  const size_t max_clients_;
+
+  std::atomic<bool> serving_{false};
+  std::atomic<uint64_t> served_{0};
+  std::atomic<uint64_t> sent_{0};
+
+  // Serving: the listening socket and one thread per connection.
+  int listen_fd_ = -1;
+  std::thread acceptor_;
+  std::mutex conns_mu_;
+  bool stopping_ = false;
+  struct Conn {
+    int fd;
+    std::thread thread;
+    bool done = false;
+  };
+  std::list<Conn> conns_;
+
+  // Client: idle connections to the server.
+  std::mutex idle_mu_;
+  std::vector<int> idle_;
+  int64_t retry_after_ns_ = 0;  // steady clock; no connect attempt before
+};
+
+}  // namespace idem::sqlite
