@@ -1,6 +1,6 @@
 // Several `idemgate mcp` instances on one shared store behave as one (docs/DESIGN.md §4, §5): for
 // each of Redis, Redis Cluster and PostgreSQL (real servers, started here in temp dirs through
-// tests/servers/*.sh and stopped in `after` hooks):
+// tests/servers/*.sh and stopped in `after` hooks), and one SQLite file (tests 1, 2 and 5):
 //
 //   1. a storm of 150 duplicate charges spread over three instances executes once, every
 //      waiter is woken by the completion (not by its 20 s wait), and the completed record is
@@ -16,6 +16,10 @@
 //      The call is refused as "not executed", and its retry — on the same instance or on
 //      another — executes, instead of answering outcome_unknown once the orphaned claim's lease
 //      runs out (issue 4).
+//   5. (SQLite) the instance that serves the file's shared writer, whose commits the others
+//      share, is SIGKILLed while they make calls: every call is answered and executed once
+//      (a call whose reply died with the server is settled from the file), another instance
+//      serves, and every call replays.
 //
 // Each instance has its own example server child; all the children append to ONE ledger file,
 // so "how many times did it run?" is a line count across all instances.
@@ -23,6 +27,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { performance } from 'node:perf_hooks';
@@ -89,6 +94,17 @@ const STORES = [
     // the reply to the batch's COMMIT.
     writeMarker: 'idem_batch_begin',
   },
+  {
+    // One file, no server: the instances share their commits through the shared writer, which
+    // the first of them to open the file serves (SERVER_KILLED kills it).
+    name: 'SQLite',
+    start: async () => {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idemgate-shared-sqlite-'));
+      return { dir, stop: async () => fs.rmSync(dir, { recursive: true, force: true }) };
+    },
+    url: (s, tag) => `sqlite:${path.join(s.dir, `${tag}.db`)}`,
+    serverless: true,
+  },
 ];
 
 const STORM =
@@ -100,6 +116,10 @@ const OWNER_DIED =
 const STORE_DOWN =
   'the store killed under load: calls fail closed (retryable store error, no execution); ' +
   'after a restart calls work and completed outcomes still replay';
+
+const SERVER_KILLED =
+  'the instance serving the file\'s writes SIGKILLed under load: every call of the others is ' +
+  'answered and executed once, one of them serves, and every call replays';
 
 const LOST_REPLY =
   'a claim applied by the store whose reply is lost: the call is refused as not executed, ' +
@@ -142,6 +162,19 @@ function charge(inst, turn, args) {
 
 function charges(ledger) {
   return readLedger(ledger).filter((e) => e.tool === 'charge');
+}
+
+/** The pid holding the flock on `file` (/proc/locks), or null. */
+function servingPid(file) {
+  const inode = fs.statSync(file).ino;
+  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/);
+    // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
+    if (f[1] === 'FLOCK' && f[3] === 'WRITE' && Number(f[5]?.split(':')[2]) === inode) {
+      return Number(f[4]);
+    }
+  }
+  return null;
 }
 
 /**
@@ -427,7 +460,67 @@ for (const store of STORES) {
     });
 
     // ------------------------------------------------------------------------------------------
-    it(STORE_DOWN, { timeout: TEST_TIMEOUT }, async (t) => {
+    it(SERVER_KILLED, { timeout: TEST_TIMEOUT, skip: !store.serverless && 'a store server' }, async (t) => {
+      const dir = tempDir(t);
+      const ledger = exampleEnv(dir).EXAMPLE_LEDGER;
+      const url = store.url(server, 'serverkilled');
+      const lockFile = `${url.slice('sqlite:'.length)}-writer.lock`;
+      const config = writeConfig(dir, 'idemgate.toml', '[defaults]\nwait = "10s"\n');
+      // S opens the file first, so it serves; B and C then hand it their writes.
+      const s = await instance(t, dir, url, { config, name: 'S' });
+      const [b, c] = await Promise.all(
+        ['B', 'C'].map((name) =>
+          instance(t, dir, url, { config, env: { EXAMPLE_DELAY_MS: '20' }, name }),
+        ),
+      );
+      assert.equal(servingPid(lockFile), s.pid, 'S holds the shared writer\'s lock');
+
+      const PER = 40;
+      const args = (who, n) => ({ customer: `cus_${who}_${n}`, amount_cents: 100 + n, currency: 'EUR' });
+      const turn = (who, n) => `turn-${who}-${n}`;
+      let done = 0;
+      const killed = (async () => {
+        await until(() => done >= PER / 2, { what: 'half of the calls' });
+        process.kill(s.pid, 'SIGKILL');
+        await until(() => !alive(s.pid), { what: 'S to exit' });
+      })();
+      const results = await Promise.all(
+        [
+          ['b', b],
+          ['c', c],
+        ].map(async ([who, inst]) => {
+          const out = [];
+          for (let n = 0; n < PER; n++) {
+            out.push(await charge(inst, turn(who, n), args(who, n)));
+            done++;
+          }
+          return out;
+        }),
+      );
+      await killed;
+      for (const r of results.flat()) {
+        assert.ok(!r.isError && !isReplay(r), `executed: ${JSON.stringify(r)}\n${stderrOf([b, c])}`);
+      }
+      const lines = charges(ledger);
+      assert.equal(lines.length, 2 * PER, `each call executed once:\n${stderrOf([b, c])}`);
+      assert.ok([b.pid, c.pid].includes(servingPid(lockFile)), 'B or C serves now');
+
+      // Every call replays, each on the other instance, with its first answer.
+      for (const [k, [who, inst]] of [
+        ['b', c],
+        ['c', b],
+      ].entries()) {
+        for (let n = 0; n < PER; n++) {
+          const r = await charge(inst, turn(who, n), args(who, n));
+          assertReplayMarkers(r);
+          assert.deepEqual(stripReplay(r), stripReplay(results[k][n]));
+        }
+      }
+      assert.equal(charges(ledger).length, 2 * PER, 'no call executed again');
+    });
+
+    // ------------------------------------------------------------------------------------------
+    it(STORE_DOWN, { timeout: TEST_TIMEOUT, skip: store.serverless && 'no server' }, async (t) => {
       const dir = tempDir(t);
       const ledger = exampleEnv(dir).EXAMPLE_LEDGER;
       const url = store.url(server, 'storedown');
