@@ -68,15 +68,27 @@ bool WriteFrame(int fd, std::string_view body) {
   return SendAll(fd, frame.data(), frame.size());
 }
 
+// One recv() brings in the length and, for a call or reply of a usual size,
+// the whole body; the rest, if any, follows in as many as it takes. Each
+// connection carries one call at a time, so nothing follows the frame.
 std::optional<std::string> ReadFrame(int fd) {
-  unsigned char len[4];
-  if (!RecvAll(fd, reinterpret_cast<char*>(len), 4)) return std::nullopt;
-  const uint32_t n =
+  constexpr size_t kFirst = 16 * 1024;
+  std::string frame(kFirst, '\0');
+  size_t have = 0;
+  while (have < 4) {
+    const ssize_t n = ::recv(fd, frame.data() + have, kFirst - have, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    have += static_cast<size_t>(n);
+  }
+  const auto* len = reinterpret_cast<const unsigned char*>(frame.data());
+  const uint32_t size =
       len[0] | (len[1] << 8) | (len[2] << 16) | (static_cast<uint32_t>(len[3]) << 24);
-  if (n > kMaxFrame) return std::nullopt;
-  std::string body(n, '\0');
-  if (!RecvAll(fd, body.data(), n)) return std::nullopt;
-  return body;
+  if (size > kMaxFrame || have > 4 + size) return std::nullopt;
+  frame.resize(4 + size);
+  if (!RecvAll(fd, frame.data() + have, frame.size() - have)) return std::nullopt;
+  frame.erase(0, 4);
+  return frame;
 }
 
 std::string Hello() {

@@ -352,5 +352,15 @@ TEST(WriterProtocolTest, CallsAndRepliesRoundTripAndEveryTruncationIsRefused) {
   EXPECT_EQ(failed.error().message, "fence moved");
 }
 
+// Found by fuzz/shared_writer_protocol_fuzz.cc: an append whose count asked
+// for more entries than the bytes could hold was taken for a call.
+TEST(WriterProtocolTest, AnAppendWhoseCountExceedsTheBytesIsRefused) {
+  const std::string bytes("\x03\x7b\x05\x00\x00\x00\x00\x00\x00", 9);
+  auto call = sqlite::wire::DecodeCall(bytes);
+  ASSERT_FALSE(call);
+  EXPECT_EQ(call.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(sqlite::wire::DecodeCall(std::string_view("\x07", 1)));  // no such call
+}
+
 }  // namespace
 }  // namespace idem::shared_writer_test

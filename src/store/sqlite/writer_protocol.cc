@@ -34,6 +34,8 @@ class In {
   explicit In(std::string_view bytes) : rest_(bytes) {}
   uint8_t U8() { return static_cast<uint8_t>(Fixed(1)); }
   uint64_t U64() { return Fixed(8); }
+  // 0 or 1; anything else is not a message of ours.
+  bool Flag() { return Enum(uint8_t{1}) == 1; }
   // An enumerator of E, whose largest is `last`.
   template <typename E>
   E Enum(E last) {
@@ -116,7 +118,7 @@ void PutOptionalAttempt(Out& out, const Attempt* a) {
   if (a) PutAttempt(out, *a);
 }
 std::optional<Attempt> GetOptionalAttempt(In& in) {
-  if (in.U8() == 0) return std::nullopt;
+  if (!in.Flag()) return std::nullopt;
   return GetAttempt(in);
 }
 
@@ -153,7 +155,7 @@ Record GetRecord(In& in) {
   r.completed_at = in.Time();
   r.expires_at = in.Time();
   r.retention = in.Span();
-  if (in.U8() != 0) {
+  if (in.Flag()) {
     Outcome o;
     o.cls = in.Enum(OutcomeClass::kTooLarge);
     o.body = in.Str();
@@ -179,10 +181,10 @@ Error Malformed() {
 
 // Reads a reply's status; on 1, the error it carries.
 std::optional<Error> GetStatus(In& in) {
-  if (in.U8() == 0) return std::nullopt;
+  if (!in.Flag()) return std::nullopt;
   Error e;
   e.code = in.Enum(ErrorCode::kInternal);
-  e.unreached = in.U8() != 0;
+  e.unreached = in.Flag();
   e.message = in.Str();
   if (!in.Done()) return Malformed();
   return e;
@@ -230,6 +232,7 @@ std::string EncodeAppend(const std::vector<Attempt>& attempts) {
 Result<Call> DecodeCall(std::string_view bytes) {
   In in(bytes);
   Call call;
+  bool known = true;
   switch (static_cast<Tag>(in.U8())) {
     case Tag::kClaim: {
       ClaimCall c;
@@ -262,16 +265,20 @@ Result<Call> DecodeCall(std::string_view bytes) {
       const uint64_t n = in.U64();
       // Every attempt takes at least 8 + 4 * 6 + 1 + 8 bytes: no count can
       // ask for more entries than the bytes hold.
-      if (n > bytes.size() / 41) break;
+      if (n > bytes.size() / 41) {
+        known = false;
+        break;
+      }
       c.attempts.reserve(n);
       for (uint64_t i = 0; i < n; ++i) c.attempts.push_back(GetAttempt(in));
       call = std::move(c);
       break;
     }
     default:
+      known = false;
       break;
   }
-  if (!in.Done()) {
+  if (!known || !in.Done()) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "sqlite shared writer: a call it cannot read (not an idemgate write of "
                      "protocol version 1); refused, nothing written");
@@ -316,7 +323,7 @@ Result<ClaimResult> DecodeClaimReply(std::string_view bytes) {
   In in(bytes);
   if (auto e = GetStatus(in)) return std::unexpected(std::move(*e));
   ClaimResult r;
-  r.claimed = in.U8() != 0;
+  r.claimed = in.Flag();
   r.record = GetRecord(in);
   if (!in.Done()) return std::unexpected(Malformed());
   return r;
