@@ -29,6 +29,8 @@ constexpr uint32_t kMaxFrame = 1u << 30;
 // After a failed connect, how long a client writes itself before trying
 // again (a connect to a dead socket costs a syscall, not a wait).
 constexpr auto kRetryAfterFailure = std::chrono::milliseconds(100);
+// After a reply timed out, how many reply timeouts it writes itself.
+constexpr int kTimeoutsAvoided = 10;
 
 int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -47,10 +49,13 @@ bool SendAll(int fd, const char* data, size_t size) {
   return true;
 }
 
-bool RecvAll(int fd, char* data, size_t size) {
+// Fills `data`; false at the end of the stream, on an error, or when the
+// socket's receive timeout passed (then *timed_out is set).
+bool RecvAll(int fd, char* data, size_t size, bool* timed_out) {
   while (size > 0) {
     const ssize_t n = ::recv(fd, data, size, 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) *timed_out = true;
     if (n <= 0) return false;
     data += n;
     size -= static_cast<size_t>(n);
@@ -71,13 +76,15 @@ bool WriteFrame(int fd, std::string_view body) {
 // One recv() brings in the length and, for a call or reply of a usual size,
 // the whole body; the rest, if any, follows in as many as it takes. Each
 // connection carries one call at a time, so nothing follows the frame.
-std::optional<std::string> ReadFrame(int fd) {
+// nullopt as RecvAll's false, or for a frame too long.
+std::optional<std::string> ReadFrame(int fd, bool* timed_out) {
   constexpr size_t kFirst = 16 * 1024;
   std::string frame(kFirst, '\0');
   size_t have = 0;
   while (have < 4) {
     const ssize_t n = ::recv(fd, frame.data() + have, kFirst - have, 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) *timed_out = true;
     if (n <= 0) return std::nullopt;
     have += static_cast<size_t>(n);
   }
@@ -86,7 +93,7 @@ std::optional<std::string> ReadFrame(int fd) {
       len[0] | (len[1] << 8) | (len[2] << 16) | (static_cast<uint32_t>(len[3]) << 24);
   if (size > kMaxFrame || have > 4 + size) return std::nullopt;
   frame.resize(4 + size);
-  if (!RecvAll(fd, frame.data() + have, frame.size() - have)) return std::nullopt;
+  if (!RecvAll(fd, frame.data() + have, frame.size() - have, timed_out)) return std::nullopt;
   frame.erase(0, 4);
   return frame;
 }
@@ -125,24 +132,26 @@ std::string SharedWriterLockPath(const std::string& database_path) {
 }
 
 Result<std::unique_ptr<SharedWriter>> SharedWriter::Open(const std::string& database_path,
-                                                         Handler handler, size_t max_clients) {
+                                                         Handler handler, size_t max_clients,
+                                                         std::chrono::milliseconds reply_timeout) {
   const std::string lock_path = SharedWriterLockPath(database_path);
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     return std::unexpected(ErrorFromErrno(errno, lock_path, "opening the shared writer's lock"));
   }
-  std::unique_ptr<SharedWriter> writer(
-      new SharedWriter(SharedWriterSocketPath(database_path), fd, std::move(handler), max_clients));
+  std::unique_ptr<SharedWriter> writer(new SharedWriter(
+      SharedWriterSocketPath(database_path), fd, std::move(handler), max_clients, reply_timeout));
   writer->TryToServe();
   return writer;
 }
 
 SharedWriter::SharedWriter(std::string socket_path, int lock_fd, Handler handler,
-                           size_t max_clients)
+                           size_t max_clients, std::chrono::milliseconds reply_timeout)
     : socket_path_(std::move(socket_path)),
       lock_fd_(lock_fd),
       handler_(std::move(handler)),
-      max_clients_(max_clients) {}
+      max_clients_(max_clients),
+      reply_timeout_(reply_timeout) {}
 
 SharedWriter::~SharedWriter() {
   {
@@ -239,13 +248,14 @@ void SharedWriter::Accept() {
 }
 
 void SharedWriter::Serve(int fd) {
-  auto hello = ReadFrame(fd);
+  bool timed_out = false;  // the server's sockets have no timeout
+  auto hello = ReadFrame(fd, &timed_out);
   if (!hello || *hello != Hello()) {
     WriteFrame(fd, std::string_view("\0", 1));
     return;
   }
   if (!WriteFrame(fd, kWelcome)) return;
-  while (auto call = ReadFrame(fd)) {
+  while (auto call = ReadFrame(fd, &timed_out)) {
     std::string reply = handler_(*call);
     served_.fetch_add(1, std::memory_order_relaxed);
     if (!WriteFrame(fd, reply)) return;
@@ -263,19 +273,31 @@ int SharedWriter::Connect() {
     if (SteadyNanos() < retry_after_ns_) return -1;
   }
   sockaddr_un addr;
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(reply_timeout_);
+  const timeval timeout{
+      static_cast<time_t>(secs.count()),
+      static_cast<suseconds_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(reply_timeout_ - secs).count())};
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   bool ok = fd >= 0 && SocketAddress(socket_path_, addr) &&
+            ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0 &&
             ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
             WriteFrame(fd, Hello());
+  bool timed_out = false;
   if (ok) {
-    auto welcome = ReadFrame(fd);
+    auto welcome = ReadFrame(fd, &timed_out);
     ok = welcome && *welcome == kWelcome;
   }
   if (ok) return fd;
   if (fd >= 0) ::close(fd);
-  std::lock_guard g(idle_mu_);
-  retry_after_ns_ = SteadyNanos() + std::chrono::nanoseconds(kRetryAfterFailure).count();
+  Avoid(timed_out ? std::chrono::nanoseconds(reply_timeout_ * kTimeoutsAvoided)
+                  : std::chrono::nanoseconds(kRetryAfterFailure));
   return -1;
+}
+
+void SharedWriter::Avoid(std::chrono::nanoseconds pause) {
+  std::lock_guard g(idle_mu_);
+  retry_after_ns_ = SteadyNanos() + pause.count();
 }
 
 void SharedWriter::PutBack(int fd) {
@@ -293,14 +315,25 @@ std::optional<Result<std::string>> SharedWriter::Call(std::string_view call) {
       continue;
     }
     sent_.fetch_add(1, std::memory_order_relaxed);
-    auto reply = ReadFrame(fd);
+    bool timed_out = false;
+    auto reply = ReadFrame(fd, &timed_out);
     if (!reply) {
       ::close(fd);
-      TryToServe();
+      if (timed_out) {
+        // A stopped server: its idle connections would hang the same way.
+        Avoid(reply_timeout_ * kTimeoutsAvoided);
+        std::lock_guard g(idle_mu_);
+        for (int idle : idle_) ::close(idle);
+        idle_.clear();
+      } else {
+        TryToServe();
+      }
       return Result<std::string>(std::unexpected(
           Error{ErrorCode::kUnavailable,
-                "sqlite store: the process serving the file's writes went away before answering; "
-                "the write may or may not have been made"}));
+                timed_out ? "sqlite store: the process serving the file's writes did not answer in "
+                            "time; the write may or may not be made"
+                          : "sqlite store: the process serving the file's writes went away before "
+                            "answering; the write may or may not have been made"}));
     }
     PutBack(fd);
     return std::move(*reply);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -48,9 +49,14 @@ class SharedWriter {
   // Serves the database at `database_path` if no process does, else
   // prepares to be a client of the one that does. `max_clients`: connections
   // served at once (each is a thread); one more is refused, and its process
-  // writes itself. kUnavailable if the lock file cannot be opened.
+  // writes itself. `reply_timeout`: how long a client waits for the server's
+  // hello or reply; past it (a server stopped with SIGSTOP or in a debugger
+  // answers nothing, yet its socket accepts) the call counts as lost and the
+  // process writes itself for ten times as long before it asks the server
+  // again. kUnavailable if the lock file cannot be opened.
   static Result<std::unique_ptr<SharedWriter>> Open(const std::string& database_path,
-                                                    Handler handler, size_t max_clients);
+                                                    Handler handler, size_t max_clients,
+                                                    std::chrono::milliseconds reply_timeout);
   // Stops serving: every call being run is finished and answered first.
   ~SharedWriter();
   SharedWriter(const SharedWriter&) = delete;
@@ -60,9 +66,12 @@ class SharedWriter {
   //   nullopt: nothing was sent, so nothing was written: this process serves
   //     (perhaps from now on, having found the server gone), or no server can
   //     be reached. The caller writes itself.
-  //   kUnavailable: the call was sent and the server went away before
-  //     answering. It may or may not have been written; the caller reads
-  //     the file to find out.
+  //   kUnavailable: the call was sent and the server went away, or did
+  //     not answer within the reply timeout. It may or may not have been
+  //     written, and a server that did not answer may still write it
+  //     later; the caller reads the file to find out, and writes only what
+  //     a late write of the server cannot turn into a second effect (a
+  //     claim or a fenced completion).
   std::optional<Result<std::string>> Call(std::string_view call);
 
   // Whether this process serves the file.
@@ -72,7 +81,8 @@ class SharedWriter {
   uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
 
  private:
-  SharedWriter(std::string socket_path, int lock_fd, Handler handler, size_t max_clients);
+  SharedWriter(std::string socket_path, int lock_fd, Handler handler, size_t max_clients,
+               std::chrono::milliseconds reply_timeout);
 
   // Takes the server's flock if it is free and starts listening.
   void TryToServe();
@@ -82,11 +92,14 @@ class SharedWriter {
   // made (and no attempt for a moment after a failed one).
   int Connect();
   void PutBack(int fd);
+  // No connect attempt for `pause` from now.
+  void Avoid(std::chrono::nanoseconds pause);
 
   const std::string socket_path_;
   const int lock_fd_;
   const Handler handler_;
   const size_t max_clients_;
+  const std::chrono::milliseconds reply_timeout_;
 
   std::atomic<bool> serving_{false};
   std::atomic<uint64_t> served_{0};

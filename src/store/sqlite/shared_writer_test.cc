@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,8 +47,9 @@ Attempt Entry(const std::string& key, AttemptOutcome outcome) {
 
 class SharedWriterTest : public ::testing::Test {
  protected:
-  std::unique_ptr<SqliteStore> Open(const std::string& params = "") {
-    auto store = SqliteStore::Open(path_ + params, clock_, StoreOptions{});
+  std::unique_ptr<SqliteStore> Open(const std::string& params = "",
+                                    const StoreOptions& options = {}) {
+    auto store = SqliteStore::Open(path_ + params, clock_, options);
     EXPECT_TRUE(store) << store.error().ToString();
     return store ? std::move(*store) : nullptr;
   }
@@ -193,10 +195,13 @@ TEST_F(SharedWriterTest, BadParametersAreRefused) {
 // A server that answers the hello, takes one call, optionally runs it on
 // `store` (a store of its own that writes the file itself), and then closes
 // the connection without a reply: a server that died between its commit
-// and its answer, or before it ran the call at all.
+// and its answer, or before it ran the call at all. With `hold`, it waits for
+// it first: a server stopped (SIGSTOP) with the call in hand, which its
+// client gives up on and which goes on later.
 class DyingServer {
  public:
-  DyingServer(const std::string& path, SqliteStore* store) : store_(store) {
+  DyingServer(const std::string& path, SqliteStore* store, std::shared_future<void> hold = {})
+      : store_(store), hold_(std::move(hold)) {
     lock_fd_ =
         ::open(sqlite::SharedWriterLockPath(path).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) std::abort();
@@ -214,7 +219,7 @@ class DyingServer {
     thread_ = std::thread([this] { Run(); });
   }
   ~DyingServer() {
-    thread_.join();
+    Join();
     ::close(listen_fd_);
     ::unlink(socket_path_.c_str());
     ::close(lock_fd_);
@@ -239,16 +244,30 @@ class DyingServer {
     Read(fd);  // the hello
     Write(fd, "\x01");
     auto call = sqlite::wire::DecodeCall(Read(fd));
+    if (hold_.valid()) hold_.wait();
     if (store_ && call) {
-      if (auto* c = std::get_if<sqlite::wire::ClaimCall>(&*call)) store_->Claim(c->req);
+      if (auto* c = std::get_if<sqlite::wire::ClaimCall>(&*call)) {
+        auto r = store_->Claim(c->req);
+        late_claimed = r && r->claimed;
+      }
       if (auto* c = std::get_if<sqlite::wire::CompleteCall>(&*call)) {
-        store_->Complete(c->id, c->fence, c->outcome, c->retention);
+        late_completed = store_->Complete(c->id, c->fence, c->outcome, c->retention).has_value();
       }
     }
     ::close(fd);
   }
 
+ public:
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // What running the call did (read after Join).
+  bool late_claimed = false;
+  bool late_completed = false;
+
+ private:
   SqliteStore* store_;
+  std::shared_future<void> hold_;
   std::string socket_path_;
   int lock_fd_ = -1;
   int listen_fd_ = -1;
@@ -350,6 +369,54 @@ TEST(WriterProtocolTest, CallsAndRepliesRoundTripAndEveryTruncationIsRefused) {
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().code, ErrorCode::kAborted);
   EXPECT_EQ(failed.error().message, "fence moved");
+}
+
+// A server that does not answer (stopped) is given up on after the reply
+// timeout (the busy timeout); the caller settles the call from the file and
+// writes it itself, and the server's late copy of it changes nothing.
+TEST_F(SharedWriterTest, AServerThatDoesNotAnswerInTimeIsGivenUpOnAndItsLateWritesChangeNothing) {
+  auto direct = Open("?shared_writer=off");
+  ASSERT_TRUE(direct);
+  StoreOptions options;
+  options.sqlite_busy_timeout = std::chrono::milliseconds(100);
+  ClaimRequest req = Req("k");
+  req.owner = "this-attempt";
+
+  std::promise<void> release_claim;
+  auto server =
+      std::make_unique<DyingServer>(path_, direct.get(), release_claim.get_future().share());
+  auto client = Open("", options);
+  ASSERT_TRUE(client);
+  auto c = client->Claim(req);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->claimed);
+  EXPECT_EQ(client->writes(), 1u);  // written itself
+  // Given up on for a while: the next write does not ask it again.
+  auto other = client->Claim(Req("other"));
+  ASSERT_TRUE(other && other->claimed);
+  EXPECT_EQ(client->writes(), 2u);
+  EXPECT_EQ(client->writes_sent(), 1u);
+  release_claim.set_value();
+  server->Join();
+  EXPECT_FALSE(server->late_claimed);  // it found the caller's record
+  server.reset();
+  client.reset();
+
+  // The same for a completion, whose late copy is refused by its fence.
+  std::promise<void> release_completion;
+  server =
+      std::make_unique<DyingServer>(path_, direct.get(), release_completion.get_future().share());
+  client = Open("", options);
+  ASSERT_TRUE(client);
+  auto r = client->Complete(c->record.id, c->record.fence, Ok("once"), kTtl);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->outcome->body, "once");
+  release_completion.set_value();
+  server->Join();
+  EXPECT_FALSE(server->late_completed);
+  auto stored = direct->Get(c->record.id);
+  ASSERT_TRUE(stored && *stored);
+  EXPECT_EQ((*stored)->outcome->body, "once");
 }
 
 // Found by fuzz/shared_writer_protocol_fuzz.cc: an append whose count asked

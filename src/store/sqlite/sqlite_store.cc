@@ -219,7 +219,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, C
     SqliteStore* self = store.get();
     auto shared = sqlite::SharedWriter::Open(
         path, [self](std::string_view call) { return self->Serve(call); },
-        target->shared_writer_clients);
+        target->shared_writer_clients, options.sqlite_busy_timeout);
     if (!shared) return std::unexpected(std::move(shared.error()));
     store->shared_ = std::move(*shared);
   }
@@ -241,6 +241,17 @@ Result<T> SqliteStore::Write(Fn fn) {
   return op.Take();
 }
 
+namespace {
+
+// Whether `r` is the claim of the attempt with owner token `owner`: owner
+// tokens are random and new for every attempt, so only its own claim
+// carries it.
+bool ClaimedBy(const Record& r, const std::string& owner) {
+  return !owner.empty() && r.owner == owner && r.state == RecordState::kInProgress;
+}
+
+}  // namespace
+
 Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
   // A live record that someone else owns or completed is returned without a
   // write transaction: replays and duplicates then cost a read on a WAL
@@ -249,6 +260,7 @@ Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
   // effect. An absent or expired record still goes through the atomic
   // claim in the writer, so there is no check-then-insert.
   if (auto live = Get(req.id); live && *live) return ClaimResult{false, std::move(**live)};
+  bool lost = false;
   if (shared_) {
     if (auto sent = shared_->Call(sqlite::wire::EncodeClaim(req, clock_.Now()))) {
       if (*sent) {
@@ -256,21 +268,22 @@ Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
         if (claimed && claimed->claimed) hub_->Notify(ChangeHub::KeyOf(req.id));
         return claimed;
       }
-      // The server died with the claim in hand; its process is gone, so it
-      // committed or it did not, for good. A live record with this
-      // attempt's owner token is the claim it committed; no record, and the
-      // claim is made here.
+      // The server died, or did not answer in time, with the claim in
+      // hand. A live record with this attempt's owner token is the claim it
+      // committed; with none, the claim is made here. A server that did
+      // not answer may still run its copy later, and whichever of the two
+      // claims comes second finds the other's record and writes nothing.
+      lost = true;
       auto live = Get(req.id);
       if (!live) return std::unexpected(std::move(live.error()));
-      if (*live) {
-        const bool own = !req.owner.empty() && (*live)->owner == req.owner &&
-                         (*live)->state == RecordState::kInProgress;
-        return ClaimResult{own, std::move(**live)};
-      }
+      if (*live) return ClaimResult{ClaimedBy(**live, req.owner), std::move(**live)};
     }
   }
-  return Write<ClaimResult>(
+  auto result = Write<ClaimResult>(
       [&](WriteContext& ctx) { return sqlite::ClaimInTx(ctx, req, clock_.Now()); });
+  // The server's late copy committed between the read above and this claim.
+  if (lost && result && !result->claimed) result->claimed = ClaimedBy(result->record, req.owner);
+  return result;
 }
 
 Result<TimePoint> SqliteStore::Heartbeat(const RecordId& id, uint64_t fence, Duration lease) {
@@ -281,6 +294,17 @@ Result<TimePoint> SqliteStore::Heartbeat(const RecordId& id, uint64_t fence, Dur
 
 Result<Record> SqliteStore::Complete(const RecordId& id, uint64_t fence, const Outcome& outcome,
                                      Duration retention, const Attempt* logged) {
+  // A completion the server committed: the record is completed at this
+  // fence (a later one would have a fence of its own).
+  auto committed = [&]() -> std::optional<Record> {
+    auto current = Get(id);
+    if (current && *current && (*current)->fence == fence &&
+        (*current)->state == RecordState::kCompleted) {
+      return std::move(**current);
+    }
+    return std::nullopt;
+  };
+  bool lost = false;
   if (shared_) {
     if (auto sent = shared_->Call(
             sqlite::wire::EncodeComplete(id, fence, outcome, retention, logged, clock_.Now()))) {
@@ -289,19 +313,22 @@ Result<Record> SqliteStore::Complete(const RecordId& id, uint64_t fence, const O
         if (completed) hub_->Notify(ChangeHub::KeyOf(id));
         return completed;
       }
-      // The server died with the completion in hand. If it committed, the
-      // record is completed at this fence; otherwise it is written below
-      // (still fenced: at most one completion of this fence takes effect).
-      auto current = Get(id);
-      if (current && *current && (*current)->fence == fence &&
-          (*current)->state == RecordState::kCompleted) {
-        return std::move(**current);
-      }
+      // The server died, or did not answer in time, with the completion in
+      // hand. If it committed, the record says so; otherwise it is written
+      // here, fenced as always, so at most one completion of this fence
+      // takes effect.
+      lost = true;
+      if (auto done = committed()) return std::move(*done);
     }
   }
-  return Write<Record>([&](WriteContext& ctx) {
+  auto result = Write<Record>([&](WriteContext& ctx) {
     return sqlite::CompleteInTx(ctx, id, fence, outcome, retention, logged, clock_.Now());
   });
+  // The server's late copy committed between the read above and this write.
+  if (lost && !result && result.error().code == ErrorCode::kFailedPrecondition) {
+    if (auto done = committed()) return std::move(*done);
+  }
+  return result;
 }
 
 Result<void> SqliteStore::Release(const RecordId& id, uint64_t fence) {
