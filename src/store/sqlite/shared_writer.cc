@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "database_file.h"
@@ -31,6 +33,9 @@ constexpr uint32_t kMaxFrame = 1u << 30;
 constexpr auto kRetryAfterFailure = std::chrono::milliseconds(100);
 // After a reply timed out, how many reply timeouts it writes itself.
 constexpr int kTimeoutsAvoided = 10;
+// After a server refused the hello (another idemgate build serves), how long
+// it writes itself before asking again.
+constexpr auto kRetryAfterRefusal = std::chrono::seconds(10);
 
 int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -139,8 +144,20 @@ Result<std::unique_ptr<SharedWriter>> SharedWriter::Open(const std::string& data
   if (fd < 0) {
     return std::unexpected(ErrorFromErrno(errno, lock_path, "opening the shared writer's lock"));
   }
-  std::unique_ptr<SharedWriter> writer(new SharedWriter(
-      SharedWriterSocketPath(database_path), fd, std::move(handler), max_clients, reply_timeout));
+  std::string socket_path = SharedWriterSocketPath(database_path);
+  // The server binds PATH-writer.sock.PID.tmp first (TryToServe).
+  if (socket_path.size() + 16 >= sizeof(sockaddr_un::sun_path)) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "idemgate: sqlite store %s: the path is too long for the shared writer's Unix "
+                   "socket (%zu bytes, at most %zu); the processes on this file commit their "
+                   "writes each on its own. A shorter path shares them.\n",
+                   database_path.c_str(), socket_path.size(), sizeof(sockaddr_un::sun_path) - 17);
+    });
+  }
+  std::unique_ptr<SharedWriter> writer(
+      new SharedWriter(std::move(socket_path), fd, std::move(handler), max_clients, reply_timeout));
   writer->TryToServe();
   return writer;
 }
@@ -284,13 +301,16 @@ int SharedWriter::Connect() {
             ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
             WriteFrame(fd, Hello());
   bool timed_out = false;
+  bool refused = false;
   if (ok) {
     auto welcome = ReadFrame(fd, &timed_out);
     ok = welcome && *welcome == kWelcome;
+    refused = welcome && !ok;
   }
   if (ok) return fd;
   if (fd >= 0) ::close(fd);
   Avoid(timed_out ? std::chrono::nanoseconds(reply_timeout_ * kTimeoutsAvoided)
+        : refused ? std::chrono::nanoseconds(kRetryAfterRefusal)
                   : std::chrono::nanoseconds(kRetryAfterFailure));
   return -1;
 }

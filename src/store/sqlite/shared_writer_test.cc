@@ -181,6 +181,18 @@ TEST_F(SharedWriterTest, AConnectionPastTheLimitWritesItself) {
   EXPECT_EQ(third->writes(), 1u);
 }
 
+TEST_F(SharedWriterTest, APathTooLongForASocketCommitsAlone) {
+  const std::string deep = dir_.File(std::string(100, 'd')) + "/idem.db";
+  auto first = SqliteStore::Open(deep, clock_, StoreOptions{});
+  auto second = SqliteStore::Open(deep, clock_, StoreOptions{});
+  ASSERT_TRUE(first && second);
+  EXPECT_FALSE((*first)->serves_writes());
+  auto c = (*second)->Claim(Req("k"));
+  ASSERT_TRUE(c && c->claimed);
+  EXPECT_EQ((*second)->writes(), 1u);
+  EXPECT_EQ((*second)->writes_sent(), 0u);
+}
+
 TEST_F(SharedWriterTest, BadParametersAreRefused) {
   for (const char* params : {"?shared_writer=maybe", "?shared_writer_clients=0",
                              "?shared_writer_clients=many", "?shared_writer_clients="}) {
