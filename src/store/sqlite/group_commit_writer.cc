@@ -30,12 +30,29 @@ void WriteOp::Await() {
 }
 
 void GroupCommitWriter::FinishAll(const std::vector<WriteOp*>& batch) {
-  if (batch.empty()) return;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i]->wakes_[0] = 2 * i + 1 < batch.size() ? batch[2 * i + 1] : nullptr;
-    batch[i]->wakes_[1] = 2 * i + 2 < batch.size() ? batch[2 * i + 2] : nullptr;
+  // Sorted before any owner is woken: a woken owner returns and destroys
+  // its op.
+  waiting_.clear();
+  submitted_.clear();
+  for (WriteOp* op : batch) (op->submitted_ ? submitted_ : waiting_).push_back(op);
+  const size_t n = waiting_.size();
+  for (size_t i = 0; i < n; ++i) {
+    waiting_[i]->wakes_[0] = 2 * i + 1 < n ? waiting_[2 * i + 1] : nullptr;
+    waiting_[i]->wakes_[1] = 2 * i + 2 < n ? waiting_[2 * i + 2] : nullptr;
   }
-  batch[0]->Finish();
+  if (n > 0) waiting_[0]->Finish();
+  // After the wake-up above: Done may be a send to another process, and the
+  // waiting owners go on meanwhile.
+  for (WriteOp* op : submitted_) FinishOne(*op);
+}
+
+void GroupCommitWriter::FinishOne(WriteOp& op) {
+  if (!op.submitted_) {
+    op.Finish();
+    return;
+  }
+  pending_.fetch_sub(1, std::memory_order_relaxed);
+  op.Done();
 }
 
 GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn,
@@ -56,20 +73,30 @@ GroupCommitWriter::~GroupCommitWriter() {
   thread_.join();
 }
 
-void GroupCommitWriter::Execute(WriteOp& op) {
+bool GroupCommitWriter::Enqueue(WriteOp& op) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
       op.Fail(Error{ErrorCode::kUnavailable,
                     "sqlite store " + conn_->path() + ": the store is closing; retry"});
-      return;
+      return false;
     }
     queue_.push_back(&op);
     pending_.fetch_add(1, std::memory_order_relaxed);
   }
   wake_.notify_one();
+  return true;
+}
+
+void GroupCommitWriter::Execute(WriteOp& op) {
+  if (!Enqueue(op)) return;
   op.Await();
   pending_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void GroupCommitWriter::Submit(WriteOp& op) {
+  op.submitted_ = true;
+  if (!Enqueue(op)) op.Done();
 }
 
 bool GroupCommitWriter::AwaitWork() {
@@ -135,9 +162,10 @@ void GroupCommitWriter::RunBatch(std::vector<WriteOp*>& batch) {
     }
     if (failed != batch.end()) {
       Rollback();
-      (*failed)->Fail(error);
-      (*failed)->Finish();
+      WriteOp* dropped = *failed;
       batch.erase(failed);
+      dropped->Fail(error);
+      FinishOne(*dropped);
       continue;
     }
     if (auto committed = conn_->Exec("COMMIT", "committing a write transaction"); !committed) {

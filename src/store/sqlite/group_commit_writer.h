@@ -28,11 +28,12 @@ struct WriteContext {
   std::vector<RecordId> changed;
 };
 
-// One queued write. The submitting thread owns it (typically on its stack)
-// and blocks in GroupCommitWriter::Execute until the writer has committed or
+// One queued write. Through Execute, the submitting thread owns it
+// (typically on its stack) and blocks until the writer has committed or
 // failed the batch that holds it. The writer wakes only the first write of a
 // batch; each woken owner wakes two more (a binary tree), so releasing a
-// batch costs the writer one wake-up, not one per write.
+// batch costs the writer one wake-up, not one per write. Through Submit,
+// nobody waits: the writer calls Done() instead.
 class WriteOp {
  public:
   virtual ~WriteOp() = default;
@@ -47,10 +48,18 @@ class WriteOp {
   // Replaces the kept result with `error`: the write did not commit.
   virtual void Fail(const Error& error) = 0;
 
+  // A write queued with Submit: called once its batch committed or failed,
+  // on the writer's thread (or on Submit's, if the writer is stopping),
+  // after every owner of the batch waiting in Execute was released. The
+  // writer does not touch the op afterwards: Done may delete it. Must not
+  // block for long: the next batch waits for it.
+  virtual void Done() {}
+
  private:
   friend class GroupCommitWriter;
   // Marks the write done and wakes its owner.
   void Finish();
+  bool submitted_ = false;  // queued with Submit: Done, not Finish
   // Blocks until Finish(), then finishes the writes this one must wake.
   void Await();
 
@@ -83,6 +92,11 @@ class GroupCommitWriter {
   // Queues `op` and blocks until its batch committed or failed; the outcome
   // is in `op`. After shutdown began, fails `op` with kUnavailable.
   void Execute(WriteOp& op);
+  // Queues `op` and returns; op.Done() runs once its batch committed or
+  // failed (failed with kUnavailable at once after shutdown began). `op`
+  // must live until then. For a caller with nothing to do until then but
+  // hand the result on, this saves the wake-up of a waiting thread.
+  void Submit(WriteOp& op);
 
   // Transactions committed so far.
   uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
@@ -102,8 +116,12 @@ class GroupCommitWriter {
   void TakeBatch(std::vector<WriteOp*>& batch);
   void RunBatch(std::vector<WriteOp*>& batch);
   void Rollback();
-  // Releases the owners of every write in `batch`.
-  static void FinishAll(const std::vector<WriteOp*>& batch);
+  // Releases the owners of every write in `batch`: wakes those waiting in
+  // Execute, then runs Done() of the submitted ones.
+  void FinishAll(const std::vector<WriteOp*>& batch);
+  // Releases one write's owner.
+  void FinishOne(WriteOp& op);
+  bool Enqueue(WriteOp& op);
 
   std::unique_ptr<Connection> conn_;
   std::unique_ptr<WriteLock> lock_;  // null: SQLite's own lock only
@@ -118,6 +136,9 @@ class GroupCommitWriter {
   std::atomic<uint64_t> commits_{0};
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> pending_{0};
+  // FinishAll's, reused (the writer's thread only).
+  std::vector<WriteOp*> waiting_;
+  std::vector<WriteOp*> submitted_;
   std::thread thread_;
 };
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <utility>
 
 #include "database_file.h"
@@ -68,13 +69,19 @@ bool RecvAll(int fd, char* data, size_t size, bool* timed_out) {
   return true;
 }
 
-bool WriteFrame(int fd, std::string_view body) {
-  if (body.size() > kMaxFrame) return false;
+// `body` with its length before it.
+std::string Frame(std::string_view body) {
   const auto n = static_cast<uint32_t>(body.size());
   std::string frame;
   frame.reserve(4 + body.size());
   for (int i = 0; i < 4; ++i) frame.push_back(static_cast<char>(n >> (8 * i)));
   frame.append(body);
+  return frame;
+}
+
+bool WriteFrame(int fd, std::string_view body) {
+  if (body.size() > kMaxFrame) return false;
+  const std::string frame = Frame(body);
   return SendAll(fd, frame.data(), frame.size());
 }
 
@@ -183,15 +190,13 @@ SharedWriter::~SharedWriter() {
     ::close(listen_fd_);
   }
   {
-    // A connection's thread finishes the call it is running and sends its
-    // reply; only its next read ends.
+    // Ends each connection's next read. A call already handed to the
+    // writer is still answered: its reply holds the socket open.
     std::lock_guard g(conns_mu_);
-    for (Conn& c : conns_) ::shutdown(c.fd, SHUT_RD);
+    for (Conn& c : conns_) ::shutdown(c.socket->fd, SHUT_RD);
   }
-  for (Conn& c : conns_) {
-    c.thread.join();
-    ::close(c.fd);
-  }
+  for (Conn& c : conns_) c.thread.join();
+  conns_.clear();
   for (int fd : idle_) ::close(fd);
   ::close(lock_fd_);  // releases the flock: another process may serve now
 }
@@ -248,23 +253,47 @@ void SharedWriter::Accept() {
         continue;
       }
       it->thread.join();
-      ::close(it->fd);
       it = conns_.erase(it);
     }
     if (!SameUser(fd) || conns_.size() >= max_clients_) {
       ::close(fd);
       continue;
     }
-    Conn& c = conns_.emplace_back(Conn{fd, {}});
+    Conn& c = conns_.emplace_back(Conn{std::make_shared<Socket>(fd), {}});
     c.thread = std::thread([this, &c] {
-      Serve(c.fd);
+      Serve(c.socket);
       std::lock_guard done(conns_mu_);
       c.done = true;
     });
   }
 }
 
-void SharedWriter::Serve(int fd) {
+SharedWriter::Socket::~Socket() { ::close(fd); }
+
+void SharedWriter::SendReply(const std::shared_ptr<Socket>& socket, std::string reply) {
+  std::string frame = Frame(reply);
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    const ssize_t n =
+        ::send(socket->fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) return;  // the client has gone: nobody to answer
+    sent += static_cast<size_t>(n);
+  }
+  if (sent == frame.size()) return;
+  auto rest = [socket, frame = std::move(frame), sent] {
+    SendAll(socket->fd, frame.data() + sent, frame.size() - sent);
+  };
+  try {
+    std::thread(rest).detach();
+  } catch (const std::system_error&) {
+    rest();  // no thread to be had: the writer sends it, blocking
+  }
+}
+
+void SharedWriter::Serve(const std::shared_ptr<Socket>& socket) {
+  const int fd = socket->fd;
   bool timed_out = false;  // the server's sockets have no timeout
   auto hello = ReadFrame(fd, &timed_out);
   if (!hello || *hello != Hello()) {
@@ -272,10 +301,12 @@ void SharedWriter::Serve(int fd) {
     return;
   }
   if (!WriteFrame(fd, kWelcome)) return;
+  // The client sends its next call only once it has this one's reply, so the
+  // read below waits while the writer runs the call, and nothing else writes
+  // to the socket meanwhile.
   while (auto call = ReadFrame(fd, &timed_out)) {
-    std::string reply = handler_(*call);
     served_.fetch_add(1, std::memory_order_relaxed);
-    if (!WriteFrame(fd, reply)) return;
+    handler_(*call, [socket](std::string reply) { SendReply(socket, std::move(reply)); });
   }
 }
 

@@ -41,10 +41,15 @@ std::string SharedWriterLockPath(const std::string& database_path);
 
 class SharedWriter {
  public:
-  // Runs one call that another process sent (a writer_protocol.h call) and
-  // returns the reply; on the connection's own thread, so calls of several
-  // clients run at once and share the writer's transactions.
-  using Handler = std::function<std::string(std::string_view call)>;
+  // Sends a reply to the call it was made for. Callable from any thread,
+  // once, also after the SharedWriter is gone.
+  using Reply = std::function<void(std::string reply)>;
+  // Starts one call that another process sent (a writer_protocol.h call) and
+  // returns; `reply` is called with the reply once the write is done
+  // (typically on the group-commit writer's thread, so no thread of the
+  // connection wakes to pass it on). Calls of several clients run at once
+  // and share the writer's transactions.
+  using Handler = std::function<void(std::string_view call, Reply reply)>;
 
   // Serves the database at `database_path` if no process does, else
   // prepares to be a client of the one that does. `max_clients`: connections
@@ -81,13 +86,20 @@ class SharedWriter {
   uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
 
  private:
+  struct Socket;
+
   SharedWriter(std::string socket_path, int lock_fd, Handler handler, size_t max_clients,
                std::chrono::milliseconds reply_timeout);
 
   // Takes the server's flock if it is free and starts listening.
   void TryToServe();
   void Accept();
-  void Serve(int fd);
+  void Serve(const std::shared_ptr<Socket>& socket);
+  // Sends `reply` as a frame without blocking the calling thread (the
+  // writer's): what the socket's buffer does not take at once (a reply
+  // larger than it, to a client that is slow to read) is sent by a thread
+  // of its own.
+  static void SendReply(const std::shared_ptr<Socket>& socket, std::string reply);
   // A connection to the server, from the idle ones or new; -1 if none can be
   // made (and no attempt for a moment after a failed one).
   int Connect();
@@ -110,8 +122,15 @@ class SharedWriter {
   std::thread acceptor_;
   std::mutex conns_mu_;
   bool stopping_ = false;
+  // A served connection's socket, closed when the last of its thread and a
+  // reply still to send lets go of it.
+  struct Socket {
+    explicit Socket(int fd) : fd(fd) {}
+    ~Socket();
+    const int fd;
+  };
   struct Conn {
-    int fd;
+    std::shared_ptr<Socket> socket;
     std::thread thread;
     bool done = false;
   };

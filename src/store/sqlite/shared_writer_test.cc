@@ -158,6 +158,23 @@ TEST_F(SharedWriterTest, WhenTheServerGoesTheNextStoreToWriteServes) {
   EXPECT_EQ(second->writes_served(), 1u);
 }
 
+// The reply holds the record with its outcome: one larger than the
+// socket's buffer is sent in part by the writer and the rest by a thread of
+// its own.
+TEST_F(SharedWriterTest, AReplyLargerThanTheSocketBufferArrivesWhole) {
+  auto first = Open();
+  auto second = Open();
+  ASSERT_TRUE(first && second && first->serves_writes());
+  std::string body(4 << 20, 'x');
+  for (size_t i = 0; i < body.size(); i += 4096) body[i] = static_cast<char>('a' + i / 4096 % 26);
+  auto c = second->Claim(Req("big"));
+  ASSERT_TRUE(c && c->claimed);
+  auto r = second->Complete(c->record.id, c->record.fence, Ok(body), kTtl);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->outcome->body, body);
+  EXPECT_EQ(first->writes_served(), 2u);
+}
+
 TEST_F(SharedWriterTest, SharedWriterOffWritesItself) {
   auto first = Open();
   auto second = Open("?shared_writer=off");

@@ -135,10 +135,12 @@ Result<void> EnableWal(Connection& conn, Duration busy_timeout) {
   return {};
 }
 
+// A write that runs `fn` and keeps its result. Fn is a reference for a
+// caller that waits in Execute, a value for a write submitted for later.
 template <typename T, typename Fn>
-class FnOp final : public sqlite::WriteOp {
+class FnOp : public sqlite::WriteOp {
  public:
-  explicit FnOp(Fn& fn) : fn_(fn) {}
+  explicit FnOp(Fn fn) : fn_(std::forward<Fn>(fn)) {}
 
   Result<void> Run(WriteContext& ctx) override {
     result_.emplace(fn_(ctx));
@@ -152,8 +154,11 @@ class FnOp final : public sqlite::WriteOp {
 
   Result<T> Take() { return std::move(*result_); }
 
+ protected:
+  const Result<T>& result() const { return *result_; }
+
  private:
-  Fn& fn_;
+  Fn fn_;
   std::optional<Result<T>> result_;
 };
 
@@ -218,7 +223,10 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, C
   if (target->shared_writer) {
     SqliteStore* self = store.get();
     auto shared = sqlite::SharedWriter::Open(
-        path, [self](std::string_view call) { return self->Serve(call); },
+        path,
+        [self](std::string_view call, sqlite::SharedWriter::Reply reply) {
+          self->Serve(call, std::move(reply));
+        },
         target->shared_writer_clients, options.sqlite_busy_timeout);
     if (!shared) return std::unexpected(std::move(shared.error()));
     store->shared_ = std::move(*shared);
@@ -236,7 +244,7 @@ uint64_t SqliteStore::writes_sent() const { return shared_ ? shared_->sent() : 0
 
 template <typename T, typename Fn>
 Result<T> SqliteStore::Write(Fn fn) {
-  FnOp<T, Fn> op(fn);
+  FnOp<T, Fn&> op(fn);
   writer_->Execute(op);
   return op.Take();
 }
@@ -356,22 +364,62 @@ Result<Record> SqliteStore::TakeOver(const RecordId& id, uint64_t fence, Duratio
       [&](WriteContext& ctx) { return sqlite::TakeOverInTx(ctx, id, fence, lease, clock_.Now()); });
 }
 
-std::string SqliteStore::Serve(std::string_view bytes) {
+namespace {
+
+// A write another process sent through the shared writer: submitted to the
+// group-commit writer, which sends its reply from its own thread and deletes
+// it (WriteOp::Done).
+template <typename T, typename Fn>
+class ServedOp final : public FnOp<T, Fn> {
+ public:
+  ServedOp(Fn fn, sqlite::SharedWriter::Reply reply)
+      : FnOp<T, Fn>(std::move(fn)), reply_(std::move(reply)) {}
+
+  void Done() override {
+    reply_(sqlite::wire::EncodeReply(this->result()));
+    delete this;
+  }
+
+ private:
+  sqlite::SharedWriter::Reply reply_;
+};
+
+template <typename T, typename Fn>
+void Submit(sqlite::GroupCommitWriter& writer, Fn fn, sqlite::SharedWriter::Reply reply) {
+  writer.Submit(*new ServedOp<T, Fn>(std::move(fn), std::move(reply)));
+}
+
+}  // namespace
+
+void SqliteStore::Serve(std::string_view bytes, sqlite::SharedWriter::Reply reply) {
   auto call = sqlite::wire::DecodeCall(bytes);
-  if (!call) return sqlite::wire::EncodeReply(Result<void>(std::unexpected(call.error())));
+  if (!call) {
+    reply(sqlite::wire::EncodeReply(Result<void>(std::unexpected(call.error()))));
+    return;
+  }
   if (auto* c = std::get_if<sqlite::wire::ClaimCall>(&*call)) {
-    return sqlite::wire::EncodeReply(Write<ClaimResult>(
-        [&](WriteContext& ctx) { return sqlite::ClaimInTx(ctx, c->req, c->now); }));
+    Submit<ClaimResult>(
+        *writer_,
+        [claim = std::move(*c)](WriteContext& ctx) {
+          return sqlite::ClaimInTx(ctx, claim.req, claim.now);
+        },
+        std::move(reply));
+  } else if (auto* c = std::get_if<sqlite::wire::CompleteCall>(&*call)) {
+    Submit<Record>(
+        *writer_,
+        [done = std::move(*c)](WriteContext& ctx) {
+          return sqlite::CompleteInTx(ctx, done.id, done.fence, done.outcome, done.retention,
+                                      done.logged ? &*done.logged : nullptr, done.now);
+        },
+        std::move(reply));
+  } else {
+    Submit<void>(
+        *writer_,
+        [a = std::move(std::get<sqlite::wire::AppendCall>(*call))](WriteContext& ctx) {
+          return sqlite::AppendAttemptsInTx(ctx, a.attempts);
+        },
+        std::move(reply));
   }
-  if (auto* c = std::get_if<sqlite::wire::CompleteCall>(&*call)) {
-    const Attempt* logged = c->logged ? &*c->logged : nullptr;
-    return sqlite::wire::EncodeReply(Write<Record>([&](WriteContext& ctx) {
-      return sqlite::CompleteInTx(ctx, c->id, c->fence, c->outcome, c->retention, logged, c->now);
-    }));
-  }
-  const auto& append = std::get<sqlite::wire::AppendCall>(*call);
-  return sqlite::wire::EncodeReply(Write<void>(
-      [&](WriteContext& ctx) { return sqlite::AppendAttemptsInTx(ctx, append.attempts); }));
 }
 
 Result<std::optional<Record>> SqliteStore::Get(const RecordId& id) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -109,9 +110,9 @@ class SqliteStore final : public Store {
   template <typename T, typename Fn>
   Result<T> Write(Fn fn);
 
-  // Runs a write another process sent through the shared writer and returns
-  // the reply.
-  std::string Serve(std::string_view call);
+  // Starts a write another process sent through the shared writer; `reply`
+  // gets its reply once it is done.
+  void Serve(std::string_view call, std::function<void(std::string)> reply);
 
   const std::string path_;
   Clock& clock_;
