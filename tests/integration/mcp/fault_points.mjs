@@ -1,6 +1,7 @@
 // The crash campaign's deterministic part (issue #6, docs/DESIGN.md §4): idemgate SIGKILLs itself at
 // each fault point of a gated call (src/core/fault_point.h; the test build has them), for both
-// client transports and each store; then a restarted idemgate is asked the same call again,
+// client transports and each store (SQLite twice: alone, and with its writes sent to another
+// process's shared writer); then a restarted idemgate is asked the same call again,
 // until its answer settles. Checked from the example server's own side-effect log:
 //   - at most one charge per call, whatever the point;
 //   - every answer the client saw is the first outcome (a replay) or an explicit
@@ -23,6 +24,7 @@ import {
   killExampleServersAfter,
   readLedger,
   requireIdemgate,
+  servingPid,
   start,
   stripReplay,
   tempDir,
@@ -137,11 +139,35 @@ async function crashAndRetry(t, store, transport, point) {
   );
 }
 
+/**
+ * An idle `idemgate mcp` on the SQLite store `url`, started before the test's own, so that it
+ * serves the file's shared writer and the processes that crash and restart are its clients
+ * (docs/DESIGN.md §5). Stopped with the test.
+ */
+async function companion(t, url) {
+  const dir = tempDir(t);
+  const serverEnv = exampleEnv(dir, {});
+  killExampleServersAfter(t, serverEnv.EXAMPLE_LEDGER);
+  const c = await connectStdio(t, {
+    command: IDEMGATE,
+    args: ['mcp', '--store', url, '--', 'node', EXAMPLE_SERVER],
+    env: serverEnv,
+  });
+  assert.equal(servingPid(url), c.pid, 'the companion serves the shared writer');
+}
+
 const STORES = [
   {
     name: 'SQLite',
     start: async () => null,
     url: (_, dir, tag) => `sqlite:${path.join(dir, `${tag}.db`)}`,
+  },
+  {
+    // The same, with every write of the crashing idemgate sent to another process's writer.
+    name: 'SQLite, written by another process',
+    start: async () => null,
+    url: (_, dir, tag) => `sqlite:${path.join(dir, `${tag}.db`)}`,
+    companion: true,
   },
   { name: 'Redis', start: () => RedisServer.start(), url: (s, _, tag) => s.url(`${tag}:`) },
   { name: 'PostgreSQL', start: () => PostgresServer.start(), url: (s, _, tag) => s.url(tag) },
@@ -164,7 +190,9 @@ for (const store of STORES) {
       for (const point of POINTS) {
         test(`${transport}: SIGKILL ${point}, restart, retry: at most one charge, no lost outcome`, async (t) => {
           const tag = `f_${transport}_${point}`;
-          await crashAndRetry(t, store.url(server, shared, tag), transport, point);
+          const url = store.url(server, shared, tag);
+          if (store.companion) await companion(t, url);
+          await crashAndRetry(t, url, transport, point);
         });
       }
     }

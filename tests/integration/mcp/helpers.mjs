@@ -105,6 +105,22 @@ export function alive(pid) {
   }
 }
 
+/**
+ * The pid of the process serving the shared writer of the SQLite store `url` ("sqlite:PATH"):
+ * the holder of the flock on PATH-writer.lock (/proc/locks), or null.
+ */
+export function servingPid(url) {
+  const inode = fs.statSync(`${url.slice('sqlite:'.length)}-writer.lock`).ino;
+  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/);
+    // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
+    if (f[1] === 'FLOCK' && f[3] === 'WRITE' && Number(f[5]?.split(':')[2]) === inode) {
+      return Number(f[4]);
+    }
+  }
+  return null;
+}
+
 /** SIGKILLs a pid if it is still there (never by name). */
 export function killPid(pid) {
   if (pid && alive(pid)) {

@@ -48,6 +48,7 @@ import {
   readLedger,
   readPids,
   requireIdemgate,
+  servingPid,
   stripReplay,
   tempDir,
   until,
@@ -162,19 +163,6 @@ function charge(inst, turn, args) {
 
 function charges(ledger) {
   return readLedger(ledger).filter((e) => e.tool === 'charge');
-}
-
-/** The pid holding the flock on `file` (/proc/locks), or null. */
-function servingPid(file) {
-  const inode = fs.statSync(file).ino;
-  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
-    const f = line.trim().split(/\s+/);
-    // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
-    if (f[1] === 'FLOCK' && f[3] === 'WRITE' && Number(f[5]?.split(':')[2]) === inode) {
-      return Number(f[4]);
-    }
-  }
-  return null;
 }
 
 /**
@@ -464,7 +452,6 @@ for (const store of STORES) {
       const dir = tempDir(t);
       const ledger = exampleEnv(dir).EXAMPLE_LEDGER;
       const url = store.url(server, 'serverkilled');
-      const lockFile = `${url.slice('sqlite:'.length)}-writer.lock`;
       const config = writeConfig(dir, 'idemgate.toml', '[defaults]\nwait = "10s"\n');
       // S opens the file first, so it serves; B and C then hand it their writes.
       const s = await instance(t, dir, url, { config, name: 'S' });
@@ -473,7 +460,7 @@ for (const store of STORES) {
           instance(t, dir, url, { config, env: { EXAMPLE_DELAY_MS: '20' }, name }),
         ),
       );
-      assert.equal(servingPid(lockFile), s.pid, 'S holds the shared writer\'s lock');
+      assert.equal(servingPid(url), s.pid, 'S holds the shared writer\'s lock');
 
       const PER = 40;
       const args = (who, n) => ({ customer: `cus_${who}_${n}`, amount_cents: 100 + n, currency: 'EUR' });
@@ -503,7 +490,7 @@ for (const store of STORES) {
       }
       const lines = charges(ledger);
       assert.equal(lines.length, 2 * PER, `each call executed once:\n${stderrOf([b, c])}`);
-      assert.ok([b.pid, c.pid].includes(servingPid(lockFile)), 'B or C serves now');
+      assert.ok([b.pid, c.pid].includes(servingPid(url)), 'B or C serves now');
 
       // Every call replays, each on the other instance, with its first answer.
       for (const [k, [who, inst]] of [
