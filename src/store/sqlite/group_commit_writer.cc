@@ -32,18 +32,18 @@ void WriteOp::Await() {
 void GroupCommitWriter::FinishAll(const std::vector<WriteOp*>& batch) {
   // Sorted before any owner is woken: a woken owner returns and destroys
   // its op.
-  waiting_.clear();
-  submitted_.clear();
-  for (WriteOp* op : batch) (op->submitted_ ? submitted_ : waiting_).push_back(op);
-  const size_t n = waiting_.size();
+  waiting_ops_.clear();
+  submitted_ops_.clear();
+  for (WriteOp* op : batch) (op->submitted_ ? submitted_ops_ : waiting_ops_).push_back(op);
+  const size_t n = waiting_ops_.size();
   for (size_t i = 0; i < n; ++i) {
-    waiting_[i]->wakes_[0] = 2 * i + 1 < n ? waiting_[2 * i + 1] : nullptr;
-    waiting_[i]->wakes_[1] = 2 * i + 2 < n ? waiting_[2 * i + 2] : nullptr;
+    waiting_ops_[i]->wakes_[0] = 2 * i + 1 < n ? waiting_ops_[2 * i + 1] : nullptr;
+    waiting_ops_[i]->wakes_[1] = 2 * i + 2 < n ? waiting_ops_[2 * i + 2] : nullptr;
   }
-  if (n > 0) waiting_[0]->Finish();
+  if (n > 0) waiting_ops_[0]->Finish();
   // After the wake-up above: Done may be a send to another process, and the
   // waiting owners go on meanwhile.
-  for (WriteOp* op : submitted_) FinishOne(*op);
+  for (WriteOp* op : submitted_ops_) FinishOne(*op);
 }
 
 void GroupCommitWriter::FinishOne(WriteOp& op) {

@@ -121,6 +121,8 @@ class GroupCommitWriter {
   void FinishAll(const std::vector<WriteOp*>& batch);
   // Releases one write's owner.
   void FinishOne(WriteOp& op);
+  // Queues `op` for the next batch; false (and `op` failed) once the writer
+  // is stopping.
   bool Enqueue(WriteOp& op);
 
   std::unique_ptr<Connection> conn_;
@@ -137,8 +139,8 @@ class GroupCommitWriter {
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> pending_{0};
   // FinishAll's, reused (the writer's thread only).
-  std::vector<WriteOp*> waiting_;
-  std::vector<WriteOp*> submitted_;
+  std::vector<WriteOp*> waiting_ops_;
+  std::vector<WriteOp*> submitted_ops_;
   std::thread thread_;
 };
 
