@@ -242,6 +242,8 @@ bool SqliteStore::serves_writes() const { return shared_ && shared_->serving(); 
 uint64_t SqliteStore::writes_served() const { return shared_ ? shared_->served() : 0; }
 uint64_t SqliteStore::writes_sent() const { return shared_ ? shared_->sent() : 0; }
 
+bool SqliteStore::SendsWrites() const { return shared_ && !shared_->serving(); }
+
 template <typename T, typename Fn>
 Result<T> SqliteStore::Write(Fn fn) {
   FnOp<T, Fn&> op(fn);
@@ -269,7 +271,7 @@ Result<ClaimResult> SqliteStore::Claim(const ClaimRequest& req) {
   // claim in the writer, so there is no check-then-insert.
   if (auto live = Get(req.id); live && *live) return ClaimResult{false, std::move(**live)};
   bool lost = false;
-  if (shared_) {
+  if (SendsWrites()) {
     if (auto sent = shared_->Call(sqlite::wire::EncodeClaim(req, clock_.Now()))) {
       if (*sent) {
         auto claimed = sqlite::wire::DecodeClaimReply(**sent);
@@ -313,7 +315,7 @@ Result<Record> SqliteStore::Complete(const RecordId& id, uint64_t fence, const O
     return std::nullopt;
   };
   bool lost = false;
-  if (shared_) {
+  if (SendsWrites()) {
     if (auto sent = shared_->Call(
             sqlite::wire::EncodeComplete(id, fence, outcome, retention, logged, clock_.Now()))) {
       if (*sent) {
@@ -466,7 +468,7 @@ Result<uint64_t> SqliteStore::CountRecords() {
 
 Result<void> SqliteStore::AppendAttempts(const std::vector<Attempt>& attempts) {
   if (attempts.empty()) return {};
-  if (shared_) {
+  if (SendsWrites()) {
     // A reply lost with the server is an error: whether the entries were
     // written is unknown, and writing them again could log them twice.
     if (auto sent = shared_->Call(sqlite::wire::EncodeAppend(attempts))) {

@@ -110,6 +110,12 @@ class SqliteStore final : public Store {
   template <typename T, typename Fn>
   Result<T> Write(Fn fn);
 
+  // Whether a claim, completion or append goes to the shared writer first:
+  // there is one and this store does not serve it (the store that serves,
+  // a lone process among them, writes as if there were none, without
+  // encoding a call).
+  bool SendsWrites() const;
+
   // Starts a write another process sent through the shared writer; `reply`
   // gets its reply once it is done.
   void Serve(std::string_view call, std::function<void(std::string)> reply);
