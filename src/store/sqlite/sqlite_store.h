@@ -53,9 +53,11 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock& c
 // transaction and one fsync and each is durable before it returns; reads use
 // a pool of read connections and never wait for the writer. Several stores
 // and several processes may open the same file: the write lock (an flock
-// beside the file) and SQLite's file locks order their transactions.
-// WaitForChange wakes at once for writes through this object and polls every
-// options.poll_interval for other writers.
+// beside the file) and SQLite's file locks order their transactions, and
+// with the shared writer (the default) the claims, completions and audit
+// entries of all of them go to the writer of the one that serves, and share
+// its transactions. WaitForChange wakes at once for writes through this
+// object and polls every options.poll_interval for other writers.
 // Thread-safe.
 class SqliteStore final : public Store {
  public:
