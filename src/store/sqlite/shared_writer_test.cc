@@ -45,6 +45,13 @@ Attempt Entry(const std::string& key, AttemptOutcome outcome) {
   return a;
 }
 
+// A claim of `key` by the attempt with owner token "this-attempt".
+ClaimRequest OwnedReq(const std::string& key) {
+  ClaimRequest req = Req(key);
+  req.owner = "this-attempt";
+  return req;
+}
+
 class SharedWriterTest : public ::testing::Test {
  protected:
   std::unique_ptr<SqliteStore> Open(const std::string& params = "",
@@ -309,8 +316,7 @@ TEST_F(SharedWriterTest, AClaimWhoseServerDiedAfterCommittingIsTheCallersOwn) {
   DyingServer server(path_, direct.get());
   auto client = Open();
   ASSERT_TRUE(client && !client->serves_writes());
-  ClaimRequest req = Req("k");
-  req.owner = "this-attempt";
+  const ClaimRequest req = OwnedReq("k");
   auto c = client->Claim(req);
   ASSERT_TRUE(c) << c.error().ToString();
   EXPECT_TRUE(c->claimed);
@@ -323,8 +329,7 @@ TEST_F(SharedWriterTest, AClaimWhoseServerDiedBeforeRunningItIsWrittenByTheCalle
   DyingServer server(path_, nullptr);
   auto client = Open();
   ASSERT_TRUE(client && !client->serves_writes());
-  ClaimRequest req = Req("k");
-  req.owner = "this-attempt";
+  const ClaimRequest req = OwnedReq("k");
   auto c = client->Claim(req);
   ASSERT_TRUE(c) << c.error().ToString();
   EXPECT_TRUE(c->claimed);
@@ -408,8 +413,7 @@ TEST_F(SharedWriterTest, AServerThatDoesNotAnswerInTimeIsGivenUpOnAndItsLateWrit
   ASSERT_TRUE(direct);
   StoreOptions options;
   options.sqlite_busy_timeout = std::chrono::milliseconds(100);
-  ClaimRequest req = Req("k");
-  req.owner = "this-attempt";
+  const ClaimRequest req = OwnedReq("k");
 
   std::promise<void> release_claim;
   auto server =
