@@ -23,6 +23,10 @@
 #include "idem/error.h"
 #include "idem/record.h"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace idem {
 
 struct ClaimRequest {
@@ -272,6 +276,14 @@ struct StoreOptions {
   Duration poll_interval{50};
   // SQLite group commit: at most this many writes share one transaction.
   size_t max_batch = 256;
+  // Redis (one server): run the pipelined connection of the asynchronous
+  // operations on this io_context's threads instead of a thread of the
+  // store's own, and their callbacks with it. A front whose listener and
+  // upstream client run there too then carries a request from its read to
+  // its answer on the thread that read it (`idemgate http`). The io_context
+  // must outlive the store, and its threads must run until the store is
+  // destroyed. Default: none.
+  boost::asio::io_context* io = nullptr;
 };
 
 // Opens a store from a URL: "memory:", "sqlite:PATH" (PATH may be relative),

@@ -47,9 +47,10 @@ StoreClock& StoreTime() {
   return clock;
 }
 
-Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config) {
+Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config,
+                                            const StoreOptions& options) {
   std::string url = StoreUrlFor(globals, config);
-  Result<std::unique_ptr<Store>> store = OpenStore(url, StoreTime());
+  Result<std::unique_ptr<Store>> store = OpenStore(url, StoreTime(), options);
   if (!store) {
     return MakeError(store.error().code, "cannot open store " + net::WithoutPassword(url) + ": " +
                                              store.error().message);

@@ -76,7 +76,8 @@ StoreClock& StoreTime();
 // Opens the store on StoreTime() and syncs that clock to the store's (a store
 // that cannot be read leaves it uncorrected: its operations fail anyway); the
 // error names the URL.
-Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config);
+Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config,
+                                            const StoreOptions& options = {});
 
 // Everything a store command needs, loaded in order: config, then store.
 struct StoreSession {

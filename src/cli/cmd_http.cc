@@ -21,13 +21,14 @@
 #include "core/worker_pool.h"
 #include "front_core.h"
 #include "fronts/console/console.h"
-#include "net/http_listener.h"
-#include "idem/ledger.h"
-#include "listener_flags.h"
 #include "fronts/http_proxy/reverse_proxy.h"
 #include "fronts/http_proxy/route_reconcile.h"
 #include "fronts/http_proxy/route_summary.h"
+#include "idem/ledger.h"
+#include "listener_flags.h"
 #include "net/http_client.h"
+#include "net/http_listener.h"
+#include "net/io_threads.h"
 
 namespace idem::cli {
 namespace {
@@ -60,6 +61,13 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   for (const std::string& line : proxy::DescribeRoutes(*config)) LogHttp(line);
   const Duration drain = setup->drain_timeout;
 
+  // One io_context runs the listener, the upstream client and the store's
+  // pipelined connection (Redis): a gated request is read, claimed, sent
+  // upstream, completed and answered by the thread that handles it, without
+  // waking another (docs/DESIGN.md §6.2). `threads` (--threads) of them.
+  net::IoThreads io(setup->options.threads);
+  setup->options.io = &io.context();
+
   net::HttpClientOptions upstream_options;
   upstream_options.url = flags.upstream;
   upstream_options.connect_timeout = config->http.upstream_connect_timeout;
@@ -70,9 +78,8 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   upstream_options.verify_tls = config->http.upstream_verify_tls;
   upstream_options.ca_file = config->http.upstream_ca_file;
   upstream_options.ca_option = "upstream_ca_file";
-  upstream_options.threads = setup->options.threads;
   Result<std::unique_ptr<net::HttpClient>> upstream =
-      net::HttpClient::Create(upstream_options);
+      net::HttpClient::Create(upstream_options, io.context());
   if (!upstream) {
     if (upstream.error().code == ErrorCode::kInvalidArgument) {
       return UsageError("http", upstream.error().message);
@@ -80,8 +87,18 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
     return Fail("http", upstream.error());
   }
 
-  auto core = OpenFrontCore(globals, *config, "http",
-                            proxy::MakeRouteReconcileHook(*config, **upstream), LogHttp);
+  // Destroyed after everything below and before the client: what uses the
+  // io_context goes first, then its threads stop, then the client closes.
+  struct StopIo {
+    net::IoThreads& io;
+    ~StopIo() { io.Stop(); }
+  } stop_io{io};
+
+  StoreOptions store_options;
+  store_options.io = &io.context();
+  auto core =
+      OpenFrontCore(globals, *config, "http", proxy::MakeRouteReconcileHook(*config, **upstream),
+                    LogHttp, store_options);
   if (!core) return Fail("http", core.error());
   Ledger& ledger = *(*core)->ledger;
   // A gated request holds its connection until answered, so --max-connections bounds the
@@ -128,10 +145,11 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
         "some requests were still running after --drain-timeout; their answers are dropped "
         "and their records settle as their leases run out");
   }
-  (*listener)->Stop();  // no more requests
-  (*upstream)->Stop();  // exchanges still in flight end (maybe sent) and settle on the pool
-  pool.Shutdown();      // every store write already begun finishes
-  ledger.Flush();       // and the audit log is written
+  (*listener)->Stop();   // no more requests
+  (*upstream)->Abort();  // exchanges still in flight end (maybe sent) and settle
+  reverse_proxy.Drain(drain);
+  pool.Shutdown();  // every store write already begun finishes
+  ledger.Flush();   // and the audit log is written
   return kExitOk;
 }
 

@@ -64,9 +64,10 @@ void FrontCore::ClockSync::Start(Store& store, Duration every) {
 
 Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, const Config& config,
                                                  std::string_view front, ReconcileHook reconcile,
-                                                 std::function<void(std::string_view)> log) {
+                                                 std::function<void(std::string_view)> log,
+                                                 const StoreOptions& store_options) {
   auto core = std::make_unique<FrontCore>();
-  Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, config);
+  Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, config, store_options);
   if (!store) return std::unexpected(store.error());
   core->store = std::move(*store);
   // Leases and expiry are judged by the store's clock (StoreTime), followed

@@ -55,10 +55,12 @@ struct FrontCore {
 // Opens the store of `config` (or --store), then the metrics with the
 // [alert] settings, then the ledger named "<front>-<pid>" in the audit log,
 // with `reconcile` for on_unknown = "reconcile" (may be empty) and the
-// in-flight gauge of `front`. `log` gets the alert's lines. The error names
-// what could not be opened.
+// in-flight gauge of `front`. `log` gets the alert's lines. `store_options`
+// go to OpenStore (StoreOptions::io). The error names what could not be
+// opened.
 Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, const Config& config,
                                                  std::string_view front, ReconcileHook reconcile,
-                                                 std::function<void(std::string_view)> log);
+                                                 std::function<void(std::string_view)> log,
+                                                 const StoreOptions& store_options = {});
 
 }  // namespace idem::cli

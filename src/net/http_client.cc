@@ -10,6 +10,7 @@
 #include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -170,6 +171,9 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
   std::vector<std::unique_ptr<Conn>> idle;        // guarded by mu; newest last
   std::set<std::shared_ptr<Exchange>> in_flight;  // guarded by mu
   bool stopped = false;                           // guarded by mu
+  // Exchanges whose callback has not returned yet (Abort waits for none).
+  size_t unanswered = 0;  // guarded by mu
+  std::condition_variable answered;
 
   void Start(const std::shared_ptr<Exchange>& ex) {
     {
@@ -184,6 +188,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
         return;
       }
       in_flight.insert(ex);
+      ++unanswered;
       ex->conn = TakeIdleLocked();
       if (ex->conn) ex->strand = ex->conn->lowest().get_executor();
     }
@@ -514,8 +519,16 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     if (ex->finished) return;
     ex->finished = true;
     Release(ex, reusable);
+    Answer(ex, std::move(result));
+  }
+
+  // Calls the exchange's callback, once.
+  void Answer(const std::shared_ptr<Exchange>& ex, HttpClientResult result) {
     HttpClientCallback done = std::move(ex->done);
+    if (!done) return;
     done(std::move(result));
+    std::lock_guard g(mu);
+    if (--unanswered == 0) answered.notify_all();
   }
 
   // The exchange is over: its connection goes back to the pool or is closed.
@@ -545,6 +558,17 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
       if (ex->conn) ex->conn->Close();
       if (ex->finished && !ex->next) self->EndStream(ex, false);
     });
+  }
+
+  void Abort() {
+    std::vector<std::shared_ptr<Exchange>> active;
+    {
+      std::lock_guard g(mu);
+      active.assign(in_flight.begin(), in_flight.end());
+    }
+    for (const auto& ex : active) Cancel(ex);
+    std::unique_lock g(mu);
+    answered.wait(g, [&] { return unanswered == 0; });
   }
 
   void Stop() {
@@ -590,8 +614,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
       r.kind = ex->written ? HttpClientResult::Kind::kMaybeSent : HttpClientResult::Kind::kNotSent;
       r.detail = ex->written ? "the HTTP client stopped before the upstream answered"
                              : "the HTTP client stopped before the request was sent";
-      HttpClientCallback done = std::move(ex->done);
-      if (done) done(std::move(r));
+      Answer(ex, std::move(r));
     }
     ioc_owner.reset();
   }
@@ -644,8 +667,7 @@ void HttpClient::Impl::HandOver(const std::shared_ptr<Exchange>& ex) {
   ex->conn->lowest().expires_never();  // until the listener asks for a piece
   r.response.stream = std::make_shared<StreamedBody>(shared_from_this(), ex);
   ex->finished = true;  // the header is handed over; the body follows (in_flight until its end)
-  HttpClientCallback done = std::move(ex->done);
-  done(std::move(r));
+  Answer(ex, std::move(r));
 }
 
 namespace {
@@ -693,6 +715,8 @@ HttpClient::HttpClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpClient::~HttpClient() { Stop(); }
 
 void HttpClient::Stop() { impl_->Stop(); }
+
+void HttpClient::Abort() { impl_->Abort(); }
 
 const std::string& HttpClient::host_header() const { return impl_->origin.target.host_header; }
 

@@ -162,6 +162,13 @@ class HttpClient {
   // "api.vendor.example" / "127.0.0.1:8080": the Host header sent.
   const std::string& host_header() const;
 
+  // Cancels every exchange in flight (as Call::Cancel) and waits until each
+  // has ended and its callback has returned: a front's last requests end
+  // while the threads that run their callbacks still do. For a client on
+  // the caller's io_context, whose threads must be running; Stop() after
+  // they have stopped. Not from a callback.
+  void Abort();
+
   // Joins the client's own I/O threads and closes every connection;
   // exchanges still in flight end there (kMaybeSent once written, kNotSent
   // before), on the calling thread. Idempotent; not from a callback.

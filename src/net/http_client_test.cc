@@ -6,11 +6,14 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <condition_variable>
 #include <future>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
+
+#include "net/io_threads.h"
 
 namespace idem::net {
 namespace {
@@ -481,6 +484,47 @@ TEST(HttpClientTest, CancelAfterTheRequestWasWrittenIsMaybeSent) {
   HttpClientResult r = future.get();
   EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent) << r.detail;
   EXPECT_FALSE(r.timed_out);
+}
+
+// Abort, on the caller's io_context while its threads run (how `idemgate
+// http` stops): every exchange in flight ends, each callback has returned
+// by the time Abort does, and requests still hanging at the upstream come
+// back maybe-sent without waiting for their 60 s timeout.
+TEST(HttpClientTest, AbortEndsEveryExchangeWhileTheThreadsRun) {
+  TestServer server;
+  IoThreads io(2);
+  auto client = HttpClient::Create({.url = server.url()}, io.context());
+  ASSERT_TRUE(client) << client.error().message;
+  constexpr int kHanging = 4;
+  std::atomic<int> written{0}, answered{0}, maybe_sent{0};
+  std::mutex mu;
+  std::condition_variable all_written;
+  for (int i = 0; i < kHanging; ++i) {
+    (*client)->Send({.method = "POST",
+                     .target = "/hang",
+                     .body = "{}",
+                     .on_written =
+                         [&] {
+                           std::lock_guard g(mu);
+                           ++written;
+                           all_written.notify_all();
+                         }},
+                    [&](HttpClientResult r) {
+                      if (r.kind == HttpClientResult::Kind::kMaybeSent) ++maybe_sent;
+                      ++answered;
+                    });
+  }
+  {
+    std::unique_lock g(mu);
+    ASSERT_TRUE(
+        all_written.wait_for(g, std::chrono::seconds(10), [&] { return written == kHanging; }));
+  }
+  EXPECT_EQ(Exchange(**client, "/ok").response.status, 201) << "the client serves meanwhile";
+  (*client)->Abort();
+  EXPECT_EQ(answered.load(), kHanging) << "Abort returned before every callback had";
+  EXPECT_EQ(maybe_sent.load(), kHanging);
+  io.Stop();
+  (*client)->Stop();
 }
 
 TEST(HttpClientTest, RequestResponseTimeoutOverridesTheOption) {

@@ -132,7 +132,10 @@ void FormatHead(const Response& r, bool keep_alive, const Framing& framing, Date
 
 struct Server : std::enable_shared_from_this<Server> {
   Server(const ListenerOptions& o, Handler h)
-      : options(o), handler(std::move(h)), acceptor(net::make_strand(ioc)) {}
+      : options(o),
+        handler(std::move(h)),
+        ioc(o.io ? *o.io : own_ioc.emplace()),
+        acceptor(net::make_strand(ioc)) {}
 
   void Accept();
   void Forget(Connection* c);
@@ -152,8 +155,10 @@ struct Server : std::enable_shared_from_this<Server> {
   DateCache date;  // thread-safe on its own
 
   // After the state above: handlers destroyed with the io_context still
-  // find it alive.
-  net::io_context ioc;
+  // find it alive. On the caller's io_context (options.io), Stop waits for
+  // every connection to be gone instead.
+  std::optional<net::io_context> own_ioc;
+  net::io_context& ioc;  // own_ioc's or the caller's
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   tcp::acceptor acceptor;  // on its own strand
   std::vector<std::thread> threads;
@@ -230,16 +235,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  // From any thread (the Responder).
+  // From any thread (the Responder). Deferred: from a thread of this
+  // io_context (a handler answering at once, or a store's callback on a
+  // shared one) the answer is written on that thread once it is free,
+  // without waking another.
   void PostResponse(uint64_t serial, Response&& response) {
-    net::post(stream_.get_executor(),
-              [self = shared_from_this(), serial, r = std::move(response)]() mutable {
-                if (serial != self->serial_ || self->state_ != State::kHandling) {
-                  if (r.stream) r.stream->Cancel();
-                  return;
-                }
-                self->SendResponse(std::move(r));
-              });
+    net::defer(stream_.get_executor(),
+               [self = shared_from_this(), serial, r = std::move(response)]() mutable {
+                 if (serial != self->serial_ || self->state_ != State::kHandling) {
+                   if (r.stream) r.stream->Cancel();
+                   return;
+                 }
+                 self->SendResponse(std::move(r));
+               });
   }
 
   // From any thread: stop reading new requests; an idle connection closes
@@ -751,11 +759,12 @@ Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenerOptions&
   if (!socket) return std::unexpected(socket.error());
   server->bound = socket->bound;
   server->loopback = socket->loopback;
-  server->work.emplace(server->ioc.get_executor());
   server->Accept();
-  int threads = std::max(1, options.threads);
-  for (int i = 0; i < threads; ++i) {
-    server->threads.emplace_back([s = server.get()] { s->ioc.run(); });
+  if (server->own_ioc) {
+    server->work.emplace(server->ioc.get_executor());
+    for (int i = 0; i < std::max(1, options.threads); ++i) {
+      server->threads.emplace_back([s = server.get()] { s->ioc.run(); });
+    }
   }
   auto impl = std::make_unique<Impl>();
   impl->server = std::move(server);
@@ -800,9 +809,16 @@ void HttpListener::Stop() {
       server->acceptor.close(ignored);
     });
     for (auto& c : server->Live()) c->PostClose();
-    server->work.reset();
-    for (std::thread& t : server->threads) {
-      if (t.joinable()) t.join();
+    if (server->own_ioc) {
+      server->work.reset();
+      for (std::thread& t : server->threads) {
+        if (t.joinable()) t.join();
+      }
+    } else {
+      // The threads go on: no connection may call the handler, or find the
+      // Server gone, once Stop returns.
+      std::unique_lock lock(server->mu);
+      server->cv.wait(lock, [&] { return server->connections.empty(); });
     }
     // Destroy the handler here, in the caller's thread: it may own a worker
     // pool whose threads hold Responders (that could otherwise drop the last

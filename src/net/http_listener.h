@@ -37,6 +37,10 @@
 
 #include "idem/error.h"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace idem::http {
 
 struct Header {
@@ -167,6 +171,11 @@ struct ListenerOptions {
   std::chrono::milliseconds write_timeout{30'000};
   // I/O threads. Default 2.
   int threads = 2;
+  // Run on this io_context's threads (net::IoThreads) instead of `threads`
+  // of the listener's own: `idemgate http` shares them with its upstream
+  // client and its store. It must outlive the listener, and its threads
+  // must run until Stop() has returned. Default: none.
+  boost::asio::io_context* io = nullptr;
 
   // Maps a bearer token to its principal; nullopt for an unknown token
   // (→ 401). Unset (no tokens configured): no Authorization is needed, every
@@ -224,7 +233,9 @@ class HttpListener {
   bool Drain(std::chrono::milliseconds grace);
 
   // Stops accepting, closes every connection (answers not yet sent are
-  // dropped) and joins the I/O threads. Idempotent. Not from a handler.
+  // dropped) and joins the I/O threads, or, on the caller's io_context,
+  // waits until every connection is gone. Idempotent. Not from a handler,
+  // nor from a thread of that io_context.
   void Stop();
 
   struct Impl;

@@ -3,16 +3,18 @@
 // a receive timeout as a safety net; no test relies on it for timing.
 #include "net/http_listener.h"
 
-#include <boost/json.hpp>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/json.hpp>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+
+#include "net/io_threads.h"
 
 namespace idem::http {
 namespace {
@@ -185,10 +187,17 @@ class TestSource : public BodySource {
   bool cancelled_ = false;
 };
 
-class HttpListenerTest : public ::testing::Test {
+// Each test runs on the listener's own threads (false) and on the
+// caller's io_context (true: ListenerOptions::io, as `idemgate http` runs it,
+// two threads that stop after the listener).
+class HttpListenerTest : public ::testing::TestWithParam<bool> {
  protected:
   void Start(ListenerOptions options = {}) {
     options.announce = false;
+    if (GetParam()) {
+      io_ = std::make_unique<idem::net::IoThreads>(2);
+      options.io = &io_->context();
+    }
     auto l = HttpListener::Start(options, [this](Request req, Responder respond) {
       if (req.path == "/hold") return held_.Add(std::move(respond));
       if (req.path == "/stream") {  // ?N: Content-Length N
@@ -210,10 +219,13 @@ class HttpListenerTest : public ::testing::Test {
 
   Held held_;
   std::shared_ptr<TestSource> source_ = std::make_shared<TestSource>();
+  std::unique_ptr<idem::net::IoThreads> io_;  // outlives listener_
   std::unique_ptr<HttpListener> listener_;
 };
+INSTANTIATE_TEST_SUITE_P(Threads, HttpListenerTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "shared_io" : "own"; });
 
-TEST_F(HttpListenerTest, ServesRequestsAndReusesTheConnection) {
+TEST_P(HttpListenerTest, ServesRequestsAndReusesTheConnection) {
   Start();
   EXPECT_EQ(listener_->url(), "http://" + address());
   Client c(address());
@@ -235,7 +247,7 @@ TEST_F(HttpListenerTest, ServesRequestsAndReusesTheConnection) {
   EXPECT_EQ(after.status, 200);
 }
 
-TEST_F(HttpListenerTest, ExpectContinueGets100BeforeTheBody) {
+TEST_P(HttpListenerTest, ExpectContinueGets100BeforeTheBody) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write(
@@ -247,7 +259,7 @@ TEST_F(HttpListenerTest, ExpectContinueGets100BeforeTheBody) {
   EXPECT_NE(r.body.find("body=hello"), std::string::npos);
 }
 
-TEST_F(HttpListenerTest, ConnectionCloseIsHonoured) {
+TEST_P(HttpListenerTest, ConnectionCloseIsHonoured) {
   Start();
   Client c(address());
   Reply a = c.Request("GET", "/", "", "Connection: close\r\n");
@@ -256,7 +268,7 @@ TEST_F(HttpListenerTest, ConnectionCloseIsHonoured) {
   EXPECT_TRUE(c.ServerClosed());
 }
 
-TEST_F(HttpListenerTest, BodyOverTheLimitIs413ByContentLengthAndChunked) {
+TEST_P(HttpListenerTest, BodyOverTheLimitIs413ByContentLengthAndChunked) {
   ListenerOptions o;
   o.max_body_bytes = 100;
   Start(o);
@@ -282,7 +294,7 @@ TEST_F(HttpListenerTest, BodyOverTheLimitIs413ByContentLengthAndChunked) {
   }
 }
 
-TEST_F(HttpListenerTest, HeadersOverTheLimitAre431BySizeAndByCount) {
+TEST_P(HttpListenerTest, HeadersOverTheLimitAre431BySizeAndByCount) {
   ListenerOptions o;
   o.max_header_bytes = 1024;
   o.max_header_count = 10;
@@ -309,7 +321,7 @@ TEST_F(HttpListenerTest, HeadersOverTheLimitAre431BySizeAndByCount) {
   }
 }
 
-TEST_F(HttpListenerTest, MalformedRequestIs400) {
+TEST_P(HttpListenerTest, MalformedRequestIs400) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write("GET / HTTP/1.1\r\nHost localhost\r\n\r\n"));
@@ -318,7 +330,7 @@ TEST_F(HttpListenerTest, MalformedRequestIs400) {
   EXPECT_NE(r.body.find("malformed-request"), std::string::npos);
 }
 
-TEST_F(HttpListenerTest, ConnectionsOverTheLimitGet503) {
+TEST_P(HttpListenerTest, ConnectionsOverTheLimitGet503) {
   ListenerOptions o;
   o.max_connections = 1;
   Start(o);
@@ -343,7 +355,7 @@ TEST_F(HttpListenerTest, ConnectionsOverTheLimitGet503) {
   EXPECT_TRUE(served);
 }
 
-TEST_F(HttpListenerTest, TokensAreRequiredExceptOnPublicPaths) {
+TEST_P(HttpListenerTest, TokensAreRequiredExceptOnPublicPaths) {
   ListenerOptions o;
   o.authenticate = [](std::string_view token) -> std::optional<Principal> {
     if (token == "t-alice") return Principal{"alice", false};
@@ -371,7 +383,7 @@ TEST_F(HttpListenerTest, TokensAreRequiredExceptOnPublicPaths) {
   EXPECT_EQ(c.Request("GET", "/healthz/x").status, 401);      // exact paths only
 }
 
-TEST_F(HttpListenerTest, LoopbackWithoutTokensRefusesForeignHosts) {
+TEST_P(HttpListenerTest, LoopbackWithoutTokensRefusesForeignHosts) {
   ListenerOptions o;
   o.allowed_hosts = {"tools.internal"};
   Start(o);
@@ -384,7 +396,7 @@ TEST_F(HttpListenerTest, LoopbackWithoutTokensRefusesForeignHosts) {
   EXPECT_NE(r.body.find("evil.example"), std::string::npos);
 }
 
-TEST_F(HttpListenerTest, NonLoopbackBindNeedsTokensOrInsecureNoAuth) {
+TEST_P(HttpListenerTest, NonLoopbackBindNeedsTokensOrInsecureNoAuth) {
   ListenerOptions o;
   o.listen = "0.0.0.0:0";
   o.announce = false;
@@ -405,7 +417,7 @@ TEST_F(HttpListenerTest, NonLoopbackBindNeedsTokensOrInsecureNoAuth) {
   EXPECT_NE(malformed.error().message.find("HOST:PORT"), std::string::npos);
 }
 
-TEST_F(HttpListenerTest, ResponderMayAnswerLaterFromAnotherThreadOnce) {
+TEST_P(HttpListenerTest, ResponderMayAnswerLaterFromAnotherThreadOnce) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write("GET /hold HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -424,7 +436,7 @@ TEST_F(HttpListenerTest, ResponderMayAnswerLaterFromAnotherThreadOnce) {
   EXPECT_NE(next.body.find("/next"), std::string::npos);
 }
 
-TEST_F(HttpListenerTest, DroppedResponderAnswers500) {
+TEST_P(HttpListenerTest, DroppedResponderAnswers500) {
   Start();
   Client c(address());
   Reply r = c.Request("GET", "/drop");
@@ -432,7 +444,7 @@ TEST_F(HttpListenerTest, DroppedResponderAnswers500) {
   EXPECT_NE(r.body.find("without an answer"), std::string::npos);
 }
 
-TEST_F(HttpListenerTest, ResponderAfterTheClientLeftIsHarmless) {
+TEST_P(HttpListenerTest, ResponderAfterTheClientLeftIsHarmless) {
   Start();
   {
     Client c(address());
@@ -446,7 +458,7 @@ TEST_F(HttpListenerTest, ResponderAfterTheClientLeftIsHarmless) {
   EXPECT_EQ(other.Request("GET", "/fine").status, 200);
 }
 
-TEST_F(HttpListenerTest, StreamedBodyIsWrittenChunkedAsItComes) {
+TEST_P(HttpListenerTest, StreamedBodyIsWrittenChunkedAsItComes) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write("GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -462,7 +474,7 @@ TEST_F(HttpListenerTest, StreamedBodyIsWrittenChunkedAsItComes) {
   EXPECT_EQ(c.Request("GET", "/after").status, 200) << "the connection is kept";
 }
 
-TEST_F(HttpListenerTest, StreamedBodyOfKnownLengthIsWrittenAsIs) {
+TEST_P(HttpListenerTest, StreamedBodyOfKnownLengthIsWrittenAsIs) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write("GET /stream?10 HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -475,7 +487,7 @@ TEST_F(HttpListenerTest, StreamedBodyOfKnownLengthIsWrittenAsIs) {
   EXPECT_EQ(c.Request("GET", "/after").status, 200);
 }
 
-TEST_F(HttpListenerTest, StreamedBodyToAnHttp10ClientEndsWithTheConnection) {
+TEST_P(HttpListenerTest, StreamedBodyToAnHttp10ClientEndsWithTheConnection) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write("GET /stream HTTP/1.0\r\nHost: localhost\r\n\r\n"));
@@ -486,7 +498,7 @@ TEST_F(HttpListenerTest, StreamedBodyToAnHttp10ClientEndsWithTheConnection) {
   EXPECT_TRUE(all.ends_with("\r\n\r\nabcdef")) << all;
 }
 
-TEST_F(HttpListenerTest, StreamThatBreaksOffClosesTheConnection) {
+TEST_P(HttpListenerTest, StreamThatBreaksOffClosesTheConnection) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write("GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -496,7 +508,7 @@ TEST_F(HttpListenerTest, StreamThatBreaksOffClosesTheConnection) {
   EXPECT_TRUE(all.ends_with("4\r\npart\r\n")) << "cut off, no last chunk: " << all;
 }
 
-TEST_F(HttpListenerTest, ClientLeavingMidStreamCancelsTheSource) {
+TEST_P(HttpListenerTest, ClientLeavingMidStreamCancelsTheSource) {
   Start();
   {
     Client c(address());
@@ -512,7 +524,7 @@ TEST_F(HttpListenerTest, ClientLeavingMidStreamCancelsTheSource) {
   EXPECT_TRUE(source_->WaitCancelled());
 }
 
-TEST_F(HttpListenerTest, StopCancelsAStreamWaitingForItsSource) {
+TEST_P(HttpListenerTest, StopCancelsAStreamWaitingForItsSource) {
   Start();
   Client c(address());
   ASSERT_TRUE(c.Write("GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -522,7 +534,7 @@ TEST_F(HttpListenerTest, StopCancelsAStreamWaitingForItsSource) {
   EXPECT_TRUE(c.ServerClosed());
 }
 
-TEST_F(HttpListenerTest, SlowClientIsCutOffWhileOthersAreServed) {
+TEST_P(HttpListenerTest, SlowClientIsCutOffWhileOthersAreServed) {
   ListenerOptions o;
   o.read_timeout = 300ms;
   Start(o);
@@ -551,7 +563,7 @@ TEST_F(HttpListenerTest, SlowClientIsCutOffWhileOthersAreServed) {
   EXPECT_GT(served, 0);
 }
 
-TEST_F(HttpListenerTest, PartialRequestPastTheDeadlineGets408) {
+TEST_P(HttpListenerTest, PartialRequestPastTheDeadlineGets408) {
   ListenerOptions o;
   o.read_timeout = 200ms;
   Start(o);
@@ -565,7 +577,7 @@ TEST_F(HttpListenerTest, PartialRequestPastTheDeadlineGets408) {
   EXPECT_TRUE(idle.ServerClosed());
 }
 
-TEST_F(HttpListenerTest, StopClosesOpenConnections) {
+TEST_P(HttpListenerTest, StopClosesOpenConnections) {
   Start();
   Client idle(address());
   ASSERT_EQ(idle.Request("GET", "/").status, 200);
@@ -579,7 +591,7 @@ TEST_F(HttpListenerTest, StopClosesOpenConnections) {
   listener_->Stop();               // idempotent
 }
 
-TEST_F(HttpListenerTest, DrainLetsRequestsInFlightFinish) {
+TEST_P(HttpListenerTest, DrainLetsRequestsInFlightFinish) {
   Start();
   Client idle(address());
   ASSERT_EQ(idle.Request("GET", "/").status, 200);

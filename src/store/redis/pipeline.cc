@@ -1,31 +1,284 @@
 #include "pipeline.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <algorithm>
+#include <boost/asio/defer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
 #include <deque>
+#include <future>
+#include <iterator>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace idem::redis {
 
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+// Everything the pipeline's handlers touch, shared with them so that a
+// handler still queued after the Pipeline is gone finds it alive (it then
+// sees `closed` and does nothing).
+struct Pipeline::State : std::enable_shared_from_this<State> {
+  using Queued = std::pair<Command, Done>;
+
+  State(NodeAddress n, ConnectOptions o, std::shared_ptr<ConnectBackoff> b, asio::io_context& io)
+      : node(std::move(n)),
+        options(std::move(o)),
+        backoff(b ? std::move(b) : std::make_shared<ConnectBackoff>()),
+        strand(asio::make_strand(io)),
+        timer(strand) {}
+
+  Error Failure(std::string_view what) const {
+    return Error{ErrorCode::kUnavailable, "redis store: pipelined command to " + node.ToString() +
+                                              " failed: " + std::string(what)};
+  }
+
+  // Any thread.
+  void Enqueue(const std::function<Command()>& make, Done done);
+
+  // On the strand.
+  void Turn();
+  void Send(std::vector<Queued> batch);
+  void Connect();
+  void Connected(Result<std::unique_ptr<Connection>> opened);
+  void Watch();
+  void Readable(uint64_t generation, const boost::system::error_code& ec);
+  void Time();
+  void Timed(const boost::system::error_code& ec);
+  void FailAll(const Error& e);
+  void Close();
+
+  const NodeAddress node;
+  const ConnectOptions options;
+  const std::shared_ptr<ConnectBackoff> backoff;
+  const asio::strand<asio::io_context::executor_type> strand;
+
+  std::mutex mu;
+  std::vector<Queued> queued;  // guarded by mu
+  bool turn_due = false;       // guarded by mu: a Turn is scheduled
+  bool closing = false;        // guarded by mu
+
+  // On the strand only.
+  std::unique_ptr<Connection> conn;
+  // Watches conn's socket for replies (and for the server closing it while
+  // idle). Released, never closed: conn owns the socket.
+  std::optional<asio::posix::stream_descriptor> socket;
+  uint64_t generation = 0;       // of `socket`: a wait for an earlier one is stale
+  bool reading = false;          // a wait on `socket` is pending
+  asio::steady_timer timer;      // the command timeout
+  bool timing = false;           // a wait on `timer` is pending
+  std::deque<Done> in_flight;    // in the order the commands were written
+  Clock::time_point progress{};  // the last write or reply while replies were due
+  std::vector<Queued> waiting;   // queued while the connection opens
+  bool connecting = false;
+  bool closed = false;
+  // Opens the connection (Connection::Open waits up to the connect
+  // timeout). Joined before the next one starts and by ~Pipeline.
+  std::thread connector;
+};
+
+void Pipeline::State::Enqueue(const std::function<Command()>& make, Done done) {
+  bool open = false, schedule = false;
+  {
+    std::lock_guard g(mu);
+    if (!closing) {
+      open = true;
+      schedule = !turn_due;  // else a Turn is due to take the queue
+      turn_due = true;
+      queued.emplace_back(make(), std::move(done));
+    }
+  }
+  if (!open) return done(std::unexpected(Failure("the store is closing")));
+  // Deferred: from a handler on this io_context, the Turn runs on this thread
+  // once the handler returns, with whatever else it queued, and wakes no
+  // other thread.
+  if (schedule) asio::defer(strand, [self = shared_from_this()] { self->Turn(); });
+}
+
+void Pipeline::State::Turn() {
+  std::vector<Queued> batch;
+  {
+    std::lock_guard g(mu);
+    batch.swap(queued);
+    turn_due = false;
+  }
+  if (closed) {
+    const Error e = Failure("the store is closing");
+    for (Queued& q : batch) q.second(std::unexpected(e));
+    return;
+  }
+  Send(std::move(batch));
+}
+
+void Pipeline::State::Send(std::vector<Queued> batch) {
+  if (connecting) {
+    std::move(batch.begin(), batch.end(), std::back_inserter(waiting));
+    return;
+  }
+  if (!conn) {
+    // After a failed connect, batches fail at once for the node's backoff,
+    // so that a server that is down costs each call no connect timeout of
+    // its own.
+    if (std::optional<Error> unreached = backoff->Check()) {
+      const Error e = Failure("cannot connect: " + unreached->message);
+      for (Queued& q : batch) q.second(std::unexpected(e));
+      return;
+    }
+    waiting = std::move(batch);
+    Connect();
+    return;
+  }
+  if (in_flight.empty()) progress = Clock::now();
+  for (Queued& q : batch) {
+    conn->Append(q.first);
+    in_flight.push_back(std::move(q.second));
+  }
+  if (auto flushed = conn->Flush(); !flushed) return FailAll(flushed.error());
+  Time();
+}
+
+void Pipeline::State::Connect() {
+  connecting = true;
+  if (connector.joinable()) connector.join();  // done: its Connected has run
+  connector = std::thread([self = shared_from_this()] {
+    auto opened = std::make_shared<Result<std::unique_ptr<Connection>>>(
+        Connection::Open(self->node, self->options));
+    asio::post(self->strand, [self, opened] { self->Connected(std::move(*opened)); });
+  });
+}
+
+void Pipeline::State::Connected(Result<std::unique_ptr<Connection>> opened) {
+  connecting = false;
+  std::vector<Queued> batch = std::move(waiting);
+  waiting.clear();
+  if (closed) return;  // Close failed `waiting`; the connection just closes
+  if (!opened) {
+    backoff->Failed(opened.error());
+    const Error e = Failure("cannot connect: " + opened.error().message);
+    for (Queued& q : batch) q.second(std::unexpected(e));
+    return;
+  }
+  backoff->Reached();
+  conn = std::move(*opened);
+  socket.emplace(strand, conn->fd());
+  ++generation;
+  Watch();
+  Send(std::move(batch));
+}
+
+void Pipeline::State::Watch() {
+  if (reading || !socket) return;
+  reading = true;
+  socket->async_wait(asio::posix::stream_descriptor::wait_read,
+                     [self = shared_from_this(), g = generation](boost::system::error_code ec) {
+                       self->Readable(g, ec);
+                     });
+}
+
+void Pipeline::State::Readable(uint64_t g, const boost::system::error_code& ec) {
+  if (g != generation) return;  // a wait on a connection since dropped
+  reading = false;
+  if (ec) return FailAll(Failure("waiting for replies: " + ec.message()));
+  auto replies = conn->ReadAvailable();
+  if (!replies) return FailAll(replies.error());
+  for (Reply& r : *replies) {
+    if (in_flight.empty()) {  // a reply nobody asked for: the stream is lost
+      return FailAll(Failure("unexpected reply"));
+    }
+    Done done = std::move(in_flight.front());
+    in_flight.pop_front();
+    done(std::move(r));
+  }
+  progress = Clock::now();
+  Watch();
+}
+
+void Pipeline::State::Time() {
+  if (timing || in_flight.empty()) return;
+  timing = true;
+  timer.expires_at(progress + options.command_timeout);
+  timer.async_wait([self = shared_from_this()](boost::system::error_code ec) { self->Timed(ec); });
+}
+
+void Pipeline::State::Timed(const boost::system::error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;  // cancelled by Close
+  timing = false;
+  if (closed || in_flight.empty()) return;
+  if (Clock::now() >= progress + options.command_timeout) {
+    return FailAll(Failure("no reply within the command timeout"));
+  }
+  Time();  // replies came meanwhile: wait from the last one
+}
+
+void Pipeline::State::FailAll(const Error& e) {
+  if (socket) {
+    ++generation;
+    socket->release();  // cancels the wait; conn closes the socket
+    socket.reset();
+  }
+  reading = false;
+  conn.reset();
+  while (!in_flight.empty()) {
+    Done done = std::move(in_flight.front());
+    in_flight.pop_front();
+    done(std::unexpected(e));
+  }
+}
+
+void Pipeline::State::Close() {
+  closed = true;
+  const Error e = Failure("the store is closing");
+  FailAll(e);
+  std::vector<Queued> batch = std::move(waiting);
+  waiting.clear();
+  for (Queued& q : batch) q.second(std::unexpected(e));
+  timer.cancel();
+  timing = false;
+}
+
+// ── Pipeline ────────────────────────────────────────────────────────────────
+
+// The io_context and thread of a pipeline that runs on its own.
+struct Pipeline::OwnThread {
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::once_flag started;
+  std::thread thread;
+};
+
 Pipeline::Pipeline(NodeAddress node, ConnectOptions options,
-                   std::shared_ptr<ConnectBackoff> backoff)
-    : node_(std::move(node)),
-      options_(std::move(options)),
-      backoff_(backoff ? std::move(backoff) : std::make_shared<ConnectBackoff>()),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+                   std::shared_ptr<ConnectBackoff> backoff, asio::io_context* io)
+    : own_(io ? nullptr : std::make_unique<OwnThread>()),
+      state_(std::make_shared<State>(std::move(node), std::move(options), std::move(backoff),
+                                     io ? *io : own_->io)) {}
 
 Pipeline::~Pipeline() {
   {
-    std::lock_guard g(mu_);
-    stopping_ = true;
+    std::lock_guard g(state_->mu);
+    state_->closing = true;  // nothing more is queued
   }
-  const uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof one);
-  if (thread_.joinable()) thread_.join();
-  close(wake_fd_);
+  // A pipeline of its own whose thread never started has never run a
+  // handler: there is nothing to close.
+  if (!own_ || own_->thread.joinable()) {
+    std::promise<void> closed;
+    asio::post(state_->strand, [s = state_, &closed] {
+      s->Close();
+      closed.set_value();
+    });
+    closed.get_future().wait();
+  }
+  // Its Connected, if it was connecting, finds the pipeline closed.
+  if (state_->connector.joinable()) state_->connector.join();
+  if (own_ && own_->thread.joinable()) {
+    own_->work.reset();  // run() returns once the last handler has run
+    own_->thread.join();
+  }
 }
 
 void Pipeline::Submit(Command command, Done done) {
@@ -33,119 +286,17 @@ void Pipeline::Submit(Command command, Done done) {
 }
 
 void Pipeline::SubmitBuilt(const std::function<Command()>& make, Done done) {
-  // The thread starts with the first command: a store opened by a command
-  // that never uses it (inspect, audit) costs no thread.
-  std::call_once(started_, [this] { thread_ = std::thread([this] { Run(); }); });
-  bool wake;
-  {
-    std::lock_guard g(mu_);
-    if (stopping_) {
-      done(std::unexpected(Failure("the store is closing")));
-      return;
-    }
-    wake = queued_.empty();  // else the thread is already due to take the queue
-    queued_.emplace_back(make(), std::move(done));
+  // A pipeline of its own starts its thread with the first command: a store
+  // opened by a command that never uses it (inspect, audit) costs no thread.
+  if (own_) {
+    std::call_once(own_->started,
+                   [o = own_.get()] { o->thread = std::thread([o] { o->io.run(); }); });
   }
-  if (wake) {
-    const uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof one);
-  }
+  state_->Enqueue(make, std::move(done));
 }
 
-Error Pipeline::Failure(std::string_view what) const {
-  return Error{ErrorCode::kUnavailable, "redis store: pipelined command to " + node_.ToString() +
-                                            " failed: " + std::string(what)};
-}
-
-void Pipeline::Run() {
-  thread_id_ = std::this_thread::get_id();
-  using Clock = std::chrono::steady_clock;
-  std::unique_ptr<Connection> conn;
-  std::deque<Done> in_flight;    // in the order the commands were written
-  Clock::time_point progress{};  // the last write or reply while reads were in flight
-  auto fail_all = [&](const Error& e) {
-    conn.reset();
-    while (!in_flight.empty()) {
-      Done done = std::move(in_flight.front());
-      in_flight.pop_front();
-      done(std::unexpected(e));
-    }
-  };
-  std::vector<Queued> batch;
-  for (;;) {
-    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn ? conn->fd() : -1, POLLIN, 0}};
-    int timeout_ms = -1;
-    if (!in_flight.empty()) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          progress + options_.command_timeout - Clock::now());
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
-    }
-    if (poll(fds, 2, timeout_ms) < 0) continue;  // EINTR
-
-    if (fds[0].revents != 0) {
-      uint64_t n;
-      (void)!read(wake_fd_, &n, sizeof n);
-      std::lock_guard g(mu_);
-      if (stopping_) {
-        batch = std::move(queued_);
-        queued_.clear();
-        break;
-      }
-      batch.swap(queued_);
-    }
-    if (!batch.empty()) {
-      // After a failed connect, batches fail at once for the node's
-      // backoff, so that a server that is down costs each call no connect
-      // timeout of its own.
-      std::optional<Error> unreached;
-      if (!conn) unreached = backoff_->Check();
-      if (!conn && !unreached) {
-        auto opened = Connection::Open(node_, options_);
-        if (opened) {
-          conn = std::move(*opened);
-          backoff_->Reached();
-        } else {
-          backoff_->Failed(opened.error());
-          unreached = opened.error();
-        }
-      }
-      if (!conn) {
-        const Error e = Failure("cannot connect: " + unreached->message);
-        for (Queued& q : batch) q.second(std::unexpected(e));
-      } else {
-        if (in_flight.empty()) progress = Clock::now();
-        for (Queued& q : batch) {
-          conn->Append(q.first);
-          in_flight.push_back(std::move(q.second));
-        }
-        if (auto flushed = conn->Flush(); !flushed) fail_all(flushed.error());
-      }
-      batch.clear();
-    }
-    if (conn && (fds[1].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
-      auto replies = conn->ReadAvailable();
-      if (!replies) {
-        fail_all(replies.error());
-      } else {
-        for (Reply& r : *replies) {
-          if (in_flight.empty()) {  // a reply nobody asked for: the stream is lost
-            fail_all(Failure("unexpected reply"));
-            break;
-          }
-          Done done = std::move(in_flight.front());
-          in_flight.pop_front();
-          done(std::move(r));
-        }
-        progress = Clock::now();
-      }
-    }
-    if (!in_flight.empty() && Clock::now() >= progress + options_.command_timeout) {
-      fail_all(Failure("no reply within the command timeout"));
-    }
-  }
-  const Error closing = Failure("the store is closing");
-  fail_all(closing);
-  for (Queued& q : batch) q.second(std::unexpected(closing));
+bool Pipeline::OnPipelineThread() const {
+  return state_->strand.get_inner_executor().running_in_this_thread();
 }
 
 }  // namespace idem::redis

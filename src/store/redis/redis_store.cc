@@ -83,7 +83,7 @@ class RedisStore final : public Store {
     if (!client_->config().cluster) {
       const redis::NodeAddress node = client_->Masters().front();
       pipeline_ = std::make_unique<redis::Pipeline>(node, client_->connect_options(),
-                                                    client_->BackoffFor(node));
+                                                    client_->BackoffFor(node), options.io);
     }
   }
 
@@ -545,8 +545,8 @@ class RedisStore final : public Store {
     return args;
   }
 
-  // ClaimAsync, sent again at once (on the pipeline's thread, which must not
-  // wait) while its entry is refused.
+  // ClaimAsync, sent again at once (on a thread that runs the pipeline's
+  // callbacks, which must not wait) while its entry is refused.
   void SubmitClaim(std::shared_ptr<const ClaimRequest> req, ClaimDone done,
                    SteadyClock::time_point give_up) {
     const auto keys = redis::KeysOf(prefix_, req->id);
@@ -775,7 +775,8 @@ class RedisStore final : public Store {
   // the pipeline and waits: then this process's entries reach the server in
   // the order they were chained, where calls on pooled connections race
   // each other and are refused as stale, again and again under load. Not
-  // on the pipeline's own thread, which must not wait for itself.
+  // on a thread that runs the pipeline's callbacks, which may be the one to
+  // read the reply (Pipeline::OnPipelineThread).
   template <typename Entry>
   bool Ordered(const Entry& entry) const {
     return Logs(entry) && PipelinedWrites() && !pipeline_->OnPipelineThread();
@@ -794,7 +795,7 @@ class RedisStore final : public Store {
   // Eval through the pipeline: EVALSHA, then EVAL once if the server does not
   // have the script yet. `extra` (the script's own arguments) runs as the
   // command is queued (Pipeline::SubmitBuilt). `done` (on the pipeline's
-  // thread) gets the reply, or the error that an error reply means.
+  // strand) gets the reply, or the error that an error reply means.
   void SubmitScript(const redis::Script& script, const std::vector<std::string>& keys,
                     const std::function<std::vector<std::string>()>& extra,
                     std::function<void(Result<Reply>)> done) {

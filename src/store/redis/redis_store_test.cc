@@ -32,8 +32,10 @@
 #include "cluster_slots.h"
 #include "idem/attempt_chain.h"
 #include "idem/caching_store.h"
+#include "idem/forwarding_store.h"
 #include "idem/ledger.h"
 #include "idem/store.h"
+#include "net/io_threads.h"
 #include "redis_client.h"
 #include "redis_codec.h"
 #include "redis_connection.h"
@@ -284,6 +286,35 @@ INSTANTIATE_TEST_SUITE_P(RedisSingleCached, StoreContractTest,
 INSTANTIATE_TEST_SUITE_P(RedisClusterCached, StoreContractTest,
                          ::testing::Values(CachedContract("cluster",
                                                           "IDEM_REDIS_CLUSTER_URL_FILE")),
+                         [](const auto& info) { return info.param.name; });
+
+// The contract with the pipeline on the caller's io_context
+// (StoreOptions::io), as `idemgate http` runs it: two threads, which stop
+// after the store has closed.
+StoreContractParam IoContract(std::string name, const char* env) {
+  return StoreContractParam{
+      name + "_io", [name, env](Clock& clock) -> std::unique_ptr<Store> {
+        std::string url = ServerUrl(env);
+        if (url.empty()) return nullptr;
+        class OnIo final : public ForwardingStore {
+         public:
+          OnIo(std::unique_ptr<net::IoThreads> io, std::unique_ptr<Store> inner)
+              : ForwardingStore(*inner), io_(std::move(io)), inner_(std::move(inner)) {}
+
+         private:
+          std::unique_ptr<net::IoThreads> io_;
+          std::unique_ptr<Store> inner_;  // closed first
+        };
+        auto io = std::make_unique<net::IoThreads>(2);
+        StoreOptions options;
+        options.io = &io->context();
+        auto store = OpenOrFail(WithOptions(url, "prefix=" + UniquePrefix(name)), clock, options);
+        if (!store) return nullptr;
+        return std::make_unique<OnIo>(std::move(io), std::move(store));
+      }};
+}
+INSTANTIATE_TEST_SUITE_P(RedisSingleIo, StoreContractTest,
+                         ::testing::Values(IoContract("redis", "IDEM_REDIS_URL_FILE")),
                          [](const auto& info) { return info.param.name; });
 
 // Over TLS: the contract on one server, directly and through the replay
@@ -897,14 +928,38 @@ TEST(RedisSingleTest, ServerKilledThenRestartedKeepsCompletedRecords) {
   EXPECT_TRUE(w) << w.error().ToString();
 }
 
+// The pipeline of the asynchronous operations, on a thread of its own
+// (false) and on the caller's io_context (true: StoreOptions::io, as
+// `idemgate http` runs it, two threads).
+class RedisPipelineTest : public ::testing::TestWithParam<bool> {
+ protected:
+  // A store destroyed before the test ends, so before the io_context's
+  // threads stop.
+  std::unique_ptr<Store> Open(const std::string& url) {
+    StoreOptions options;
+    if (GetParam()) {
+      io_ = std::make_unique<net::IoThreads>(2);
+      options.io = &io_->context();
+    }
+    return OpenOrFail(url, SystemClock::Default(), options);
+  }
+  // Whether the caller runs on a thread that runs the store's callbacks.
+  bool OnCallbackThread(std::thread::id own) const {
+    return io_ ? io_->context().get_executor().running_in_this_thread()
+               : std::this_thread::get_id() != own;
+  }
+  std::unique_ptr<net::IoThreads> io_;
+};
+INSTANTIATE_TEST_SUITE_P(RedisSingle, RedisPipelineTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "io" : "own_thread"; });
+
 // GetAsync's pipeline under concurrency: readers on many threads, each read
 // answered once, with its own record (the replies are matched to callbacks
 // by order alone, so a mix-up would show here), while writes go on beside.
-TEST(RedisSingleTest, GetAsyncFromManyThreadsAnswersEachReadWithItsRecord) {
+TEST_P(RedisPipelineTest, GetAsyncFromManyThreadsAnswersEachReadWithItsRecord) {
   const std::string url = ServerUrl("IDEM_REDIS_URL_FILE");
   ASSERT_FALSE(url.empty());
-  auto store =
-      OpenOrFail(WithOptions(url, "prefix=" + UniquePrefix("async")), SystemClock::Default());
+  auto store = Open(WithOptions(url, "prefix=" + UniquePrefix("async")));
   ASSERT_TRUE(store);
   constexpr int kRecords = 50, kThreads = 8, kReadsPerThread = 500;
   for (int i = 0; i < kRecords; ++i) {
@@ -956,10 +1011,9 @@ TEST(RedisSingleTest, GetAsyncFromManyThreadsAnswersEachReadWithItsRecord) {
 // A dead server fails asynchronous reads fast and clearly; once it is back
 // the pipeline reconnects by itself; reads in flight when the store closes
 // are answered, not dropped.
-TEST(RedisSingleTest, GetAsyncFailsFastOnADeadServerAndRecovers) {
-  OwnServer server("async-kill");
-  auto store = OpenOrFail(WithOptions(server.url(), "connect_timeout=500ms&timeout=1s"),
-                          SystemClock::Default());
+TEST_P(RedisPipelineTest, GetAsyncFailsFastOnADeadServerAndRecovers) {
+  OwnServer server(GetParam() ? "async-kill-io" : "async-kill");
+  auto store = Open(WithOptions(server.url(), "connect_timeout=500ms&timeout=1s"));
   ASSERT_TRUE(store);
   auto c = store->Claim(Req("kept"));
   ASSERT_TRUE(c && c->claimed);
@@ -1003,6 +1057,61 @@ TEST(RedisSingleTest, GetAsyncFailsFastOnADeadServerAndRecovers) {
   }
   store.reset();
   EXPECT_EQ(answered.load(), 200);
+}
+
+// A fresh call as `idemgate http` makes it: the claim's callback completes
+// the record from where it runs (a thread that runs callbacks: of the
+// io_context, or the pipeline's own), and the completion's callback gets the
+// record. Blocking calls from other threads go through the same pipeline
+// meanwhile, and a blocking call on a callback thread is answered too (it
+// takes a pooled connection instead of waiting for its own thread).
+TEST_P(RedisPipelineTest, AClaimsCallbackCompletesTheRecordFromWhereItRuns) {
+  const std::string url = ServerUrl("IDEM_REDIS_URL_FILE");
+  ASSERT_FALSE(url.empty());
+  auto store = Open(WithOptions(url, "prefix=" + UniquePrefix("chain")));
+  ASSERT_TRUE(store);
+  const std::thread::id test_thread = std::this_thread::get_id();
+  constexpr int kCalls = 200;
+  std::atomic<int> completed{0}, off_thread{0}, failed{0};
+  std::promise<void> all;
+  for (int i = 0; i < kCalls; ++i) {
+    ClaimRequest req = Req("fresh" + std::to_string(i));
+    ASSERT_TRUE(store->ClaimAsync(req, [&, i](Result<ClaimResult> claimed) {
+      if (!OnCallbackThread(test_thread)) ++off_thread;
+      if (!claimed || !claimed->claimed) {
+        ++failed;
+        if (++completed == kCalls) all.set_value();
+        return;
+      }
+      const Record rec = claimed->record;
+      if (i % 10 == 0) {  // a blocking read from a callback thread
+        auto read = store->Get(rec.id);
+        if (!read || !read->has_value()) ++failed;
+      }
+      EXPECT_TRUE(store->CompleteAsync(rec.id, rec.fence, Ok("out" + std::to_string(i)), 1h,
+                                       [&, i](Result<Record> done) {
+                                         if (!OnCallbackThread(test_thread)) ++off_thread;
+                                         if (!done || done->state != RecordState::kCompleted ||
+                                             done->outcome->body != "out" + std::to_string(i)) {
+                                           ++failed;
+                                         }
+                                         if (++completed == kCalls) all.set_value();
+                                       }));
+    }));
+  }
+  for (int i = 0; i < 50; ++i) {  // blocking claims beside them, through the pipeline
+    auto c = store->Claim(Req("blocking" + std::to_string(i)));
+    ASSERT_TRUE(c && c->claimed) << (c ? "not claimed" : c.error().ToString());
+  }
+  ASSERT_EQ(all.get_future().wait_for(30s), std::future_status::ready)
+      << completed << " of " << kCalls << " calls answered";
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(off_thread.load(), 0) << "callbacks ran on a thread that does not run callbacks";
+  for (int i = 0; i < kCalls; i += 37) {
+    auto r = store->Get(RecordId{"default", "fresh" + std::to_string(i)});
+    ASSERT_TRUE(r && r->has_value());
+    EXPECT_EQ((*r)->outcome->body, "out" + std::to_string(i));
+  }
 }
 
 TEST(RedisClusterTest, GetAsyncIsNotOfferedInACluster) {

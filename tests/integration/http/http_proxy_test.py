@@ -623,12 +623,16 @@ class VendorProfileTest(ProxyTest):
 class SharedRedisTest(ProxyTest):
     VENDOR_ARGS = None
 
-    def test_two_instances_on_one_redis_execute_once(self):
+    def redis_store(self):
+        """The `redis` fixture's server, database 0; skips the test without one."""
         if not REDIS_URL_FILE:
             self.skipTest("no --redis-url-file")
         with open(REDIS_URL_FILE) as f:
             base = f.read().strip()
-        store = base.rsplit("/", 1)[0] + "/0" if base.count("/") > 2 else base
+        return base.rsplit("/", 1)[0] + "/0" if base.count("/") > 2 else base
+
+    def test_two_instances_on_one_redis_execute_once(self):
+        store = self.redis_store()
         vendor = self.start_vendor()
         proxies = [self.start_proxy(vendor.url, store=store) for _ in range(2)]
         key = "redis-" + uuid.uuid4().hex
@@ -648,6 +652,38 @@ class SharedRedisTest(ProxyTest):
         self.assertEqual(len(self.ledger_lines()), 1)
         self.assertEqual({a[0] for a in answers}, {201})
         self.assertEqual(len({a[2] for a in answers}), 1)
+
+    def test_sigterm_with_a_request_at_the_vendor_ends_it_and_settles_its_record(self):
+        # On Redis the listener, the upstream client and the store share one
+        # io_context: stopping must end the exchange still at the vendor past
+        # --drain-timeout, and store its outcome as unknown, while those
+        # threads still run.
+        store = self.redis_store()
+        vendor = self.start_vendor()
+        proxy = self.start_proxy(vendor.url, store=store, extra=("--drain-timeout", "200ms"))
+        key = "sigterm-" + uuid.uuid4().hex
+        answer = []
+
+        def slow():
+            try:
+                answer.append(self.post("/v1/tickets", {"title": "slow"}, key=key,
+                                        headers={"X-Vendor-Fault": "delay:60000"}, proxy=proxy))
+            except (OSError, http.client.HTTPException) as e:
+                answer.append(e)
+
+        t = threading.Thread(target=slow)
+        t.start()
+        deadline = time.monotonic() + DEADLINE
+        while not self.ledger_lines():  # the side effect is done; the answer waits 60 s
+            self.assertLess(time.monotonic(), deadline, "the request never reached the vendor")
+            time.sleep(0.02)
+        # Exits on its own (stop() kills it after DEADLINE, which is under the 60 s).
+        self.assertEqual(proxy.stop(), 0, "".join(proxy.log))
+        t.join()
+        self.assertNotEqual(answer[0][0] if isinstance(answer[0], tuple) else None, 201)
+        record = self.inspect(key, store=store)
+        self.assertIsNotNone(record)
+        self.assertEqual(record["state"], "unknown", record)
 
 
 def main():
