@@ -146,8 +146,10 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
         "and their records settle as their leases run out");
   }
   (*listener)->Stop();   // no more requests
-  (*upstream)->Abort();  // exchanges still in flight end (maybe sent) and settle
-  reverse_proxy.Drain(drain);
+  (*upstream)->Abort();  // exchanges still in flight end (maybe sent), none starts again
+  // Their outcomes settle through the store (within its timeouts) while the
+  // I/O threads still run; nothing may call into the proxy once it is gone.
+  if (!reverse_proxy.Drain(drain)) LogHttp("some requests had not settled when stopping");
   pool.Shutdown();  // every store write already begun finishes
   ledger.Flush();   // and the audit log is written
   return kExitOk;

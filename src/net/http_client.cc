@@ -171,6 +171,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
   std::vector<std::unique_ptr<Conn>> idle;        // guarded by mu; newest last
   std::set<std::shared_ptr<Exchange>> in_flight;  // guarded by mu
   bool stopped = false;                           // guarded by mu
+  bool aborted = false;                           // guarded by mu: Abort ran
   // Exchanges whose callback has not returned yet (Abort waits for none).
   size_t unanswered = 0;  // guarded by mu
   std::condition_variable answered;
@@ -178,11 +179,12 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
   void Start(const std::shared_ptr<Exchange>& ex) {
     {
       std::lock_guard g(mu);
-      if (stopped) {
-        // Inline: the threads are gone.
+      if (stopped || aborted) {
+        // Inline: the threads are gone, or what they run is ending.
         HttpClientResult r;
         r.kind = HttpClientResult::Kind::kNotSent;
-        r.detail = "the HTTP client has stopped; the request was not sent";
+        r.detail = stopped ? "the HTTP client has stopped; the request was not sent"
+                           : "the HTTP client is stopping; the request was not sent";
         ex->finished = true;
         ex->done(std::move(r));
         return;
@@ -564,6 +566,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     std::vector<std::shared_ptr<Exchange>> active;
     {
       std::lock_guard g(mu);
+      aborted = true;  // no exchange starts after these
       active.assign(in_flight.begin(), in_flight.end());
     }
     for (const auto& ex : active) Cancel(ex);

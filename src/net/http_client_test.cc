@@ -489,7 +489,8 @@ TEST(HttpClientTest, CancelAfterTheRequestWasWrittenIsMaybeSent) {
 // Abort, on the caller's io_context while its threads run (how `idemgate
 // http` stops): every exchange in flight ends, each callback has returned
 // by the time Abort does, and requests still hanging at the upstream come
-// back maybe-sent without waiting for their 60 s timeout.
+// back maybe-sent without waiting for their 60 s timeout. A request sent
+// after Abort (a claim's callback that comes later) is not sent.
 TEST(HttpClientTest, AbortEndsEveryExchangeWhileTheThreadsRun) {
   TestServer server;
   IoThreads io(2);
@@ -523,6 +524,10 @@ TEST(HttpClientTest, AbortEndsEveryExchangeWhileTheThreadsRun) {
   (*client)->Abort();
   EXPECT_EQ(answered.load(), kHanging) << "Abort returned before every callback had";
   EXPECT_EQ(maybe_sent.load(), kHanging);
+  const int served = server.requests();
+  EXPECT_EQ(Exchange(**client, "/ok").kind, HttpClientResult::Kind::kNotSent)
+      << "a request after Abort is not sent";
+  EXPECT_EQ(server.requests(), served);
   io.Stop();
   (*client)->Stop();
 }
