@@ -1,9 +1,22 @@
-// Tests of the parts that do no I/O: URLs, cluster slots, key names, decoding.
+// Tests of the parts that need no Redis server: URLs, cluster slots, key
+// names, decoding, and the pipeline facing a server that never answers.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <future>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "cluster_slots.h"
+#include "net/io_threads.h"
+#include "pipeline.h"
 #include "redis_codec.h"
 #include "redis_connection.h"
 #include "redis_url.h"
@@ -26,6 +39,64 @@ TEST(ConnectBackoffTest, AFailureDefersAttemptsAndAnySuccessEndsIt) {
       << wait->message;
   backoff.Reached();  // the other user of the node connected
   EXPECT_FALSE(backoff.Check());
+}
+
+// A "server" whose kernel completes the TCP handshake but which never reads
+// or answers: a connection's setup (SELECT) waits for its timeout.
+class SilentServer {
+ public:
+  SilentServer() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentServer() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+// On the caller's io_context, a connection being opened (here: a SELECT
+// that never gets its answer) does not hold up the io_context's threads, even
+// with one: it is opened on a thread of its own. The commands queued
+// meanwhile fail once the connect does, naming the server.
+TEST(PipelineTest, AConnectThatHangsDoesNotHoldUpTheIoContext) {
+  SilentServer server;
+  net::IoThreads io(1);
+  ConnectOptions options;
+  options.db = 1;  // so that Open sends SELECT and waits for its answer
+  options.connect_timeout = Duration(1'000);
+  options.command_timeout = Duration(1'000);
+  std::vector<std::string> order;
+  std::mutex mu;
+  auto note = [&](std::string what) {
+    std::lock_guard g(mu);
+    order.push_back(std::move(what));
+  };
+  std::promise<Error> failed;
+  {
+    Pipeline pipeline(NodeAddress{"127.0.0.1", server.port()}, options, nullptr, &io.context());
+    pipeline.Submit({"PING"}, [&](Result<Reply> r) {
+      note("reply");
+      failed.set_value(r ? Error{ErrorCode::kInternal, "a reply from a silent server"} : r.error());
+    });
+    // Posted once the connect has started: it runs while the connect waits.
+    boost::asio::post(io.context(), [&] { note("other work"); });
+    const Error e = failed.get_future().get();
+    EXPECT_EQ(e.code, ErrorCode::kUnavailable) << e.message;
+    EXPECT_NE(e.message.find("127.0.0.1:" + std::to_string(server.port())), std::string::npos)
+        << e.message;
+  }
+  io.Stop();
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], "other work") << "the connect held up the io_context's only thread";
 }
 
 TEST(RedisUrlTest, SingleServerWithEverything) {
