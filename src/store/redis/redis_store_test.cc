@@ -317,11 +317,13 @@ INSTANTIATE_TEST_SUITE_P(RedisSingleIo, StoreContractTest,
                          ::testing::Values(IoContract("redis", "IDEM_REDIS_URL_FILE")),
                          [](const auto& info) { return info.param.name; });
 
-// Over TLS: the contract on one server, directly and through the replay
-// cache, and on a cluster.
+// Over TLS: the contract on one server, directly, through the replay cache
+// and on a shared io_context (a reply's TLS records are read as they come),
+// and on a cluster.
 INSTANTIATE_TEST_SUITE_P(RedisTlsSingle, StoreContractTest,
                          ::testing::Values(Contract("redis_tls", "IDEM_REDIS_TLS_URL_FILE"),
-                                           CachedContract("redis_tls", "IDEM_REDIS_TLS_URL_FILE")),
+                                           CachedContract("redis_tls", "IDEM_REDIS_TLS_URL_FILE"),
+                                           IoContract("redis_tls", "IDEM_REDIS_TLS_URL_FILE")),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RedisTlsCluster, StoreContractTest,
                          ::testing::Values(Contract("cluster_tls",
