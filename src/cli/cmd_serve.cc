@@ -19,10 +19,11 @@
 #include "core/worker_pool.h"
 #include "front_core.h"
 #include "fronts/console/console.h"
-#include "net/http_listener.h"
 #include "fronts/ledger_api/ledger_api.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"
+#include "net/http_listener.h"
+#include "net/io_threads.h"
 
 namespace idem::cli {
 namespace {
@@ -42,7 +43,15 @@ int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
   Result<ListenerSetup> setup = ListenerSetupFor(flags, *config, "serve", kServeListen);
   if (!setup) return UsageError("serve", setup.error().message);
 
-  auto core = OpenFrontCore(globals, *config, "serve", nullptr, LogServe);
+  // One io_context runs the listener and the store's pipelined connection
+  // (Redis): a begin or a complete is read, written to the store and answered
+  // by the thread that handles it (docs/DESIGN.md §6.3). Declared before the
+  // store, which closes through it.
+  net::IoThreads io(setup->options.threads);
+  setup->options.io = &io.context();
+  StoreOptions store_options;
+  store_options.io = &io.context();
+  auto core = OpenFrontCore(globals, *config, "serve", nullptr, LogServe, store_options);
   if (!core) return Fail("serve", core.error());
   Ledger& ledger = *(*core)->ledger;
 

@@ -27,8 +27,11 @@
 // Every record is scoped by the caller's tenant (Principal.tenant): the same
 // key text from two tenants names two records.
 //
-// Thread-safe. Handle() runs on an I/O thread: it parses there and does the
-// store work (Begin may wait up to policy.wait) on `pool`.
+// Thread-safe. Handle() runs on an I/O thread: it parses there; begin and
+// complete reach the store without a worker where it allows
+// (Ledger::BeginWithoutBlocking, ReadAsync, CompleteAsync: Redis, and its
+// replay cache), and everything that may block (Begin waits up to
+// policy.wait) runs on `pool`.
 #pragma once
 
 #include <functional>
