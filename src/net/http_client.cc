@@ -524,11 +524,12 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     Answer(ex, std::move(result));
   }
 
-  // Calls the exchange's callback, once.
+  // Calls the exchange's callback: once per exchange started (Finish,
+  // HandOver and Stop each end an exchange once).
   void Answer(const std::shared_ptr<Exchange>& ex, HttpClientResult result) {
     HttpClientCallback done = std::move(ex->done);
-    if (!done) return;
-    done(std::move(result));
+    ex->done = nullptr;
+    if (done) done(std::move(result));
     std::lock_guard g(mu);
     if (--unanswered == 0) answered.notify_all();
   }
