@@ -63,8 +63,8 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
 
   // One io_context runs the listener, the upstream client and the store's
   // pipelined connection (Redis): a gated request is read, claimed, sent
-  // upstream, completed and answered by the thread that handles it, without
-  // waking another (docs/DESIGN.md §6.2). `threads` (--threads) of them.
+  // upstream, completed and answered by these threads alone, never handed to
+  // a thread of another part (docs/DESIGN.md §6.2). --threads of them.
   net::IoThreads io(setup->options.threads);
   setup->options.io = &io.context();
 

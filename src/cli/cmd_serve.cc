@@ -45,7 +45,7 @@ int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
 
   // One io_context runs the listener and the store's pipelined connection
   // (Redis): a begin or a complete is read, written to the store and answered
-  // by the thread that handles it (docs/DESIGN.md §6.3). Declared before the
+  // by these threads alone (docs/DESIGN.md §6.3). Declared before the
   // store, which closes through it.
   net::IoThreads io(setup->options.threads);
   setup->options.io = &io.context();

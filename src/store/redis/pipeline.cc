@@ -1,6 +1,5 @@
 #include "pipeline.h"
 
-#include <boost/asio/defer.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -95,10 +94,10 @@ void Pipeline::State::Enqueue(const std::function<Command()>& make, Done done) {
     }
   }
   if (!open) return done(std::unexpected(Failure("the store is closing")));
-  // Deferred: from a handler on this io_context, the Turn runs on this thread
-  // once the handler returns, with whatever else it queued, and wakes no
-  // other thread.
-  if (schedule) asio::defer(strand, [self = shared_from_this()] { self->Turn(); });
+  // Posted, not deferred: the first thread free writes the command (with
+  // whatever else is queued by then), rather than this one after its
+  // handler and everything queued before (Pipeline's comment).
+  if (schedule) asio::post(strand, [self = shared_from_this()] { self->Turn(); });
 }
 
 void Pipeline::State::Turn() {

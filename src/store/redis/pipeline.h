@@ -11,9 +11,10 @@
 // that a front whose listener and upstream client run there too carries a
 // request from its read to its answer without handing it to another thread
 // (docs/DESIGN.md §5, "Redis"). Either way the connection's work runs on one
-// strand, one handler at a time; a command queued from a handler on that
-// io_context is written after the handler returns, with the rest of its
-// turn, without waking another thread.
+// strand, one handler at a time. A command is written by the first thread
+// free to take the strand's turn, with everything queued by then (posted:
+// deferring the turn until the queuing handler returned measured worse
+// tails and fewer calls/s, bench/README.md run DD).
 //
 // The connection is opened on the first command and again after an error,
 // on a short-lived thread of its own (a connect may wait for the connect
