@@ -280,7 +280,7 @@ struct StoreOptions {
   // operations on this io_context's threads instead of a thread of the
   // store's own, and their callbacks with it. A front whose listener and
   // upstream client run there too then carries a request from its read to
-  // its answer on the thread that read it (`idemgate http`). The io_context
+  // its answer on those threads alone (`idemgate http`). The io_context
   // must outlive the store, and its threads must run until the store is
   // destroyed. Default: none.
   boost::asio::io_context* io = nullptr;

@@ -164,10 +164,9 @@ class HttpClient {
 
   // Cancels every exchange in flight (as Call::Cancel) and waits until each
   // has ended and its callback has returned: a front's last requests end
-  // while the threads that run their callbacks still do. Later Sends end
-  // at once, kNotSent. For a client on
-  // the caller's io_context, whose threads must be running; Stop() after
-  // they have stopped. Not from a callback.
+  // while the threads that run their callbacks still do. Later Sends end at
+  // once, kNotSent. For a client on the caller's io_context, whose threads
+  // must be running; Stop() after they have stopped. Not from a callback.
   void Abort();
 
   // Joins the client's own I/O threads and closes every connection;
