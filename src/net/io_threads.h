@@ -1,9 +1,10 @@
 // One io_context and the threads that run it, shared by the parts of a
-// front that should carry a request on one thread from its read to its
-// answer: `idemgate http` runs its listener, its upstream client and its
-// Redis store's pipeline here (docs/DESIGN.md §6.2), so that a callback of
-// one (a claim's reply) starts the next step (the upstream request) on the
-// thread it runs on, instead of waking a thread of another's.
+// front that should carry a request from its read to its answer without
+// handing it to a thread of another part: `idemgate http` runs its listener,
+// its upstream client and its Redis store's pipeline here (docs/DESIGN.md
+// §6.2), so that a callback of one (a claim's reply) starts the next step
+// (the upstream request) on the thread it runs on, instead of waking a
+// thread of another's.
 //
 // Whoever uses the io_context must be stopped (listener, store) before
 // Stop(), except an HttpClient on it, which is stopped after (its Stop ends
