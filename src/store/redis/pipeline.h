@@ -30,7 +30,6 @@
 
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include "redis_connection.h"
 
