@@ -11,7 +11,7 @@
 namespace idem::postgres {
 
 // The schema version this build writes.
-inline constexpr int64_t kSchemaVersion = 5;
+inline constexpr int64_t kSchemaVersion = 6;
 
 // Creates `schema` if it does not exist and brings its tables to
 // kSchemaVersion, in one transaction, under an advisory lock so that
