@@ -227,12 +227,15 @@ Error PostgresStore::WhyNotWritten(Connection& conn, const RecordId& id, uint64_
 
 Result<ClaimResult> PostgresStore::Claim(const ClaimRequest& req) {
   const TimePoint now = clock_.Now();
-  // A duplicate (a replay, or a call still in progress) is answered from a
-  // read of committed rows: it writes nothing, so it waits for no batch.
-  auto seen = Run<std::optional<Record>>(
-      Retry::kSafe, [&](Connection& conn) { return postgres::ReadRecord(conn, req.id); });
-  if (!seen) return std::unexpected(std::move(seen.error()));
-  if (*seen && (*seen)->expires_at > now) return ClaimResult{false, std::move(**seen)};
+  // With read_before_claim, a duplicate (a replay, or a call still in
+  // progress) is answered from a read of committed rows: it writes nothing,
+  // so it waits for no batch. Without, the claim's statement finds it.
+  if (url_->read_before_claim) {
+    auto seen = Run<std::optional<Record>>(
+        Retry::kSafe, [&](Connection& conn) { return postgres::ReadRecord(conn, req.id); });
+    if (!seen) return std::unexpected(std::move(seen.error()));
+    if (*seen && (*seen)->expires_at > now) return ClaimResult{false, std::move(**seen)};
+  }
 
   Params p;
   p.Text(req.id.tenant)

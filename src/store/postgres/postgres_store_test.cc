@@ -138,12 +138,14 @@ class TempSchemaStore : public ForwardingStore {
   std::unique_ptr<Store> store_;
 };
 
-// A fresh PostgresStore in a schema of its own, named after `label`.
-std::unique_ptr<Store> OpenInTempSchema(Clock& clock, const std::string& label) {
+// A fresh PostgresStore in a schema of its own, named after `label`, with
+// `query` (such as "&read_before_claim=on") after the schema in its URL.
+std::unique_ptr<Store> OpenInTempSchema(Clock& clock, const std::string& label,
+                                        const std::string& query = "") {
   const std::string url = ServerUrl();
   if (url.empty()) return nullptr;
   const std::string schema = UniqueSchema(label);
-  auto store = OpenPostgresStore(WithSchema(url, schema), clock, StoreOptions{});
+  auto store = OpenPostgresStore(WithSchema(url, schema) + query, clock, StoreOptions{});
   if (!store) {
     ADD_FAILURE() << store.error().ToString();
     return nullptr;
@@ -156,6 +158,19 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StoreContractParam{
         "postgres", [](Clock& clock) { return OpenInTempSchema(clock, "contract"); }}),
     [](const ::testing::TestParamInfo<StoreContractParam>& info) { return info.param.name; });
+
+// The contract again with a read before each claim (read_before_claim=on),
+// which answers duplicates outside the batches.
+INSTANTIATE_TEST_SUITE_P(PostgresReadFirst, StoreContractTest,
+                         ::testing::Values(StoreContractParam{"postgres_read_first",
+                                                              [](Clock& clock) {
+                                                                return OpenInTempSchema(
+                                                                    clock, "read_first",
+                                                                    "&read_before_claim=on");
+                                                              }}),
+                         [](const ::testing::TestParamInfo<StoreContractParam>& info) {
+                           return info.param.name;
+                         });
 
 // The contract again through the replay cache that every front puts above a
 // PostgreSQL store: answering from memory changes no answer.

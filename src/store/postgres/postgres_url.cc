@@ -58,6 +58,7 @@ struct Split {
   size_t pool_size = 16;
   size_t batch_size = 16;
   size_t batch_writers = 2;
+  bool read_before_claim = false;
 };
 
 // `raw` as a number from 1 to `max`, or kInvalidArgument naming `name`.
@@ -105,6 +106,14 @@ Result<Split> TakeOwnParameters(std::string_view url) {
       auto n = ParseCount(name, raw, pool ? kMaxPoolSize : kMaxBatchSize);
       if (!n) return std::unexpected(std::move(n.error()));
       (pool ? split.pool_size : name == "batch_size" ? split.batch_size : split.batch_writers) = *n;
+    } else if (name == "read_before_claim") {
+      if (raw != "on" && raw != "off") {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("postgres store URL: read_before_claim \"{}\" must be on "
+                                     "or off",
+                                     raw));
+      }
+      split.read_before_claim = raw == "on";
     } else if (!item.empty()) {
       kept += kept.empty() ? "?" : "&";
       kept += item;
@@ -150,6 +159,7 @@ Result<PostgresUrl> ParsePostgresUrl(std::string_view url) {
   parsed.pool_size = split->pool_size;
   parsed.batch_size = split->batch_size;
   parsed.batch_writers = split->batch_writers;
+  parsed.read_before_claim = split->read_before_claim;
   std::string host, port, dbname;
   for (const PQconninfoOption* o = options.get(); o->keyword; ++o) {
     if (!o->val) continue;

@@ -1,9 +1,10 @@
 // The store URL of the PostgreSQL backend, taken apart without any I/O.
 //
 //   postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME?schema=NAME&pool_size=N&batch_size=N
-//       &batch_writers=N&LIBPQ_PARAM=...
+//       &batch_writers=N&read_before_claim=on|off&LIBPQ_PARAM=...
 //
-// `schema`, `pool_size`, `batch_size` and `batch_writers` are idemgate's own; every other query parameter
+// `schema`, `pool_size`, `batch_size`, `batch_writers` and `read_before_claim` are idemgate's
+// own; every other query parameter
 // (sslmode, connect_timeout, application_name, ...) goes to libpq as it is.
 #pragma once
 
@@ -39,13 +40,20 @@ struct PostgresUrl {
   // batches: while one commits, the next batch runs its statements. Default
   // 2; capped at pool_size.
   size_t batch_writers = 2;
+  // Whether a claim first reads the key on a pooled connection, so that a
+  // duplicate is answered from committed rows without waiting for a batch.
+  // Default off: the read is a round trip and a transaction of its own for
+  // every fresh claim, most of the server's CPU for one call
+  // (bench/README.md run GG); a duplicate is answered by its claim's batch.
+  bool read_before_claim = false;
   // "host:port/dbname schema NAME", for messages. Never holds the password.
   std::string where;
 };
 
 // kInvalidArgument, naming what is wrong, for a URL libpq cannot parse, a bad
 // schema (empty, longer than 63 bytes), a pool_size outside 1..256, a
-// batch_size or batch_writers outside 1..1024.
+// batch_size or batch_writers outside 1..1024, a read_before_claim neither
+// on nor off.
 Result<PostgresUrl> ParsePostgresUrl(std::string_view url);
 
 }  // namespace idem::postgres

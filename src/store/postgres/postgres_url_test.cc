@@ -21,6 +21,7 @@ TEST(PostgresUrlTest, DefaultsForSchemaPoolAndTimeouts) {
   EXPECT_EQ(url->pool_size, 16u);
   EXPECT_EQ(url->batch_size, 16u);
   EXPECT_EQ(url->batch_writers, 2u);
+  EXPECT_FALSE(url->read_before_claim);
   auto m = AsMap(*url);
   EXPECT_EQ(m["host"], "db.example");
   EXPECT_EQ(m["port"], "6543");
@@ -57,6 +58,10 @@ TEST(PostgresUrlTest, BatchParametersAreTakenOutAndWritersAreCappedAtThePool) {
   auto capped = ParsePostgresUrl("postgres://h/db?pool_size=1");
   ASSERT_TRUE(capped) << capped.error().ToString();
   EXPECT_EQ(capped->batch_writers, 1u) << "each writer holds a pooled connection";
+  auto reads = ParsePostgresUrl("postgres://h/db?read_before_claim=on");
+  ASSERT_TRUE(reads) << reads.error().ToString();
+  EXPECT_TRUE(reads->read_before_claim);
+  EXPECT_EQ(AsMap(*reads).count("read_before_claim"), 0u);
 }
 
 TEST(PostgresUrlTest, BadOwnParametersAreInvalid) {
@@ -64,7 +69,9 @@ TEST(PostgresUrlTest, BadOwnParametersAreInvalid) {
        {"postgres://h/db?pool_size=0", "postgres://h/db?pool_size=x",
         "postgres://h/db?pool_size=257", "postgres://h/db?batch_size=0",
         "postgres://h/db?batch_size=1025", "postgres://h/db?batch_writers=0",
-        "postgres://h/db?batch_writers=2x", "postgres://h/db?schema=", "postgres://h/db?schema=%zz",
+        "postgres://h/db?batch_writers=2x", "postgres://h/db?read_before_claim=yes",
+        "postgres://h/db?read_before_claim=", "postgres://h/db?schema=",
+        "postgres://h/db?schema=%zz",
         "postgres://h/db?schema=0123456789012345678901234567890123456789"
         "012345678901234567890123"}) {
     auto url = ParsePostgresUrl(bad);
