@@ -4,8 +4,8 @@
 //       &batch_writers=N&read_before_claim=on|off&LIBPQ_PARAM=...
 //
 // `schema`, `pool_size`, `batch_size`, `batch_writers` and `read_before_claim` are idemgate's
-// own; every other query parameter
-// (sslmode, connect_timeout, application_name, ...) goes to libpq as it is.
+// own; every other query parameter (sslmode, connect_timeout, application_name, ...) goes to
+// libpq as it is.
 #pragma once
 
 #include <cstddef>
@@ -43,7 +43,7 @@ struct PostgresUrl {
   // Whether a claim first reads the key on a pooled connection, so that a
   // duplicate is answered from committed rows without waiting for a batch.
   // Default off: the read is a round trip and a transaction of its own for
-  // every fresh claim, most of the server's CPU for one call
+  // every fresh claim, more than half of the server's CPU for one call
   // (bench/README.md run GG); a duplicate is answered by its claim's batch.
   bool read_before_claim = false;
   // "host:port/dbname schema NAME", for messages. Never holds the password.
