@@ -1,9 +1,5 @@
 #include "batch_writer.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <tuple>
 
@@ -28,33 +24,9 @@ bool InKeyOrder(const BatchOp* a, const BatchOp* b) {
 
 }  // namespace
 
-// A bare futex rather than std::atomic::wait: libstdc++'s wait spins with
-// sched_yield first, which with many callers steals the CPU from the writer.
-void BatchOp::Finish() {
-  done_.store(1, std::memory_order_release);
-  // The owner may already have returned and destroyed this op: FUTEX_WAKE
-  // only hashes the address and never touches the memory.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr,
-          0);
-}
-
-void BatchOp::Await() {
-  while (done_.load(std::memory_order_acquire) == 0) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_), FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr,
-            0);
-  }
-  for (BatchOp* op : wakes_) {
-    if (op != nullptr) op->Finish();
-  }
-}
-
 void BatchWriter::FinishAll(const std::vector<BatchOp*>& batch) {
-  if (batch.empty()) return;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i]->wakes_[0] = 2 * i + 1 < batch.size() ? batch[2 * i + 1] : nullptr;
-    batch[i]->wakes_[1] = 2 * i + 2 < batch.size() ? batch[2 * i + 2] : nullptr;
-  }
-  batch[0]->Finish();
+  TreeWaiter::FinishTree(batch.size(),
+                         [&batch](size_t i) -> TreeWaiter& { return batch[i]->waiter_; });
 }
 
 void BatchWriter::FailAll(const std::vector<BatchOp*>& batch, const Error& error) {
@@ -88,7 +60,7 @@ void BatchWriter::Execute(BatchOp& op) {
     queue_.push_back(&op);
   }
   wake_.notify_one();
-  op.Await();
+  op.waiter_.Await();
 }
 
 size_t BatchWriter::queued() {
@@ -134,7 +106,7 @@ void BatchWriter::RunBatch(std::vector<BatchOp*>& batch) {
         BatchOp* failed = *culprit;
         batch.erase(culprit);
         failed->Fail(error);
-        failed->Finish();
+        failed->waiter_.Finish();
         continue;
       }
       case Pass::kLogFailed:

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "connection_pool.h"
+#include "core/tree_waiter.h"
 #include "idem/error.h"
 #include "idem/record.h"
 #include "pg_connection.h"
@@ -67,15 +68,9 @@ class BatchOp {
 
  private:
   friend class BatchWriter;
-  // Marks the write done and wakes its owner.
-  void Finish();
-  // Blocks until Finish(), then finishes the writes this one must wake.
-  void Await();
-
   const RecordId& id_;
   const Call first_[2];
-  std::atomic<uint32_t> done_{0};
-  BatchOp* wakes_[2] = {nullptr, nullptr};
+  TreeWaiter waiter_;  // its owner's, in Execute
 };
 
 // A BatchOp running `fn(ctx) -> Result<T>`, for BatchWriter::Run.

@@ -1,33 +1,9 @@
 #include "group_commit_writer.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 
 namespace idem::sqlite {
-
-// A bare futex rather than std::atomic::wait: libstdc++'s wait spins with
-// sched_yield first, which with many callers steals the CPU from the writer.
-void WriteOp::Finish() {
-  done_.store(1, std::memory_order_release);
-  // The owner may already have returned and destroyed this op: FUTEX_WAKE
-  // only hashes the address and never touches the memory.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr,
-          0);
-}
-
-void WriteOp::Await() {
-  while (done_.load(std::memory_order_acquire) == 0) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_), FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr,
-            0);
-  }
-  for (WriteOp* op : wakes_) {
-    if (op != nullptr) op->Finish();
-  }
-}
 
 void GroupCommitWriter::FinishAll(const std::vector<WriteOp*>& batch) {
   // Sorted before any owner is woken: a woken owner returns and destroys
@@ -35,12 +11,8 @@ void GroupCommitWriter::FinishAll(const std::vector<WriteOp*>& batch) {
   waiting_ops_.clear();
   submitted_ops_.clear();
   for (WriteOp* op : batch) (op->submitted_ ? submitted_ops_ : waiting_ops_).push_back(op);
-  const size_t n = waiting_ops_.size();
-  for (size_t i = 0; i < n; ++i) {
-    waiting_ops_[i]->wakes_[0] = 2 * i + 1 < n ? waiting_ops_[2 * i + 1] : nullptr;
-    waiting_ops_[i]->wakes_[1] = 2 * i + 2 < n ? waiting_ops_[2 * i + 2] : nullptr;
-  }
-  if (n > 0) waiting_ops_[0]->Finish();
+  TreeWaiter::FinishTree(waiting_ops_.size(),
+                         [this](size_t i) -> TreeWaiter& { return waiting_ops_[i]->waiter_; });
   // After the wake-up above: Done may be a send to another process, and the
   // waiting owners go on meanwhile.
   for (WriteOp* op : submitted_ops_) FinishOne(*op);
@@ -48,7 +20,7 @@ void GroupCommitWriter::FinishAll(const std::vector<WriteOp*>& batch) {
 
 void GroupCommitWriter::FinishOne(WriteOp& op) {
   if (!op.submitted_) {
-    op.Finish();
+    op.waiter_.Finish();
     return;
   }
   pending_.fetch_sub(1, std::memory_order_relaxed);
@@ -90,7 +62,7 @@ bool GroupCommitWriter::Enqueue(WriteOp& op) {
 
 void GroupCommitWriter::Execute(WriteOp& op) {
   if (!Enqueue(op)) return;
-  op.Await();
+  op.waiter_.Await();
   pending_.fetch_sub(1, std::memory_order_relaxed);
 }
 

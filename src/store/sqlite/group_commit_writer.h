@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/tree_waiter.h"
 #include "idem/error.h"
 #include "idem/record.h"
 #include "sqlite_connection.h"
@@ -57,14 +58,8 @@ class WriteOp {
 
  private:
   friend class GroupCommitWriter;
-  // Marks the write done and wakes its owner.
-  void Finish();
-  bool submitted_ = false;  // queued with Submit: Done, not Finish
-  // Blocks until Finish(), then finishes the writes this one must wake.
-  void Await();
-
-  std::atomic<uint32_t> done_{0};
-  WriteOp* wakes_[2] = {nullptr, nullptr};
+  bool submitted_ = false;  // queued with Submit: Done, not its waiter
+  TreeWaiter waiter_;       // its owner's, in Execute
 };
 
 // Owns the write connection and a thread that drains the queue: up to
