@@ -159,12 +159,12 @@ void ConfigureSqliteOnce() {
 
 }  // namespace
 
-Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
-                                                     Duration busy_timeout) {
+Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path, Duration busy_timeout,
+                                                     const char* vfs) {
   ConfigureSqliteOnce();
   sqlite3* db = nullptr;
   const int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs);
   if (rc != SQLITE_OK) {
     Error error = ErrorFromSqlite(rc, db != nullptr ? sqlite3_errmsg(db) : "", path, "opening");
     sqlite3_close_v2(db);

@@ -76,9 +76,11 @@ class Statement {
 class Connection {
  public:
   // Opens the existing file at `path` read-write (it is never created here)
-  // with extended result codes and the busy timeout set. kUnavailable /
-  // kDataLoss as ErrorFromSqlite.
-  static Result<std::unique_ptr<Connection>> Open(const std::string& path, Duration busy_timeout);
+  // with extended result codes and the busy timeout set, through the VFS
+  // named `vfs` (nullptr: SQLite's default). kUnavailable / kDataLoss as
+  // ErrorFromSqlite.
+  static Result<std::unique_ptr<Connection>> Open(const std::string& path, Duration busy_timeout,
+                                                  const char* vfs = nullptr);
 
   ~Connection();
   Connection(const Connection&) = delete;

@@ -18,6 +18,7 @@
 #include "sqlite_rows.h"
 #include "sqlite_schema.h"
 #include "sqlite_writes.h"
+#include "wal_coalescing_vfs.h"
 #include "write_lock.h"
 #include "writer_protocol.h"
 
@@ -45,6 +46,8 @@ struct Target {
   bool write_lock = true;
   bool shared_writer = true;
   size_t shared_writer_clients = 64;
+  // A commit's WAL writes made as one (wal_coalescing_vfs.h).
+  bool coalesce_wal = true;
 };
 
 constexpr std::string_view kClientsParam = "shared_writer_clients=";
@@ -67,6 +70,10 @@ Result<Target> ParseTarget(std::string_view url) {
       target.shared_writer = true;
     } else if (param == "shared_writer=off") {
       target.shared_writer = false;
+    } else if (param == "coalesce_wal=on") {
+      target.coalesce_wal = true;
+    } else if (param == "coalesce_wal=off") {
+      target.coalesce_wal = false;
     } else if (param.starts_with(kClientsParam)) {
       const std::string_view value = param.substr(kClientsParam.size());
       size_t n = 0;
@@ -81,9 +88,9 @@ Result<Target> ParseTarget(std::string_view url) {
     } else {
       return MakeError(ErrorCode::kInvalidArgument,
                        fmt::format("sqlite store {}: unknown parameter \"{}\"; the known ones "
-                                   "are write_lock=flock|none, shared_writer=on|off and "
-                                   "shared_writer_clients=N (a path with '?' in it cannot be "
-                                   "used)",
+                                   "are write_lock=flock|none, shared_writer=on|off, "
+                                   "shared_writer_clients=N and coalesce_wal=on|off (a path "
+                                   "with '?' in it cannot be used)",
                                    target.path, param));
     }
   }
@@ -188,7 +195,13 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, C
     return std::unexpected(std::move(ok.error()));
   }
 
-  auto conn = Connection::Open(path, options.sqlite_busy_timeout);
+  // Only where every commit syncs the WAL before it is published
+  // (wal_coalescing_vfs.h says why).
+  const bool syncs_commits =
+      options.sqlite_synchronous == "full" || options.sqlite_synchronous == "extra";
+  auto conn = Connection::Open(
+      path, options.sqlite_busy_timeout,
+      target->coalesce_wal && syncs_commits ? sqlite::WalCoalescingVfs() : nullptr);
   if (!conn) return std::unexpected(std::move(conn.error()));
   if (auto ok = EnableWal(**conn, options.sqlite_busy_timeout); !ok) {
     return std::unexpected(std::move(ok.error()));

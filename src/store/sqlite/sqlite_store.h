@@ -37,7 +37,10 @@ class SharedWriter;
 //     commits them together (sqlite::SharedWriter); shared_writer=off: this
 //     store commits its own writes;
 //   shared_writer_clients=N (default 64): connections the serving process
-//     answers at once.
+//     answers at once;
+//   coalesce_wal=on (default): with synchronous full or extra, the writes of
+//     one commit reach the WAL as one write (sqlite::WalCoalescingVfs);
+//     coalesce_wal=off: as SQLite makes them, two per page.
 // `clock` must outlive the store. Errors, each naming the path and what to
 // do: kInvalidArgument for bad options, a path that is a
 // directory or an SQLite file of another program; kUnavailable for a file or
