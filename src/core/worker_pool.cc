@@ -5,16 +5,20 @@ namespace idem {
 WorkerPool::~WorkerPool() { Shutdown(); }
 
 bool WorkerPool::Submit(std::function<void()> task) {
-  std::lock_guard g(mu_);
-  if (stop_) return false;
-  tasks_.push_back(std::move(task));
-  // Idle threads that were notified but have not taken a task yet are still
-  // counted in idle_, so compare against every queued task.
-  if (tasks_.size() > idle_) {
-    threads_.emplace_back([this] { Loop(); });
-  } else {
-    cv_.notify_one();
+  {
+    std::lock_guard g(mu_);
+    if (stop_) return false;
+    tasks_.push_back(std::move(task));
+    // Idle threads that were notified but have not taken a task yet are
+    // still counted in idle_, so compare against every queued task.
+    if (tasks_.size() > idle_) {
+      threads_.emplace_back([this] { Loop(); });
+      return true;
+    }
   }
+  // After the unlock: a thread woken under the lock would wake only to
+  // sleep on it again, one context switch more per task.
+  cv_.notify_one();
   return true;
 }
 

@@ -337,6 +337,7 @@ void McpSession::Core::OnUpstreamMessage(std::string text) {
       }
       gc->response = std::move(text);
       gc->response_msg = std::move(msg);
+      g.unlock();  // else its worker wakes only to wait for mu_
       gc->cv.notify_all();
       return;
     }
