@@ -2,6 +2,7 @@
 //
 //   ledger_bench [--seconds N] [--rounds N] [--dir DIR] [--scale N,N,...]
 //                [--synchronous full|normal|off] [--audit on|off] [--only main|scale]
+//                [--sqlite-params '?NAME=VALUE&…']
 //
 // Every call is a fresh key (a 64-hex pseudo fingerprint, so keys land all over the primary-key
 // index as real SHA-256 keys do) and fn returns a ~200-byte success body at once, so what is
@@ -33,7 +34,8 @@
 // bytes it wrote to the disk per call.
 //
 // --audit (default on, as idemgate runs) keeps the audit log: every attempt is also appended to
-// the store in batches, off the request path. DIR (default $TMPDIR or /tmp) must be on the disk
+// the store in batches, off the request path. --sqlite-params is appended to the store URL of the
+// SQLite cases of the main table (`?coalesce_wal=off`, say). DIR (default $TMPDIR or /tmp) must be on the disk
 // being measured: tmpfs makes fsync free.
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -78,6 +80,7 @@ struct Options {
   std::vector<uint64_t> scale;
   std::string synchronous = "full";
   bool audit = true;
+  std::string sqlite_params;  // after "sqlite:FILE" in the main table's cases
   bool main_cases = true;   // --only scale turns them off
   bool scale_cases = true;  // --only main turns them off
 };
@@ -619,17 +622,17 @@ void RunMainCases(const Options& o, const fs::path& dir) {
        }},
       {"claim->complete, sqlite, 1 caller",
        [&](const std::string& file) {
-         return ClaimComplete(*OpenOrDie("sqlite:" + file, o), 1, o);
+         return ClaimComplete(*OpenOrDie("sqlite:" + file + o.sqlite_params, o), 1, o);
        }},
       {"claim->complete, sqlite, 16 callers",
        [&](const std::string& file) {
-         return ClaimComplete(*OpenOrDie("sqlite:" + file, o), kManyCallers, o);
+         return ClaimComplete(*OpenOrDie("sqlite:" + file + o.sqlite_params, o), kManyCallers, o);
        }},
       {"replay, memory, 16 callers",
        [&](const std::string&) { return Replay(*OpenOrDie("memory:", o), kManyCallers, o); }},
       {"replay, sqlite, 16 callers",
        [&](const std::string& file) {
-         return Replay(*OpenOrDie("sqlite:" + file, o), kManyCallers, o);
+         return Replay(*OpenOrDie("sqlite:" + file + o.sqlite_params, o), kManyCallers, o);
        }},
   };
   // The cases alternate over the rounds, in reverse order every other round, so that a burst of
@@ -723,7 +726,8 @@ void RunScaleCases(const Options& o) {
   std::fprintf(stderr,
                "usage: ledger_bench [--seconds N] [--rounds N] [--dir DIR] [--scale N,N,...]\n"
                "                    [--synchronous full|normal|off] [--audit on|off] "
-               "[--only main|scale]\n");
+               "[--only main|scale]\n"
+               "                    [--sqlite-params '?NAME=VALUE&...']\n");
   std::exit(2);
 }
 
@@ -764,6 +768,8 @@ Options ParseFlags(int argc, char** argv) {
       o.synchronous = value;
     } else if (flag == "--audit" && (value == "on" || value == "off")) {
       o.audit = value == "on";
+    } else if (flag == "--sqlite-params" && value.starts_with("?")) {
+      o.sqlite_params = value;
     } else if (flag == "--only" && (value == "main" || value == "scale")) {
       o.main_cases = value == "main";
       o.scale_cases = value == "scale";
