@@ -35,8 +35,8 @@
 //
 // --audit (default on, as idemgate runs) keeps the audit log: every attempt is also appended to
 // the store in batches, off the request path. --sqlite-params is appended to the store URL of the
-// SQLite cases of the main table (`?coalesce_wal=off`, say). DIR (default $TMPDIR or /tmp) must be on the disk
-// being measured: tmpfs makes fsync free.
+// SQLite cases of the main table (`?coalesce_wal=off`, say). DIR (default $TMPDIR or /tmp) must
+// be on the disk being measured: tmpfs makes fsync free.
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sqlite3.h>

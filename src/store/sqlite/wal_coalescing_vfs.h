@@ -45,7 +45,7 @@ WalWriteCounts WalWrites();
 // For tests: `hook` runs at the start of every sync of a WAL file opened
 // through the VFS, before its kept writes are written (a test's child
 // process ends itself there, as a crash would). nullptr removes it. Set it
-// while no connection uses the VFS.
+// while no other thread syncs through the VFS.
 void SetWalSyncHookForTesting(void (*hook)());
 
 }  // namespace idem::sqlite
