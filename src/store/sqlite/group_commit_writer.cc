@@ -34,7 +34,9 @@ GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn,
       lock_(std::move(lock)),
       max_batch_(std::max<size_t>(max_batch, 1)),
       on_commit_(std::move(on_commit)),
-      thread_([this] { Loop(); }) {}
+      thread_([this] { Loop(); }) {
+  batch_.reserve(max_batch_);
+}
 
 GroupCommitWriter::~GroupCommitWriter() {
   {
@@ -45,36 +47,79 @@ GroupCommitWriter::~GroupCommitWriter() {
   thread_.join();
 }
 
-bool GroupCommitWriter::Enqueue(WriteOp& op) {
+GroupCommitWriter::Queued GroupCommitWriter::Enqueue(WriteOp& op, bool may_run) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
       op.Fail(Error{ErrorCode::kUnavailable,
                     "sqlite store " + conn_->path() + ": the store is closing; retry"});
-      return false;
+      return Queued::kRefused;
     }
     queue_.push_back(&op);
     pending_.fetch_add(1, std::memory_order_relaxed);
+    if (!running_) {
+      if (may_run) {
+        running_ = true;
+        return Queued::kRunIt;
+      }
+      wake = true;
+    }
+    // Otherwise whoever runs the turn now takes it next, or hands it on.
   }
-  wake_.notify_one();
-  return true;
+  if (wake) wake_.notify_one();
+  return Queued::kQueued;
 }
 
 void GroupCommitWriter::Execute(WriteOp& op) {
-  if (!Enqueue(op)) return;
+  switch (Enqueue(op, /*may_run=*/true)) {
+    case Queued::kRefused:
+      return;
+    case Queued::kRunIt:
+      RunTurn();
+      EndTurn(/*hand_on=*/true);
+      break;
+    case Queued::kQueued:
+      break;
+  }
   op.waiter_.Await();
   pending_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void GroupCommitWriter::Submit(WriteOp& op) {
   op.submitted_ = true;
-  if (!Enqueue(op)) op.Done();
+  if (Enqueue(op, /*may_run=*/false) == Queued::kRefused) op.Done();
 }
 
 bool GroupCommitWriter::AwaitWork() {
   std::unique_lock lock(mu_);
-  wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-  return !queue_.empty();  // stopping, and everything queued is done, if empty
+  wake_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
+  if (queue_.empty()) return false;  // stopping, and everything queued is done
+  running_ = true;
+  return true;
+}
+
+void GroupCommitWriter::EndTurn(bool hand_on) {
+  {
+    std::lock_guard lock(mu_);
+    running_ = false;
+    hand_on = hand_on && (stopping_ || !queue_.empty());
+  }
+  if (hand_on) wake_.notify_one();
+}
+
+void GroupCommitWriter::RunTurn() {
+  if (lock_) {
+    if (auto held = lock_->Acquire(); !held) {
+      TakeBatch(batch_);
+      for (WriteOp* op : batch_) op->Fail(held.error());
+      FinishAll(batch_);
+      return;
+    }
+  }
+  TakeBatch(batch_);
+  RunBatch(batch_);
+  if (lock_) lock_->Release();
 }
 
 void GroupCommitWriter::TakeBatch(std::vector<WriteOp*>& batch) {
@@ -85,22 +130,9 @@ void GroupCommitWriter::TakeBatch(std::vector<WriteOp*>& batch) {
 }
 
 void GroupCommitWriter::Loop() {
-  std::vector<WriteOp*> batch;
-  batch.reserve(max_batch_);
-  // Only this thread takes writes off the queue, so the queue is not empty
-  // between AwaitWork and TakeBatch, however long the write lock took.
   while (AwaitWork()) {
-    if (lock_) {
-      if (auto held = lock_->Acquire(); !held) {
-        TakeBatch(batch);
-        for (WriteOp* op : batch) op->Fail(held.error());
-        FinishAll(batch);
-        continue;
-      }
-    }
-    TakeBatch(batch);
-    RunBatch(batch);
-    if (lock_) lock_->Release();
+    RunTurn();
+    EndTurn(/*hand_on=*/false);  // this thread looks at the queue next
   }
 }
 

@@ -1,6 +1,7 @@
-// Group commit: the one writer thread of a SqliteStore. Concurrent writes
-// queue up while the previous transaction is being made durable and then
-// share the next transaction and its fsync.
+// Group commit: the writes of a SqliteStore, one transaction at a time, run
+// by its writer thread or by a lone caller. Concurrent writes queue up while
+// the previous transaction is being made durable and then share the next
+// transaction and its fsync.
 #pragma once
 
 #include <atomic>
@@ -50,7 +51,8 @@ class WriteOp {
   virtual void Fail(const Error& error) = 0;
 
   // A write queued with Submit: called once its batch committed or failed,
-  // on the writer's thread (or on Submit's, if the writer is stopping),
+  // on the thread that ran the batch (the writer's, or that of a caller of
+  // Execute; Submit's own, if the writer is stopping),
   // after every owner of the batch waiting in Execute was released. The
   // writer does not touch the op afterwards: Done may delete it. Must not
   // block for long: the next batch waits for it.
@@ -63,19 +65,21 @@ class WriteOp {
 };
 
 // Owns the write connection and a thread that drains the queue: up to
-// max_batch writes per BEGIN IMMEDIATE … COMMIT. A write's caller returns
+// max_batch writes per BEGIN IMMEDIATE … COMMIT, one batch (a turn) at a
+// time, run by that thread or by a caller of Execute that found no turn
+// running. A write's caller returns
 // only after its transaction committed, so a write is durable (as the
 // connection's synchronous setting promises) before it is acknowledged. If
 // BEGIN or COMMIT fails, every write of the batch gets the error. With a
-// WriteLock, the thread holds it from before BEGIN until after COMMIT (or
-// ROLLBACK), and takes the batch only once it holds it, so the writes that
+// WriteLock, the turn's thread holds it from before BEGIN until after COMMIT
+// (or ROLLBACK), and takes the batch only once it holds it, so the writes that
 // queued while it waited for another writer share the next transaction.
 // Thread-safe; the destructor finishes the queued writes and stops the thread.
 class GroupCommitWriter {
  public:
   using CommitHook = std::function<void(const std::vector<RecordId>& changed)>;
 
-  // `on_commit` runs on the writer thread after each successful COMMIT,
+  // `on_commit` runs on the turn's thread after each successful COMMIT,
   // before the batch's callers are released. `lock`, if not null, is taken
   // around every transaction.
   GroupCommitWriter(std::unique_ptr<Connection> conn, std::unique_ptr<WriteLock> lock,
@@ -85,7 +89,11 @@ class GroupCommitWriter {
   GroupCommitWriter& operator=(const GroupCommitWriter&) = delete;
 
   // Queues `op` and blocks until its batch committed or failed; the outcome
-  // is in `op`. After shutdown began, fails `op` with kUnavailable.
+  // is in `op`. After shutdown began, fails `op` with kUnavailable. When no
+  // batch is being run, the calling thread runs the next one itself (with
+  // `op` and whatever else is queued) rather than wake the writer's thread
+  // and wait to be woken back: a lone caller's write costs no thread
+  // hand-off. What queues meanwhile it leaves to the writer's thread.
   void Execute(WriteOp& op);
   // Queues `op` and returns; op.Done() runs once its batch committed or
   // failed (failed with kUnavailable at once after shutdown began). `op`
@@ -105,8 +113,17 @@ class GroupCommitWriter {
 
  private:
   void Loop();
-  // Blocks until a write is queued; false once stopping and none is.
+  // Blocks until a write is queued and no turn is being run, and takes the
+  // turn; false once stopping and none is queued.
   bool AwaitWork();
+  // One turn, by the thread that holds it (running_): takes the write lock,
+  // then up to max_batch_ queued writes, and runs them as one transaction.
+  // Only the turn's holder takes writes off the queue, so the queue is not
+  // empty when it takes them, however long the write lock took.
+  void RunTurn();
+  // Gives the turn up; with `hand_on`, wakes the writer's thread for what
+  // queued meanwhile.
+  void EndTurn(bool hand_on);
   // Moves up to max_batch_ queued writes into `batch`.
   void TakeBatch(std::vector<WriteOp*>& batch);
   void RunBatch(std::vector<WriteOp*>& batch);
@@ -116,9 +133,11 @@ class GroupCommitWriter {
   void FinishAll(const std::vector<WriteOp*>& batch);
   // Releases one write's owner.
   void FinishOne(WriteOp& op);
-  // Queues `op` for the next batch; false (and `op` failed) once the writer
-  // is stopping.
-  bool Enqueue(WriteOp& op);
+  enum class Queued { kRefused, kQueued, kRunIt };
+  // Queues `op` for the next batch. kRefused (and `op` failed) once the
+  // writer is stopping; kRunIt if `may_run` and no turn is being run: the
+  // caller now holds the turn and must run it.
+  Queued Enqueue(WriteOp& op, bool may_run);
 
   std::unique_ptr<Connection> conn_;
   std::unique_ptr<WriteLock> lock_;  // null: SQLite's own lock only
@@ -129,11 +148,15 @@ class GroupCommitWriter {
   std::condition_variable wake_;
   std::deque<WriteOp*> queue_;
   bool stopping_ = false;
+  // A thread runs a turn (the writer's, or a caller of Execute): the
+  // connection, the lock and the vectors below are its own until it ends.
+  bool running_ = false;
 
   std::atomic<uint64_t> commits_{0};
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> pending_{0};
-  // FinishAll's, reused (the writer's thread only).
+  // The turn's batch and FinishAll's lists, reused (the turn's holder only).
+  std::vector<WriteOp*> batch_;
   std::vector<WriteOp*> waiting_ops_;
   std::vector<WriteOp*> submitted_ops_;
   std::thread thread_;

@@ -19,6 +19,7 @@
 #include "store_contract.h"
 #include "store_wrapper.h"
 #include "test_support.h"
+#include "wal_coalescing_vfs.h"
 
 namespace idem {
 namespace {
@@ -615,6 +616,25 @@ TEST_F(SqliteStoreTest, ConcurrentCompletionsShareOneCommit) {
   EXPECT_EQ(failures.load(), 0);
   // The writer may have taken the first arrival on its own before it blocked.
   EXPECT_LE(store->commits() - commits_before, 2u);
+}
+
+// The thread whose write reached the WAL's sync last (the commit's thread).
+std::atomic<std::thread::id> syncing_thread;
+
+TEST_F(SqliteStoreTest, ALoneWriteCommitsOnItsCallersThread) {
+  auto store = Open();
+  sqlite::SetWalSyncHookForTesting([] { syncing_thread = std::this_thread::get_id(); });
+  auto claimed = store->Claim(Req("k"));
+  Result<Record> completed = MakeError(ErrorCode::kInternal, "not run");
+  if (claimed && claimed->claimed) {
+    completed = store->Complete(claimed->record.id, claimed->record.fence, Ok("ok"), kTtl);
+  }
+  sqlite::SetWalSyncHookForTesting(nullptr);
+  ASSERT_TRUE(claimed && claimed->claimed);
+  ASSERT_TRUE(completed) << completed.error().ToString();
+  // No hand-off to the writer's thread and back: the caller ran its batch.
+  EXPECT_EQ(syncing_thread.load(), std::this_thread::get_id());
+  EXPECT_EQ(store->commits(), 2u);
 }
 
 TEST_F(SqliteStoreTest, TwoStoresOnOneFileHaveExactlyOneClaimWinner) {
