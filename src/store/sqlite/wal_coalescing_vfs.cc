@@ -50,13 +50,20 @@ struct WalFile {
 
 WalFile& Wal(sqlite3_file* file) { return *reinterpret_cast<WalFile*>(file); }
 
-// Every method except xWrite and xClose writes what is kept first, then asks
-// the real file; most of them SQLite never calls on a WAL.
+// The real file's `Method`.
+template <auto Method, typename... Args>
+auto Forward(sqlite3_file* file, Args... args) {
+  WalFile& wal = Wal(file);
+  return (wal.methods().*Method)(wal.real, args...);
+}
+
+// Every method that reads or changes the file, except xWrite and xClose,
+// writes what is kept first, then asks the real file; most of them SQLite
+// never calls on a WAL.
 template <auto Method, typename... Args>
 int FlushThen(sqlite3_file* file, Args... args) {
-  WalFile& wal = Wal(file);
-  if (const int rc = wal.Flush(); rc != SQLITE_OK) return rc;
-  return (wal.methods().*Method)(wal.real, args...);
+  if (const int rc = Wal(file).Flush(); rc != SQLITE_OK) return rc;
+  return Forward<Method>(file, args...);
 }
 
 int WalClose(sqlite3_file* file) {
@@ -92,26 +99,6 @@ int WalSync(sqlite3_file* file, int flags) {
   return FlushThen<&sqlite3_io_methods::xSync>(file, flags);
 }
 
-int WalSectorSize(sqlite3_file* file) {
-  WalFile& wal = Wal(file);
-  return wal.methods().xSectorSize(wal.real);
-}
-
-int WalDeviceCharacteristics(sqlite3_file* file) {
-  WalFile& wal = Wal(file);
-  return wal.methods().xDeviceCharacteristics(wal.real);
-}
-
-int WalShmUnmap(sqlite3_file* file, int delete_flag) {
-  WalFile& wal = Wal(file);
-  return wal.methods().xShmUnmap(wal.real, delete_flag);
-}
-
-void WalShmBarrier(sqlite3_file* file) {
-  WalFile& wal = Wal(file);
-  wal.methods().xShmBarrier(wal.real);
-}
-
 const sqlite3_io_methods kWalMethods = {
     .iVersion = 3,
     .xClose = WalClose,
@@ -124,12 +111,12 @@ const sqlite3_io_methods kWalMethods = {
     .xUnlock = FlushThen<&sqlite3_io_methods::xUnlock, int>,
     .xCheckReservedLock = FlushThen<&sqlite3_io_methods::xCheckReservedLock, int*>,
     .xFileControl = FlushThen<&sqlite3_io_methods::xFileControl, int, void*>,
-    .xSectorSize = WalSectorSize,
-    .xDeviceCharacteristics = WalDeviceCharacteristics,
+    .xSectorSize = Forward<&sqlite3_io_methods::xSectorSize>,
+    .xDeviceCharacteristics = Forward<&sqlite3_io_methods::xDeviceCharacteristics>,
     .xShmMap = FlushThen<&sqlite3_io_methods::xShmMap, int, int, int, void volatile**>,
     .xShmLock = FlushThen<&sqlite3_io_methods::xShmLock, int, int, int>,
-    .xShmBarrier = WalShmBarrier,
-    .xShmUnmap = WalShmUnmap,
+    .xShmBarrier = Forward<&sqlite3_io_methods::xShmBarrier>,
+    .xShmUnmap = Forward<&sqlite3_io_methods::xShmUnmap, int>,
     .xFetch = FlushThen<&sqlite3_io_methods::xFetch, sqlite3_int64, int, void**>,
     .xUnfetch = FlushThen<&sqlite3_io_methods::xUnfetch, sqlite3_int64, void*>,
 };
@@ -153,41 +140,10 @@ int Open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, int*
   return SQLITE_OK;
 }
 
-// The rest is the real VFS's.
-int Delete(sqlite3_vfs* vfs, const char* name, int sync_dir) {
-  return Real(vfs)->xDelete(Real(vfs), name, sync_dir);
-}
-int Access(sqlite3_vfs* vfs, const char* name, int flags, int* out) {
-  return Real(vfs)->xAccess(Real(vfs), name, flags, out);
-}
-int FullPathname(sqlite3_vfs* vfs, const char* name, int size, char* out) {
-  return Real(vfs)->xFullPathname(Real(vfs), name, size, out);
-}
-void* DlOpen(sqlite3_vfs* vfs, const char* name) { return Real(vfs)->xDlOpen(Real(vfs), name); }
-void DlError(sqlite3_vfs* vfs, int size, char* out) { Real(vfs)->xDlError(Real(vfs), size, out); }
-void (*DlSym(sqlite3_vfs* vfs, void* handle, const char* symbol))() {
-  return Real(vfs)->xDlSym(Real(vfs), handle, symbol);
-}
-void DlClose(sqlite3_vfs* vfs, void* handle) { Real(vfs)->xDlClose(Real(vfs), handle); }
-int Randomness(sqlite3_vfs* vfs, int size, char* out) {
-  return Real(vfs)->xRandomness(Real(vfs), size, out);
-}
-int Sleep(sqlite3_vfs* vfs, int micros) { return Real(vfs)->xSleep(Real(vfs), micros); }
-int CurrentTime(sqlite3_vfs* vfs, double* out) { return Real(vfs)->xCurrentTime(Real(vfs), out); }
-int GetLastError(sqlite3_vfs* vfs, int size, char* out) {
-  return Real(vfs)->xGetLastError(Real(vfs), size, out);
-}
-int CurrentTimeInt64(sqlite3_vfs* vfs, sqlite3_int64* out) {
-  return Real(vfs)->xCurrentTimeInt64(Real(vfs), out);
-}
-int SetSystemCall(sqlite3_vfs* vfs, const char* name, sqlite3_syscall_ptr call) {
-  return Real(vfs)->xSetSystemCall(Real(vfs), name, call);
-}
-sqlite3_syscall_ptr GetSystemCall(sqlite3_vfs* vfs, const char* name) {
-  return Real(vfs)->xGetSystemCall(Real(vfs), name);
-}
-const char* NextSystemCall(sqlite3_vfs* vfs, const char* name) {
-  return Real(vfs)->xNextSystemCall(Real(vfs), name);
+// Every other method of the VFS is the real one's.
+template <auto Method, typename... Args>
+auto ToReal(sqlite3_vfs* vfs, Args... args) {
+  return (Real(vfs)->*Method)(Real(vfs), args...);
 }
 
 }  // namespace
@@ -206,21 +162,21 @@ const char* WalCoalescingVfs() {
         .zName = kName,
         .pAppData = real,
         .xOpen = Open,
-        .xDelete = Delete,
-        .xAccess = Access,
-        .xFullPathname = FullPathname,
-        .xDlOpen = DlOpen,
-        .xDlError = DlError,
-        .xDlSym = DlSym,
-        .xDlClose = DlClose,
-        .xRandomness = Randomness,
-        .xSleep = Sleep,
-        .xCurrentTime = CurrentTime,
-        .xGetLastError = GetLastError,
-        .xCurrentTimeInt64 = CurrentTimeInt64,
-        .xSetSystemCall = SetSystemCall,
-        .xGetSystemCall = GetSystemCall,
-        .xNextSystemCall = NextSystemCall,
+        .xDelete = ToReal<&sqlite3_vfs::xDelete, const char*, int>,
+        .xAccess = ToReal<&sqlite3_vfs::xAccess, const char*, int, int*>,
+        .xFullPathname = ToReal<&sqlite3_vfs::xFullPathname, const char*, int, char*>,
+        .xDlOpen = ToReal<&sqlite3_vfs::xDlOpen, const char*>,
+        .xDlError = ToReal<&sqlite3_vfs::xDlError, int, char*>,
+        .xDlSym = ToReal<&sqlite3_vfs::xDlSym, void*, const char*>,
+        .xDlClose = ToReal<&sqlite3_vfs::xDlClose, void*>,
+        .xRandomness = ToReal<&sqlite3_vfs::xRandomness, int, char*>,
+        .xSleep = ToReal<&sqlite3_vfs::xSleep, int>,
+        .xCurrentTime = ToReal<&sqlite3_vfs::xCurrentTime, double*>,
+        .xGetLastError = ToReal<&sqlite3_vfs::xGetLastError, int, char*>,
+        .xCurrentTimeInt64 = ToReal<&sqlite3_vfs::xCurrentTimeInt64, sqlite3_int64*>,
+        .xSetSystemCall = ToReal<&sqlite3_vfs::xSetSystemCall, const char*, sqlite3_syscall_ptr>,
+        .xGetSystemCall = ToReal<&sqlite3_vfs::xGetSystemCall, const char*>,
+        .xNextSystemCall = ToReal<&sqlite3_vfs::xNextSystemCall, const char*>,
     };
     return sqlite3_vfs_register(&vfs, 0) == SQLITE_OK;
   }();
