@@ -28,12 +28,19 @@ namespace {
 using sqlite::Connection;
 using sqlite::WriteContext;
 
-// PRAGMA synchronous values accepted from options, as fixed SQL.
-Result<const char*> SynchronousPragma(const std::string& mode) {
-  if (mode == "full") return "PRAGMA synchronous = FULL";
-  if (mode == "normal") return "PRAGMA synchronous = NORMAL";
-  if (mode == "extra") return "PRAGMA synchronous = EXTRA";
-  if (mode == "off") return "PRAGMA synchronous = OFF";
+// A PRAGMA synchronous value accepted from options.
+struct Synchronous {
+  const char* pragma;  // as fixed SQL
+  // Every commit syncs the WAL before it is published, which a commit's WAL
+  // writes made as one need (wal_coalescing_vfs.h says why).
+  bool syncs_commits;
+};
+
+Result<Synchronous> ParseSynchronous(const std::string& mode) {
+  if (mode == "full") return Synchronous{"PRAGMA synchronous = FULL", true};
+  if (mode == "normal") return Synchronous{"PRAGMA synchronous = NORMAL", false};
+  if (mode == "extra") return Synchronous{"PRAGMA synchronous = EXTRA", true};
+  if (mode == "off") return Synchronous{"PRAGMA synchronous = OFF", false};
   return MakeError(ErrorCode::kInvalidArgument,
                    fmt::format("sqlite store: synchronous \"{}\" is not one of full, normal, "
                                "extra, off",
@@ -189,24 +196,20 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, C
   if (!target) return std::unexpected(std::move(target.error()));
   const std::string& path = target->path;
   if (auto ok = CheckOptions(options); !ok) return std::unexpected(std::move(ok.error()));
-  auto synchronous = SynchronousPragma(options.sqlite_synchronous);
+  auto synchronous = ParseSynchronous(options.sqlite_synchronous);
   if (!synchronous) return std::unexpected(std::move(synchronous.error()));
   if (auto ok = sqlite::PrepareDatabaseFile(path); !ok) {
     return std::unexpected(std::move(ok.error()));
   }
 
-  // Only where every commit syncs the WAL before it is published
-  // (wal_coalescing_vfs.h says why).
-  const bool syncs_commits =
-      options.sqlite_synchronous == "full" || options.sqlite_synchronous == "extra";
   auto conn = Connection::Open(
       path, options.sqlite_busy_timeout,
-      target->coalesce_wal && syncs_commits ? sqlite::WalCoalescingVfs() : nullptr);
+      target->coalesce_wal && synchronous->syncs_commits ? sqlite::WalCoalescingVfs() : nullptr);
   if (!conn) return std::unexpected(std::move(conn.error()));
   if (auto ok = EnableWal(**conn, options.sqlite_busy_timeout); !ok) {
     return std::unexpected(std::move(ok.error()));
   }
-  if (auto ok = (*conn)->Exec(*synchronous, "setting PRAGMA synchronous"); !ok) {
+  if (auto ok = (*conn)->Exec(synchronous->pragma, "setting PRAGMA synchronous"); !ok) {
     return std::unexpected(std::move(ok.error()));
   }
   if (auto ok = sqlite::MigrateSchema(**conn); !ok) return std::unexpected(std::move(ok.error()));
