@@ -128,6 +128,18 @@ end
 -- them; else the refusal, {'stale' or 'reserved', tenant, head, …}. A
 -- stale writer reserves the heads it needs until now + reserve_ms.
 local function chain_stale(heads, at, n, token, now)
+  if n == 1 then
+    -- One entry (a claim's or a completion's, the common case) that passes
+    -- is checked without the tables below; any other goes the long way,
+    -- which reads its head again.
+    local t = ARGV[at + 1]
+    local s, h, ss, sp, tok, untl = head_of(heads, t)
+    if (tok == '' or tok == token or untl <= now) and tonumber(ARGV[at + 9]) == s + 1 and
+        ARGV[at + 10] == h then
+      restart[t] = {ss, sp}
+      return nil
+    end
+  end
   local first, order, expect, reserved, bad = {}, {}, {}, false, false
   for i = 0, n - 1 do
     local b = at + i * 12

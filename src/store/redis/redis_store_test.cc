@@ -509,17 +509,22 @@ TEST(RedisClusterTest, InstancesAppendingAtOnceKeepOneChain) {
   InstancesAppendOneChain("IDEM_REDIS_CLUSTER_URL_FILE");
 }
 
-// The single server's URL (into *server) and a connection to it, for
-// commands behind the store's back; nullptr after recording a failure.
-std::unique_ptr<redis::Connection> AdminOfSingle(std::string* server) {
-  *server = ServerUrl("IDEM_REDIS_URL_FILE");
-  if (server->empty()) return nullptr;
-  auto config = redis::ParseRedisUrl(*server);
+// A connection to the server of `url`, for commands behind the store's back;
+// nullptr after recording a failure.
+std::unique_ptr<redis::Connection> AdminOf(const std::string& url) {
+  auto config = redis::ParseRedisUrl(url);
   if (!config) {
     ADD_FAILURE() << config.error().ToString();
     return nullptr;
   }
   return Connect(config->nodes.front());
+}
+
+// The single server's URL (into *server) and AdminOf it.
+std::unique_ptr<redis::Connection> AdminOfSingle(std::string* server) {
+  *server = ServerUrl("IDEM_REDIS_URL_FILE");
+  if (server->empty()) return nullptr;
+  return AdminOf(*server);
 }
 
 // Calls of `command` (lower case) the server has run, from INFO commandstats.
@@ -583,9 +588,7 @@ TEST(RedisSingleTest, ChainedClaimsAndCompletionsFromManyThreadsAreSentOnce) {
 // the completed record and replays it. Neither needs a worker.
 TEST(RedisSingleTest, AFreshCallIsTwoScriptsAndNoReadFirst) {
   OwnServer own("fresh");  // INFO commandstats counts this test's commands only
-  auto config = redis::ParseRedisUrl(own.url());
-  ASSERT_TRUE(config) << config.error().ToString();
-  auto admin = Connect(config->nodes.front());
+  auto admin = AdminOf(own.url());
   ASSERT_TRUE(admin);
   FakeClock clock;
   auto store = OpenOrFail(WithOptions(own.url(), "prefix=" + UniquePrefix("fresh")), clock);
@@ -644,6 +647,58 @@ TEST(RedisSingleTest, AFreshCallIsTwoScriptsAndNoReadFirst) {
   // (Commands a script runs count as the server's too.)
   EXPECT_EQ(CommandCalls(*admin, "hgetall") - reads, 1)
       << "only the claim script's own read of the record it found";
+}
+
+// A claim's entry chained from a head another instance has moved since is
+// refused (one script) and chained again from the head the refusal names (a
+// second); while a third writer holds a live reservation of that head, the
+// claim writes nothing, until the reservation lapses.
+TEST(RedisSingleTest, AClaimFromAMovedHeadIsChainedAgainAndAReservationHoldsItBack) {
+  OwnServer own("moved-head");  // INFO commandstats counts this test's commands only
+  auto admin = AdminOf(own.url());
+  ASSERT_TRUE(admin);
+  const std::string prefix = UniquePrefix("moved");
+  const std::string url = WithOptions(own.url(), "prefix=" + prefix);
+  FakeClock clock;
+  auto a = OpenOrFail(url, clock);
+  auto b = OpenOrFail(url, clock);
+  ASSERT_TRUE(a && b);
+  auto logged_claim = [](const std::string& key) {
+    ClaimRequest req = Req(key);
+    req.id.tenant = "u";
+    req.logged = AuditEntry("u", key, 1, "claimed", AttemptOutcome::kClaimed);
+    return req;
+  };
+
+  auto first = a->Claim(logged_claim("k1"));  // a now caches u's head: seq 1
+  ASSERT_TRUE(first && first->claimed) << (first ? "not claimed" : first.error().ToString());
+  ASSERT_TRUE(b->AppendAttempts({AuditEntry("u", "k2", 2)}));  // seq 2, behind a's back
+  const long long before = EvalshaCalls(*admin);
+  auto second = a->Claim(logged_claim("k3"));
+  ASSERT_TRUE(second && second->claimed) << (second ? "not claimed" : second.error().ToString());
+  EXPECT_EQ(EvalshaCalls(*admin) - before, 2) << "refused as stale once, then written";
+
+  // Another writer's reservation of u's head, live by the callers' clock.
+  const std::string heads = redis::AttemptHeadsKey(prefix);
+  redis::Reply head = RunCmd(*admin, {"HGET", heads, "u"});
+  ASSERT_TRUE(head && head->type == REDIS_REPLY_STRING);
+  const std::string free_head(redis::Text(*head));
+  const std::string until = std::to_string(ToUnixMillis(clock.Now() + 1min));
+  ASSERT_TRUE(RunCmd(*admin, {"HSET", heads, "u", free_head + " someoneelse " + until}));
+  auto held = a->Claim(logged_claim("k4"));
+  ASSERT_FALSE(held) << "claimed past another writer's reservation";
+  EXPECT_EQ(held.error().code, ErrorCode::kUnavailable) << held.error().ToString();
+  auto absent = a->Get(RecordId{"u", "k4"});
+  ASSERT_TRUE(absent) << absent.error().ToString();
+  EXPECT_FALSE(*absent) << "a refused claim wrote its record";
+
+  clock.Advance(2min);  // the reservation lapses
+  auto after = a->Claim(logged_claim("k4"));
+  ASSERT_TRUE(after && after->claimed) << (after ? "not claimed" : after.error().ToString());
+  auto report = VerifyChains(*a, std::string("u"));
+  ASSERT_TRUE(report) << report.error().ToString();
+  EXPECT_FALSE(report->fault) << report->fault->message;
+  EXPECT_EQ(report->checked, 4u);
 }
 
 // attempts_maxlen trims the stream, which is a purge: each trimmed tenant's
