@@ -28,7 +28,9 @@
 // after round, in reverse order every other round, after one untimed warm-up run per case. The
 // table shows medians over rounds; each ratio is taken within a round and the median of those is
 // compared with the targets. CPU per request is utime+stime from /proc/PID/stat before and after
-// the run, divided by the requests wrk completed, for the front, the vendor, Redis and wrk.
+// the run, divided by the requests wrk completed, for the front, the vendor, Redis and wrk; for
+// the front and Redis also utime alone, which leaves out what the kernel does for them (sockets,
+// and Redis's AOF writes and fsyncs, which every front's writes cost alike).
 // wrk, Redis, the vendor and the front all share the machine's cores.
 import { spawn, execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -156,12 +158,16 @@ function spawnListening(what, command, args) {
 // ---------------------------------------------------------------------------------------------
 // Measurements from /proc.
 
-/** utime+stime of a process (all its threads), in µs. */
-function cpuUs(pid) {
+/** utime of a process (all its threads), and utime+stime, in µs. */
+function cpuTimes(pid) {
   const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = s.slice(s.lastIndexOf(')') + 2).split(' '); // f[0] is field 3 (state)
-  return ((Number(f[11]) + Number(f[12])) * 1e6) / CLK_TCK;
+  const user = (Number(f[11]) * 1e6) / CLK_TCK;
+  return { user, total: user + (Number(f[12]) * 1e6) / CLK_TCK };
 }
+
+/** utime+stime of a process (all its threads), in µs. */
+const cpuUs = (pid) => cpuTimes(pid).total;
 
 /** Busy and total jiffies of the whole machine. */
 function machineTicks() {
@@ -351,6 +357,7 @@ async function main() {
       : [`${nonce}-${c.front}-r`, String(opts.keys), String(opts.threads)];
     const pids = { front: c.front === 'vendor' ? null : t.pid, vendor: vendor.pid, redis: redisPid };
     const before = Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, p ? cpuUs(p) : 0]));
+    const user0 = { front: pids.front ? cpuTimes(pids.front).user : 0, redis: cpuTimes(redisPid).user };
     const m0 = machineTicks();
     effects();
     const w0 = process.hrtime.bigint();
@@ -369,6 +376,8 @@ async function main() {
       cpu: {}, machineCores: ((m1.busy - m0.busy) / (m1.total - m0.total)) * cpu.length,
     };
     for (const [k, p] of Object.entries(pids)) res.cpu[k] = p ? (cpuUs(p) - before[k]) / n : null;
+    res.cpu.frontUser = pids.front ? (cpuTimes(pids.front).user - user0.front) / n : null;
+    res.cpu.redisUser = (cpuTimes(redisPid).user - user0.redis) / n;
     res.cpu.wrk = r.wrk_cpu_us / n;
     res.benchCores = ((res.cpu.front ?? 0) + res.cpu.vendor + res.cpu.redis + res.cpu.wrk) * r.requests / 1e6 / wall;
     return res;
@@ -416,10 +425,12 @@ function report(all, fronts, elapsed) {
   const med = (front, mode, fn) => median(all.filter((r) => r.front === front && r.mode === mode).map(fn));
 
   console.log(`\nMedians over ${rounds.length} rounds (${elapsed.toFixed(0)} s in all). CPU is µs per ` +
-    'request (utime+stime); "cores" is what the bench\'s processes used and what the machine used ' +
-    '(others included), out of ' + os.cpus().length + '.');
-  const head = ['case', 'req/s', 'p50 ms', 'p99 ms', 'CPU front', 'CPU vendor', 'CPU redis', 'CPU wrk',
-    'vs vendor', 'effects/req', 'cores bench/machine', 'errors'];
+    'request (utime+stime; "front user" and "redis user" are utime alone: the process\'s own ' +
+    'code, and Redis\'s Lua, without the kernel\'s network, AOF writes and fsyncs); "cores" is ' +
+    'what the bench\'s processes used and what the machine used (others included), out of ' +
+    os.cpus().length + '.');
+  const head = ['case', 'req/s', 'p50 ms', 'p99 ms', 'CPU front', 'front user', 'CPU vendor',
+    'CPU redis', 'redis user', 'CPU wrk', 'vs vendor', 'effects/req', 'cores bench/machine', 'errors'];
   const lines = [];
   for (const f of fronts) {
     for (const m of MODES) {
@@ -428,7 +439,9 @@ function report(all, fronts, elapsed) {
       const vs = median(rounds.map((rd) => get(f, m, rd)?.perSec / get('vendor', m, rd)?.perSec));
       lines.push([`${f} ${m}`, fmtInt(median(rs.map((r) => r.perSec))), fmt2(median(rs.map((r) => r.p50))),
         fmt2(median(rs.map((r) => r.p99))), fmt1(median(rs.map((r) => r.cpu.front))),
+        fmt1(median(rs.map((r) => r.cpu.frontUser))),
         fmt1(median(rs.map((r) => r.cpu.vendor))), fmt1(median(rs.map((r) => r.cpu.redis))),
+        fmt1(median(rs.map((r) => r.cpu.redisUser))),
         fmt1(median(rs.map((r) => r.cpu.wrk))), f === 'vendor' ? '' : fmt2(vs),
         fmt2(median(rs.map((r) => r.effectsPerReq))),
         `${fmt2(median(rs.map((r) => r.benchCores)))} / ${fmt2(median(rs.map((r) => r.machineCores)))}`,
