@@ -601,6 +601,10 @@ enum MainCase : size_t { kBareOne, kBareBatched, kMemory1, kMemory16, kSqlite1, 
 
 void RunMainCases(const Options& o, const fs::path& dir) {
   const std::string sync = o.synchronous;
+  // The SQLite cases' store, on `file`, with --sqlite-params.
+  auto sqlite = [&](const std::string& file) {
+    return OpenOrDie("sqlite:" + file + o.sqlite_params, o);
+  };
   std::vector<Case> cases = {
       {"bare sqlite, one commit per write",
        [&](const std::string& file) {
@@ -622,17 +626,17 @@ void RunMainCases(const Options& o, const fs::path& dir) {
        }},
       {"claim->complete, sqlite, 1 caller",
        [&](const std::string& file) {
-         return ClaimComplete(*OpenOrDie("sqlite:" + file + o.sqlite_params, o), 1, o);
+         return ClaimComplete(*sqlite(file), 1, o);
        }},
       {"claim->complete, sqlite, 16 callers",
        [&](const std::string& file) {
-         return ClaimComplete(*OpenOrDie("sqlite:" + file + o.sqlite_params, o), kManyCallers, o);
+         return ClaimComplete(*sqlite(file), kManyCallers, o);
        }},
       {"replay, memory, 16 callers",
        [&](const std::string&) { return Replay(*OpenOrDie("memory:", o), kManyCallers, o); }},
       {"replay, sqlite, 16 callers",
        [&](const std::string& file) {
-         return Replay(*OpenOrDie("sqlite:" + file + o.sqlite_params, o), kManyCallers, o);
+         return Replay(*sqlite(file), kManyCallers, o);
        }},
   };
   // The cases alternate over the rounds, in reverse order every other round, so that a burst of

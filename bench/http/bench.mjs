@@ -166,9 +166,6 @@ function cpuTimes(pid) {
   return { user, total: user + (Number(f[12]) * 1e6) / CLK_TCK };
 }
 
-/** utime+stime of a process (all its threads), in µs. */
-const cpuUs = (pid) => cpuTimes(pid).total;
-
 /** Busy and total jiffies of the whole machine. */
 function machineTicks() {
   const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
@@ -356,14 +353,15 @@ async function main() {
       ? [`${nonce}-${c.front}-${round}-${runs++}`]
       : [`${nonce}-${c.front}-r`, String(opts.keys), String(opts.threads)];
     const pids = { front: c.front === 'vendor' ? null : t.pid, vendor: vendor.pid, redis: redisPid };
-    const before = Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, p ? cpuUs(p) : 0]));
-    const user0 = { front: pids.front ? cpuTimes(pids.front).user : 0, redis: cpuTimes(redisPid).user };
+    const times = () => Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, p ? cpuTimes(p) : null]));
+    const before = times();
     const m0 = machineTicks();
     effects();
     const w0 = process.hrtime.bigint();
     const r = await runWrk(t.url, c.mode, args, seconds);
     const wall = Number(process.hrtime.bigint() - w0) / 1e9;
     const m1 = machineTicks();
+    const after = times();
     const n = Math.max(r.requests, 1);
     const res = {
       case: c.name, front: c.front, mode: c.mode, round, command: r.command,
@@ -375,9 +373,9 @@ async function main() {
       effectsPerReq: effects() / n,
       cpu: {}, machineCores: ((m1.busy - m0.busy) / (m1.total - m0.total)) * cpu.length,
     };
-    for (const [k, p] of Object.entries(pids)) res.cpu[k] = p ? (cpuUs(p) - before[k]) / n : null;
-    res.cpu.frontUser = pids.front ? (cpuTimes(pids.front).user - user0.front) / n : null;
-    res.cpu.redisUser = (cpuTimes(redisPid).user - user0.redis) / n;
+    for (const k of Object.keys(pids)) res.cpu[k] = after[k] ? (after[k].total - before[k].total) / n : null;
+    res.cpu.frontUser = after.front ? (after.front.user - before.front.user) / n : null;
+    res.cpu.redisUser = (after.redis.user - before.redis.user) / n;
     res.cpu.wrk = r.wrk_cpu_us / n;
     res.benchCores = ((res.cpu.front ?? 0) + res.cpu.vendor + res.cpu.redis + res.cpu.wrk) * r.requests / 1e6 / wall;
     return res;
