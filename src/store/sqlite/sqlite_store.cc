@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -55,9 +56,20 @@ struct Target {
   size_t shared_writer_clients = 64;
   // A commit's WAL writes made as one (wal_coalescing_vfs.h).
   bool coalesce_wal = true;
+  // The page size a new file is created with; an existing file keeps its own.
+  size_t page_size = 1024;
 };
 
 constexpr std::string_view kClientsParam = "shared_writer_clients=";
+constexpr std::string_view kPageSizeParam = "page_size=";
+
+// A whole number in `value`, or nothing.
+std::optional<size_t> WholeNumber(std::string_view value) {
+  size_t n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size()) return std::nullopt;
+  return n;
+}
 
 // Splits PATH[?NAME=VALUE&…] (see OpenSqliteStore).
 Result<Target> ParseTarget(std::string_view url) {
@@ -83,20 +95,30 @@ Result<Target> ParseTarget(std::string_view url) {
       target.coalesce_wal = false;
     } else if (param.starts_with(kClientsParam)) {
       const std::string_view value = param.substr(kClientsParam.size());
-      size_t n = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size() || n == 0) {
+      const std::optional<size_t> n = WholeNumber(value);
+      if (!n || *n == 0) {
         return MakeError(ErrorCode::kInvalidArgument,
                          fmt::format("sqlite store {}: shared_writer_clients=\"{}\" is not a "
                                      "positive whole number of connections",
                                      target.path, value));
       }
-      target.shared_writer_clients = n;
+      target.shared_writer_clients = *n;
+    } else if (param.starts_with(kPageSizeParam)) {
+      const std::string_view value = param.substr(kPageSizeParam.size());
+      const std::optional<size_t> n = WholeNumber(value);
+      if (!n || *n < 512 || *n > 65536 || (*n & (*n - 1)) != 0) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("sqlite store {}: page_size=\"{}\" is not a power of two "
+                                     "from 512 to 65536 bytes",
+                                     target.path, value));
+      }
+      target.page_size = *n;
     } else {
       return MakeError(ErrorCode::kInvalidArgument,
                        fmt::format("sqlite store {}: unknown parameter \"{}\"; the known ones "
                                    "are write_lock=flock|none, shared_writer=on|off, "
-                                   "shared_writer_clients=N and coalesce_wal=on|off (a path "
+                                   "shared_writer_clients=N, coalesce_wal=on|off and "
+                                   "page_size=BYTES (a path "
                                    "with '?' in it cannot be used)",
                                    target.path, param));
     }
@@ -206,6 +228,12 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, C
       path, options.sqlite_busy_timeout,
       target->coalesce_wal && synchronous->syncs_commits ? sqlite::WalCoalescingVfs() : nullptr);
   if (!conn) return std::unexpected(std::move(conn.error()));
+  // Takes effect only while the file is empty: before WAL mode is set.
+  if (auto ok = (*conn)->Exec(fmt::format("PRAGMA page_size = {}", target->page_size).c_str(),
+                              "setting PRAGMA page_size");
+      !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
   if (auto ok = EnableWal(**conn, options.sqlite_busy_timeout); !ok) {
     return std::unexpected(std::move(ok.error()));
   }

@@ -40,7 +40,9 @@ class SharedWriter;
 //     answers at once;
 //   coalesce_wal=on (default): with synchronous full or extra, the writes of
 //     one commit reach the WAL as one write (sqlite::WalCoalescingVfs);
-//     coalesce_wal=off: as SQLite makes them, two per page.
+//     coalesce_wal=off: as SQLite makes them, two per page;
+//   page_size=BYTES (default 1024, a power of two from 512 to 65536): the
+//     page size of a file the store creates; an existing file keeps its own.
 // `clock` must outlive the store. Errors, each naming the path and what to
 // do: kInvalidArgument for bad options, a path that is a
 // directory or an SQLite file of another program; kUnavailable for a file or

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +91,19 @@ class RawDb {
   // Returns the SQLite result code.
   int Exec(const std::string& sql) {
     return sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
+  }
+
+  // The first column of the first row `sql` returns, as an integer.
+  int64_t QueryInt(const std::string& sql) {
+    int64_t value = -1;
+    sqlite3_exec(
+        db_, sql.c_str(),
+        [](void* out, int, char** row, char**) {
+          *static_cast<int64_t*>(out) = std::strtoll(row[0], nullptr, 10);
+          return 0;
+        },
+        &value, nullptr);
+    return value;
   }
 
  private:
@@ -332,6 +346,39 @@ TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndData) {
   auto n = again->CountRecords();
   ASSERT_TRUE(n);
   EXPECT_EQ(*n, 0u);
+}
+
+// A new file is made of pages of 1 KiB, or of page_size; a file that
+// already exists keeps the size it was made with, and its records.
+TEST_F(SqliteStoreTest, ANewFileTakesThePageSizeAndAnOldFileKeepsItsOwn) {
+  Open().reset();
+  EXPECT_EQ(RawDb(path_).QueryInt("PRAGMA page_size"), 1024);
+
+  const std::string big = dir_.File("big.db");
+  {
+    auto store = SqliteStore::Open(big + "?page_size=4096", clock_, StoreOptions{});
+    ASSERT_TRUE(store) << store.error().ToString();
+    ASSERT_TRUE((*store)->Claim(Req("k")));
+  }
+  EXPECT_EQ(RawDb(big).QueryInt("PRAGMA page_size"), 4096);
+  auto again = SqliteStore::Open(big + "?page_size=512", clock_, StoreOptions{});
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(RawDb(big).QueryInt("PRAGMA page_size"), 4096);
+  auto n = (*again)->CountRecords();
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 1u);
+}
+
+TEST_F(SqliteStoreTest, PageSizesSQLiteCannotUseAreRefused) {
+  for (const char* params :
+       {"?page_size=1000", "?page_size=256", "?page_size=131072", "?page_size=", "?page_size=4k"}) {
+    auto store = SqliteStore::Open(path_ + params, clock_, StoreOptions{});
+    ASSERT_FALSE(store) << params;
+    EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(store.error().message.find("power of two from 512 to 65536"), std::string::npos)
+        << store.error().message;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path_));
 }
 
 // Eight processes started at once on a new file (eight agent hosts, or a
