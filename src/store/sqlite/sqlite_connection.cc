@@ -145,23 +145,19 @@ bool Statement::ColumnIsNull(int index) const {
   return sqlite3_column_type(stmt_, index) == SQLITE_NULL;
 }
 
-namespace {
-
 // SQLite counts every allocation it makes (sqlite3_memory_used) under one
 // process-wide mutex, unless told not to before it initializes; idemgate
 // reads none of those counters. Off, binding a text value (a copy) and each
 // statement's own allocations take no lock. A process that used SQLite
 // before this (then the call fails with SQLITE_MISUSE) keeps the default.
-void ConfigureSqliteOnce() {
+void ConfigureSqlite() {
   static std::once_flag once;
   std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); });
 }
 
-}  // namespace
-
 Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path, Duration busy_timeout,
                                                      const char* vfs) {
-  ConfigureSqliteOnce();
+  ConfigureSqlite();
   sqlite3* db = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs);

@@ -29,6 +29,11 @@ Error ErrorFromSqlite(int rc, std::string_view detail, const std::string& path,
 // (as opposed to a record in the wrong state).
 bool IsStorageFailure(ErrorCode code);
 
+// Settings SQLite takes only before it initializes: call it before anything
+// else of SQLite's (Connection::Open does; so does whatever calls SQLite
+// before a connection is opened, such as a VFS's registration). Idempotent.
+void ConfigureSqlite();
+
 class Connection;
 
 // A prepared statement borrowed from a Connection's cache for one execution.

@@ -7,6 +7,8 @@
 #include <new>
 #include <vector>
 
+#include "sqlite_connection.h"
+
 namespace idem::sqlite {
 namespace {
 
@@ -151,6 +153,7 @@ auto ToReal(sqlite3_vfs* vfs, Args... args) {
 const char* WalCoalescingVfs() {
   static sqlite3_vfs vfs;
   static const bool registered = [] {
+    ConfigureSqlite();  // sqlite3_vfs_find initializes SQLite
     sqlite3_vfs* real = sqlite3_vfs_find(nullptr);
     // Version 3 is what every method above assumes (unix's is 3).
     if (real == nullptr || real->iVersion < 3) return false;
