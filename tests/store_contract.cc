@@ -596,7 +596,9 @@ TEST_P(StoreContractTest, AttemptsAreQueriedNewestFirstWithFilters) {
     a.key = i % 2 ? "k1" : "k2";
     a.tool = i < 3 ? "charge" : "deploy";
     a.turn = "t";
-    a.outcome = i == 5 ? AttemptOutcome::kReplayed : AttemptOutcome::kExecuted;
+    a.outcome = i == 5   ? AttemptOutcome::kReplayed
+                : i == 0 ? AttemptOutcome::kUnknown
+                         : AttemptOutcome::kExecuted;
     a.latency = Duration(i);
     a.instance = "test";
     a.detail = "d" + std::to_string(i);
@@ -620,6 +622,15 @@ TEST_P(StoreContractTest, AttemptsAreQueriedNewestFirstWithFilters) {
   AttemptFilter by_outcome;
   by_outcome.outcome = AttemptOutcome::kReplayed;
   EXPECT_EQ(store_->QueryAttempts(by_outcome)->size(), 1u);
+  by_outcome.outcome = AttemptOutcome::kExecuted;
+  EXPECT_EQ(store_->QueryAttempts(by_outcome)->size(), 4u);
+  // An outcome few entries have (SQLite indexes only those, schema 5).
+  by_outcome.outcome = AttemptOutcome::kUnknown;
+  auto unknown = store_->QueryAttempts(by_outcome);
+  ASSERT_TRUE(unknown && unknown->size() == 1u);
+  EXPECT_EQ(unknown->front().detail, "d0");
+  by_outcome.since = clock_.Now() + 1s;
+  EXPECT_TRUE(store_->QueryAttempts(by_outcome)->empty());
   AttemptFilter since;
   since.since = clock_.Now() + 4s;
   EXPECT_EQ(store_->QueryAttempts(since)->size(), 2u);
@@ -634,6 +645,13 @@ TEST_P(StoreContractTest, AttemptsAreQueriedNewestFirstWithFilters) {
   EXPECT_EQ(stats->at("deploy").attempts, 3u);
   EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kReplayed), 1u);
   EXPECT_EQ(stats->at("deploy").by_outcome.at(AttemptOutcome::kExecuted), 2u);
+  EXPECT_EQ(stats->at("charge").by_outcome.at(AttemptOutcome::kUnknown), 1u);
+  AttemptFilter unknown_only;
+  unknown_only.outcome = AttemptOutcome::kUnknown;
+  auto unknown_stats = store_->SummarizeAttempts(unknown_only);
+  ASSERT_TRUE(unknown_stats);
+  ASSERT_EQ(unknown_stats->size(), 1u);
+  EXPECT_EQ(unknown_stats->at("charge").attempts, 1u);
 }
 
 // An operator's acts (idem/resolve.h) on every backend: fence-conditional,

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "idem/attempt_chain.h"
+#include "sqlite_schema.h"
 
 namespace idem::sqlite {
 namespace {
@@ -88,7 +89,10 @@ void AppendWhere(std::string& sql, const AttemptFilter& filter) {
   if (filter.tenant) add("tenant = ?");
   if (filter.key) add("key = ?");
   if (filter.tool) add("tool = ?");
-  if (filter.outcome) add("outcome = ?");
+  if (filter.outcome) {
+    add("outcome = ?");
+    if (IsRareOutcome(*filter.outcome)) add(kRareOutcomeTerm);
+  }
   if (filter.since) add("at_ms >= ?");
 }
 
@@ -428,11 +432,15 @@ Result<size_t> DeleteOldAttempts(Connection& conn, TimePoint before, size_t limi
   return ids.size();
 }
 
-Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilter& filter) {
+std::string SelectAttemptsSql(const AttemptFilter& filter) {
   std::string sql = fmt::format("SELECT {} FROM attempts", kAttemptColumns);
   AppendWhere(sql, filter);
   sql += " ORDER BY at_ms DESC, id DESC LIMIT ?";
-  auto st = conn.Prepare(sql);
+  return sql;
+}
+
+Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilter& filter) {
+  auto st = conn.Prepare(SelectAttemptsSql(filter));
   if (!st) return std::unexpected(std::move(st.error()));
   const int n = BindFilter(*st, filter);
   st->BindInt(n + 1, ClampLimit(filter.limit));

@@ -55,6 +55,8 @@ Result<size_t> DeleteOldAttempts(Connection& conn, TimePoint before, size_t limi
 // Attempts matching `filter`, newest first, at most filter.limit.
 // kDataLoss for a row with an unknown outcome.
 Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilter& filter);
+// The statement SelectAttempts runs for `filter` (its parameters unbound).
+std::string SelectAttemptsSql(const AttemptFilter& filter);
 
 // Counts per tool and outcome of the attempts matching `filter`.
 Result<std::map<std::string, ToolStats>> CountAttempts(Connection& conn,

@@ -11,12 +11,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "idem/attempt_chain.h"
+#include "sqlite_rows.h"
+#include "sqlite_schema.h"
 #include "store_contract.h"
 #include "store_wrapper.h"
 #include "test_support.h"
@@ -92,6 +95,16 @@ class RawDb {
   int Exec(const std::string& sql) {
     return sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
   }
+  // The same, calling `row` with each row's columns.
+  int Exec(const std::string& sql, const std::function<void(char** columns)>& row) {
+    return sqlite3_exec(
+        db_, sql.c_str(),
+        [](void* fn, int, char** columns, char**) {
+          (*static_cast<const std::function<void(char**)>*>(fn))(columns);
+          return 0;
+        },
+        const_cast<std::function<void(char**)>*>(&row), nullptr);
+  }
 
   // The first column of the first row `sql` returns, as an integer.
   int64_t QueryInt(const std::string& sql) {
@@ -109,6 +122,12 @@ class RawDb {
  private:
   sqlite3* db_ = nullptr;
 };
+
+// Undoes schema version 5 (the partial outcome index) in `raw`.
+void RestoreTheOutcomeIndex(RawDb& raw) {
+  ASSERT_EQ(raw.Exec("DROP INDEX attempts_by_rare_outcome"), SQLITE_OK);
+  ASSERT_EQ(raw.Exec("CREATE INDEX attempts_by_outcome ON attempts (outcome, at_ms)"), SQLITE_OK);
+}
 
 // Undoes schema version 4 (the audit log's hash chain) in `raw`.
 void DropTheChain(RawDb& raw) {
@@ -212,6 +231,7 @@ TEST_F(SqliteStoreTest, VersionOneFileMigratesAndItsRecordsHaveNoOwner) {
   }
   {
     RawDb raw(path_);  // back to version 1's layout
+    RestoreTheOutcomeIndex(raw);
     DropTheChain(raw);
     ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN retention_ms"), SQLITE_OK);
     ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN owner"), SQLITE_OK);
@@ -235,6 +255,7 @@ TEST_F(SqliteStoreTest, VersionTwoFileMigratesAndItsRecordsKeepNoRetention) {
   }
   {
     RawDb raw(path_);  // back to version 2's layout
+    RestoreTheOutcomeIndex(raw);
     DropTheChain(raw);
     ASSERT_EQ(raw.Exec("ALTER TABLE records DROP COLUMN retention_ms"), SQLITE_OK);
     ASSERT_EQ(raw.Exec("PRAGMA user_version = 2"), SQLITE_OK);
@@ -259,6 +280,7 @@ TEST_F(SqliteStoreTest, VersionThreeAttemptsAreBeforeTheChain) {
   }
   {
     RawDb raw(path_);  // back to version 3's layout, its entry still there
+    RestoreTheOutcomeIndex(raw);
     DropTheChain(raw);
     ASSERT_EQ(raw.Exec("PRAGMA user_version = 3"), SQLITE_OK);
   }
@@ -271,6 +293,75 @@ TEST_F(SqliteStoreTest, VersionThreeAttemptsAreBeforeTheChain) {
   EXPECT_FALSE(report->fault) << report->fault->message;
   EXPECT_EQ(report->before_chain, 1u);
   EXPECT_EQ(report->checked, 2u);
+}
+
+// The plan SQLite makes for `sql` (EXPLAIN QUERY PLAN), its steps joined.
+std::string PlanOf(RawDb& raw, const std::string& sql) {
+  std::string plan;
+  EXPECT_EQ(raw.Exec("EXPLAIN QUERY PLAN " + sql,
+                     [&](char** row) { plan += std::string(row[3] ? row[3] : "") + "; "; }),
+            SQLITE_OK)
+      << sql;
+  return plan;
+}
+
+// Schema 5 indexes the outcomes an operator looks for, not the three every
+// call writes: a query for one of those others uses the partial index, and
+// one for `executed` reads the newest entries by time.
+TEST_F(SqliteStoreTest, AQueryForAnOutcomeFewEntriesHaveUsesThePartialIndex) {
+  ASSERT_NE(Open(), nullptr);
+  RawDb raw(path_);
+  AttemptFilter rare;
+  rare.outcome = AttemptOutcome::kUnknown;
+  EXPECT_NE(PlanOf(raw, sqlite::SelectAttemptsSql(rare)).find("attempts_by_rare_outcome"),
+            std::string::npos);
+  rare.tenant = "t";
+  rare.since = FromUnixMillis(1000);
+  EXPECT_NE(PlanOf(raw, sqlite::SelectAttemptsSql(rare)).find("attempts_by_rare_outcome"),
+            std::string::npos);
+  AttemptFilter common;
+  common.outcome = AttemptOutcome::kExecuted;
+  const std::string plan = PlanOf(raw, sqlite::SelectAttemptsSql(common));
+  EXPECT_NE(plan.find("attempts_by_at"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
+}
+
+// A file of schema 4 trades its outcome index for the partial one, and its
+// entries are found by outcome as before.
+TEST_F(SqliteStoreTest, VersionFourFileMigratesToThePartialOutcomeIndex) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->AppendAttempts({AuditEntry("t", "a", 1000, "", AttemptOutcome::kExecuted),
+                                       AuditEntry("t", "b", 2000, "", AttemptOutcome::kUnknown)}));
+  }
+  {
+    RawDb raw(path_);  // back to version 4's layout
+    RestoreTheOutcomeIndex(raw);
+    ASSERT_EQ(raw.Exec("PRAGMA user_version = 4"), SQLITE_OK);
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  {
+    RawDb raw(path_);
+    EXPECT_EQ(raw.QueryInt("PRAGMA user_version"), 5);
+    EXPECT_EQ(raw.QueryInt("SELECT count(*) FROM sqlite_schema WHERE name = "
+                           "'attempts_by_outcome'"),
+              0);
+    EXPECT_EQ(raw.QueryInt("SELECT count(*) FROM attempts INDEXED BY attempts_by_rare_outcome "
+                           "WHERE outcome = 'unknown' AND " +
+                           std::string(sqlite::kRareOutcomeTerm)),
+              1);
+  }
+  AttemptFilter f;
+  f.outcome = AttemptOutcome::kUnknown;
+  auto unknown = store->QueryAttempts(f);
+  ASSERT_TRUE(unknown && unknown->size() == 1u);
+  EXPECT_EQ(unknown->front().key, "b");
+  f.outcome = AttemptOutcome::kExecuted;
+  auto executed = store->QueryAttempts(f);
+  ASSERT_TRUE(executed && executed->size() == 1u);
+  EXPECT_EQ(executed->front().key, "a");
 }
 
 // Tampering with the file behind the store's back, as someone with write
