@@ -5,6 +5,7 @@
 //
 //   node bench/mcp/bench.mjs [--seconds 3] [--rounds 3] [--clients 8] [--dir /tmp]
 //                            [--idemgate PATH] [--baseline PATH] [--baseline-query Q]
+//                            [--store URL] [--baseline-store URL]
 //                            [--only CASE,CASE] [--json FILE]
 //
 // Every client is its own SDK Client with its own connection, and keeps exactly one tools/call
@@ -26,6 +27,10 @@
 // HTTP through idemgate: one `idemgate mcp --listen 127.0.0.1:0 --upstream-url URL` with its own
 // SQLite file, in front of the same upstream as direct HTTP; one client session each.
 //
+// --store URL, --baseline-store URL: the store of the idemgate under test (stdio and HTTP) and
+// of the baseline, instead of their SQLite files (Redis or PostgreSQL, where the replay cache
+// is on). Give the two stores apart (another Redis prefix or database, another PostgreSQL
+// schema): the cases' turn ids repeat from one binary to the other.
 // --baseline-query Q: appended to the baseline's store URL (`?shared_writer=off` compares the
 // shared writer with each proxy committing alone, with --baseline the same binary).
 // --baseline PATH (issue #18 target 4): an older idemgate binary, run over stdio beside the one
@@ -76,6 +81,8 @@ function parseArgs(argv) {
     idemgate: process.env.IDEMGATE || '',
     baseline: '',
     baselineQuery: '',
+    store: '',
+    baselineStore: '',
     only: null,
     json: '',
   };
@@ -93,6 +100,8 @@ function parseArgs(argv) {
     else if (a === '--idemgate') o.idemgate = v();
     else if (a === '--baseline') o.baseline = v();
     else if (a === '--baseline-query') o.baselineQuery = v();
+    else if (a === '--store') o.store = v();
+    else if (a === '--baseline-store') o.baselineStore = v();
     else if (a === '--only') o.only = v().split(',');
     else if (a === '--json') o.json = v();
     else if (a === '-h' || a === '--help') usage();
@@ -116,7 +125,7 @@ function usage(msg) {
   process.stderr.write(
     'usage: bench.mjs [--seconds S] [--rounds R] [--clients N] [--warmup S] [--dir DIR]\n' +
       '                 [--idemgate PATH] [--baseline PATH] [--baseline-query Q] [--only CASE,…]\n' +
-      '                 [--json FILE]\n',
+      '                 [--store URL] [--baseline-store URL] [--json FILE]\n',
   );
   process.exit(2);
 }
@@ -422,16 +431,17 @@ async function main() {
   const echoHttp = await spawnListening(node, [ECHO, '--http', '0'],
     /listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/, 'echo server');
   const gateHttp = await spawnListening(opts.idemgate,
-    ['mcp', '--store', `sqlite:${path.join(dir, 'http.db')}`, '--listen', '127.0.0.1:0',
+    ['mcp', '--store', opts.store || `sqlite:${path.join(dir, 'http.db')}`, '--listen', '127.0.0.1:0',
       '--upstream-url', echoHttp.url],
     /idemgate: listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/, 'idemgate --listen');
 
   const directStdio = await stdioClients(n, node, [ECHO]);
   const gateStdio = await stdioClients(n, opts.idemgate,
-    ['mcp', '--store', `sqlite:${path.join(dir, 'stdio.db')}`, '--', node, ECHO]);
+    ['mcp', '--store', opts.store || `sqlite:${path.join(dir, 'stdio.db')}`, '--', node, ECHO]);
   const baseStdio = opts.baseline
     ? await stdioClients(n, opts.baseline,
-      ['mcp', '--store', `sqlite:${path.join(dir, 'stdio-baseline.db')}${opts.baselineQuery}`, '--',
+      ['mcp', '--store',
+        (opts.baselineStore || `sqlite:${path.join(dir, 'stdio-baseline.db')}`) + opts.baselineQuery, '--',
         node, ECHO])
     : [];
   const directHttp = await httpClients(n, echoHttp.url);

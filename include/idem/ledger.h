@@ -146,6 +146,14 @@ class Ledger {
   // costs one pipelined read and no claim.
   bool SettledAsync(const Call& call, std::function<void(std::optional<Decision>)> done);
 
+  // The answer Begin would give `call` from a record the store holds in
+  // memory (Store::Held: the replay cache), decided and logged as Begin
+  // would, with no I/O and no wait: a completed record (kReplay, or kDrift),
+  // or an unknown one under on_unknown = fail. nullopt when only the store
+  // can answer. For threads that must not block: an MCP session answers a
+  // retry on its reader thread with it, instead of handing it to a worker.
+  std::optional<Decision> AnswerHeld(const Call& call);
+
   // Begin's claim without blocking the caller, for stores that write
   // asynchronously (Store::ClaimAsync): `done` runs exactly once, later on a
   // thread of the store's or, from a cache, before this returns, with Begin's

@@ -262,11 +262,7 @@ void Ledger::BeginWithoutBlocking(const Call& call, Offload offload,
   // first would only add a round trip to every fresh call; a finished call
   // whose record is held in memory still costs no claim.
   if (!store_.ReadsBeforeClaim()) {
-    if (auto held = store_.Held(call.id)) {
-      if (auto settled = Final(call, *held, clock_.Now(), /*waited=*/false)) {
-        return (*finish)(*std::move(settled));
-      }
-    }
+    if (auto settled = AnswerHeld(call)) return (*finish)(*std::move(settled));
     return claim();
   }
   const bool read = SettledAsync(call, [claim, finish](std::optional<Decision> settled) {
@@ -274,6 +270,12 @@ void Ledger::BeginWithoutBlocking(const Call& call, Offload offload,
     (*finish)(*std::move(settled));
   });
   if (!read) claim();
+}
+
+std::optional<Decision> Ledger::AnswerHeld(const Call& call) {
+  auto held = store_.Held(call.id);
+  if (!held) return std::nullopt;
+  return Final(call, *held, clock_.Now(), /*waited=*/false);
 }
 
 std::optional<Result<Decision>> Ledger::AfterClaim(const Call& call, const ClaimRequest& req,

@@ -24,7 +24,8 @@ class SessionLookup final : public ReconcileLookup {
 
 }  // namespace
 
-void McpSession::Core::FinishCall(const std::shared_ptr<GatedCall>& gc, bool holds_budget) {
+void McpSession::Core::FinishCall(const std::shared_ptr<GatedCall>& gc, bool holds_budget,
+                                  bool on_channel_thread) {
   DoneForwarding(*gc);
   bool close_client;
   {
@@ -37,7 +38,13 @@ void McpSession::Core::FinishCall(const std::shared_ptr<GatedCall>& gc, bool hol
     close_client = MaybeFinishLocked();
   }
   if (holds_budget) budget_->Release();
-  if (close_client) Finish();
+  if (!close_client) return;
+  // Not on the client channel's own thread: closing the channel from its
+  // callback may end the HTTP session that is delivering it. The pool is
+  // still up while a channel callback runs (Detach waits for callbacks
+  // first).
+  if (on_channel_thread && pool_.Submit([self = shared_from_this()] { self->Finish(); })) return;
+  Finish();
 }
 
 void McpSession::Core::Answer(GatedCall& gc, std::string response) {
@@ -57,12 +64,17 @@ void McpSession::Core::ReleaseQuietly(const Call& call, const Decision& d) {
 }
 
 void McpSession::Core::RunGatedCall(const std::shared_ptr<GatedCall>& gc) {
-  const Call& call = gc->prepared.call;
   SessionLookup lookup([this, gc] { return Reconcile(gc->prepared); });
   Result<Decision> begun = [&] {
     ReconcileScope scope(&lookup);
-    return ledger_.Begin(call);
+    return ledger_.Begin(gc->prepared.call);
   }();
+  Decided(gc, std::move(begun), /*on_channel_thread=*/false);
+}
+
+void McpSession::Core::Decided(const std::shared_ptr<GatedCall>& gc, Result<Decision> begun,
+                               bool on_channel_thread) {
+  const Call& call = gc->prepared.call;
   std::string note;
   if (!begun) {
     const Error& e = begun.error();
@@ -127,7 +139,7 @@ void McpSession::Core::RunGatedCall(const std::shared_ptr<GatedCall>& gc) {
     Log("tools/call " + call.tool + " key=" + call.id.key + ": " + note + " (" +
         std::to_string(ms.count()) + " ms)");
   }
-  FinishCall(gc, true);
+  FinishCall(gc, true, on_channel_thread);
 }
 
 std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {

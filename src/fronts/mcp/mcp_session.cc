@@ -209,9 +209,20 @@ void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
     ++active_calls_;
     ++unforwarded_;
   }
-  if (!pool_.Submit([self = shared_from_this(), gc] { self->RunGatedCall(gc); })) {
-    FinishCall(gc, true);  // shutting down: nothing was claimed
+  // A retry of a finished call whose record the replay cache holds is
+  // answered here, on the client channel's thread: it needs no I/O and no
+  // wait, and a worker would cost a wake-up and a hand-off per replay.
+  std::optional<Decision> held = ledger_.AnswerHeld(gc->prepared.call);
+  if (held && gate::AnswerFor(*held).kind != gate::Answer::Kind::kRun) {
+    Decided(gc, *std::move(held), /*on_channel_thread=*/true);
+    return;
   }
+  auto self = shared_from_this();
+  const bool submitted = held ? pool_.Submit([self, gc, d = *std::move(held)]() mutable {
+    self->Decided(gc, std::move(d), /*on_channel_thread=*/false);
+  })
+                              : pool_.Submit([self, gc] { self->RunGatedCall(gc); });
+  if (!submitted) FinishCall(gc, true);  // shutting down: nothing was claimed
 }
 
 void McpSession::Core::NoteReplan(PreparedCall& p) {

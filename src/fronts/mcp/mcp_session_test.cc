@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/json.hpp>
 #include <array>
+#include <boost/json.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -15,11 +15,12 @@
 #include <mutex>
 #include <thread>
 
-#include "idem/canonical_json.h"
-#include "idem/key.h"
 #include "fronts/mcp/json_rpc.h"
 #include "fronts/mcp/reconcile.h"
 #include "fronts/mcp/tool_gate.h"
+#include "idem/caching_store.h"
+#include "idem/canonical_json.h"
+#include "idem/key.h"
 #include "memory_store.h"
 #include "store_wrapper.h"
 
@@ -79,6 +80,7 @@ class FakeChannel final : public Channel {
       std::lock_guard g(mu_);
       if (closed_ || peer_closed_) return false;
       sent_.push_back(message);
+      sent_from_.push_back(std::this_thread::get_id());
       handler = handler_;
     }
     cv_.notify_all();
@@ -126,6 +128,13 @@ class FakeChannel final : public Channel {
     std::lock_guard g(mu_);
     handler_ = std::move(handler);
   }
+  // Whether the message sent `index`-th was sent from the thread that
+  // delivers this channel's messages (the session's reaction inside
+  // on_message) rather than from a worker.
+  bool SentFromDeliveringThread(size_t index) {
+    std::lock_guard g(mu_);
+    return index < sent_from_.size() && sent_from_[index] == thread_.get_id();
+  }
   // Waits for every injected message to have been handled.
   void AwaitDelivered() {
     std::unique_lock g(mu_);
@@ -168,6 +177,7 @@ class FakeChannel final : public Channel {
   std::condition_variable cv_;
   std::deque<Item> inbox_;
   std::vector<std::string> sent_;
+  std::vector<std::thread::id> sent_from_;  // parallel to sent_
   std::function<void(const std::string&)> handler_;
   std::optional<std::string> close_answer_;
   bool busy_ = false;
@@ -575,6 +585,7 @@ TEST_F(McpSessionTest, RetryInTheSameTurnIsReplayedNotExecuted) {
   EXPECT_EQ(Text(first, 0), "ticket #1");
   json::value retry = Request(ToolCall(2, "create_ticket", R"({"title":"Printer on fire"})"));
   EXPECT_EQ(server_.executions("create_ticket"), 1);
+  EXPECT_FALSE(client_.SentFromDeliveringThread(1)) << "the store is asked on a worker";
   EXPECT_EQ(Text(retry, 0), "ticket #1");
   EXPECT_EQ(retry.at("result").at("structuredContent").at("id"), 1);
   const auto& meta = retry.at("result").at("_meta");
@@ -583,6 +594,63 @@ TEST_F(McpSessionTest, RetryInTheSameTurnIsReplayedNotExecuted) {
             KeyOf("create_ticket", R"({"title":"Printer on fire"})", "turn-1").c_str());
   EXPECT_TRUE(std::string(meta.at("dev.idemgate/firstAt").as_string()).ends_with("Z"));
   EXPECT_NE(Text(retry, 1).find("the action was not performed again"), std::string::npos);
+}
+
+// A session whose ledger has a replay cache above the memory store, and
+// the attempts it logs counted by outcome.
+class CachedSessionTest : public McpSessionTest {
+ protected:
+  CachedSessionTest() {
+    on_attempt_ = [this](const Call&, AttemptOutcome outcome, TimePoint, Duration) {
+      std::lock_guard g(seen_mu_);
+      ++seen_[outcome];
+    };
+  }
+  ~CachedSessionTest() override {
+    session_.reset();  // both use cache_, which goes first
+    ledger_.reset();
+  }
+  void StartCached() { StartSession(&cache_); }
+  int Seen(AttemptOutcome outcome) {
+    std::lock_guard g(seen_mu_);
+    return seen_[outcome];
+  }
+
+  CachingStore cache_{*store_, clock_, 1 << 20};
+  std::mutex seen_mu_;
+  std::map<AttemptOutcome, int> seen_;
+};
+
+// A retry of a finished call whose record the replay cache holds needs no
+// I/O and no wait: the client channel's own thread answers it, where a
+// worker would cost a wake-up per replay. Every execution, and a retry the
+// store must be asked about (RetryInTheSameTurnIsReplayedNotExecuted: no
+// cache), still runs on a worker.
+TEST_F(CachedSessionTest, ARetryTheReplayCacheHoldsIsAnsweredOnTheClientsThread) {
+  StartCached();
+  json::value first = Request(ToolCall(1, "create_ticket", R"({"title":"Printer on fire"})"));
+  EXPECT_EQ(Text(first, 0), "ticket #1");
+  EXPECT_FALSE(client_.SentFromDeliveringThread(0)) << "an execution runs on a worker";
+  json::value retry = Request(ToolCall(2, "create_ticket", R"({"title":"Printer on fire"})"));
+  EXPECT_EQ(Text(retry, 0), "ticket #1");
+  EXPECT_EQ(retry.at("result").at("_meta").at("dev.idemgate/replayed"), true);
+  EXPECT_TRUE(client_.SentFromDeliveringThread(1));
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+  EXPECT_EQ(Seen(AttemptOutcome::kReplayed), 1);
+}
+
+// In observe mode the cache's answer is "would replay", and the call runs:
+// on a worker, once, with the decision the cache gave (no second Begin).
+TEST_F(CachedSessionTest, InObserveModeARetryTheCacheHoldsStillRunsOnAWorker) {
+  config_.defaults.observe = true;
+  StartCached();
+  Request(ToolCall(1, "create_ticket", R"({"title":"a"})"));
+  json::value retry = Request(ToolCall(2, "create_ticket", R"({"title":"a"})"));
+  EXPECT_EQ(Text(retry, 0), "ticket #2") << "the retry ran, unmarked";
+  EXPECT_FALSE(client_.SentFromDeliveringThread(1));
+  EXPECT_EQ(server_.executions("create_ticket"), 2);
+  EXPECT_EQ(Seen(AttemptOutcome::kWouldReplay), 1);
+  EXPECT_EQ(Seen(AttemptOutcome::kExecuted), 2);  // both ran, as without the cache
 }
 
 TEST_F(McpSessionTest, FirstAnswerIsForwardedExactlyAsTheToolSentIt) {

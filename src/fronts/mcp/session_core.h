@@ -227,8 +227,14 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   std::string RewriteToolsList(std::string text, const Message& msg);
   void OnUpstreamClosed(std::string reason);
 
-  // ---- gated calls (worker threads)
+  // ---- gated calls (worker threads, and a replay from memory on the
+  // client channel's thread)
+  // Begin, then Decided.
   void RunGatedCall(const std::shared_ptr<GatedCall>& gc);
+  // Answers what the ledger decided, or executes the call (on a worker
+  // only: Execute waits for the upstream).
+  void Decided(const std::shared_ptr<GatedCall>& gc, Result<Decision> begun,
+               bool on_channel_thread);
   std::string Execute(GatedCall& gc, const Decision& d);
   std::string Settle(GatedCall& gc, const Decision& d, std::string response, const Message& msg,
                      bool answer);
@@ -241,7 +247,11 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   // claimed one) and, if `answer`, the client hears why.
   void MarkUnknown(GatedCall& gc, const Decision& d, std::string_view why, bool answer);
   void ReleaseQuietly(const Call& call, const Decision& d);
-  void FinishCall(const std::shared_ptr<GatedCall>& gc, bool holds_budget);
+  // Ends a gated call's bookkeeping; the last call of a session whose
+  // upstream has gone ends the session (Finish, handed to a worker when
+  // `on_channel_thread`).
+  void FinishCall(const std::shared_ptr<GatedCall>& gc, bool holds_budget,
+                  bool on_channel_thread = false);
   // True (once) when the session has ended: the upstream is closed and no
   // gated call is left; the caller must then call Finish() outside the lock.
   bool MaybeFinishLocked();
