@@ -37,6 +37,18 @@ Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(
 
 }  // namespace
 
+void ExpectEntriesFoundByOutcome(Store& store) {
+  for (const auto& [outcome, key] :
+       {std::pair{AttemptOutcome::kUnknown, "b"}, std::pair{AttemptOutcome::kExecuted, "a"}}) {
+    AttemptFilter f;
+    f.outcome = outcome;
+    auto found = store.QueryAttempts(f);
+    ASSERT_TRUE(found) << found.error().ToString();
+    ASSERT_EQ(found->size(), 1u) << AttemptOutcomeName(outcome);
+    EXPECT_EQ(found->front().key, key);
+  }
+}
+
 void ExpectOwnerlessRecordAndOwnedClaims(Store& store) {
   const RecordId old_id{"default", "old"};
   auto old = store.Get(old_id);

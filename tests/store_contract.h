@@ -47,6 +47,11 @@ idem::Attempt AuditEntry(const std::string& tenant, const std::string& key, int6
 // owner and no token abandons it; a new claim carries its owner, who can.
 void ExpectOwnerlessRecordAndOwnedClaims(idem::Store& store);
 
+// For the backends' migrations of the outcome index: `store` holds an
+// `executed` entry of key "a" and an `unknown` one of "b" written before
+// the migration, and a query by each outcome finds its own alone.
+void ExpectEntriesFoundByOutcome(idem::Store& store);
+
 // For stores that instances on several machines share (Redis, PostgreSQL):
 // `open(clock)` opens one more instance on the same data, fresh for this test
 // (its first open finds no record "skew" or "skew-control"). Two instances whose

@@ -87,6 +87,10 @@ enum class AttemptOutcome {
   kResolved, kEvicted,
 };
 std::string_view AttemptOutcomeName(AttemptOutcome o);
+// claimed, executed and replayed: what nearly every audit entry says. The
+// SQL stores index outcomes only for the others (the ones an operator looks
+// for), and a query for one of those names the index's condition.
+bool IsFrequentOutcome(AttemptOutcome o);
 Result<AttemptOutcome> ParseAttemptOutcome(std::string_view s);
 
 struct Attempt {

@@ -98,6 +98,11 @@ Result<OutcomeClass> ParseOutcomeClass(std::string_view s) {
   return ParseName(kOutcomeClasses, s, "outcome class");
 }
 std::string_view AttemptOutcomeName(AttemptOutcome o) { return NameOf(kAttemptOutcomes, o); }
+
+bool IsFrequentOutcome(AttemptOutcome o) {
+  return o == AttemptOutcome::kClaimed || o == AttemptOutcome::kExecuted ||
+         o == AttemptOutcome::kReplayed;
+}
 Result<AttemptOutcome> ParseAttemptOutcome(std::string_view s) {
   return ParseName(kAttemptOutcomes, s, "attempt outcome");
 }

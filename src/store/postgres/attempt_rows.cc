@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "pg_schema.h"
+
 namespace idem::postgres {
 
 // Each entry as the next of its tenant's chain (pg_schema.cc, schema 5).
@@ -61,10 +63,12 @@ constexpr unsigned kKey = 2;
 constexpr unsigned kTool = 4;
 constexpr unsigned kOutcome = 8;
 constexpr unsigned kSince = 16;
+constexpr unsigned kRareOutcome = 32;  // with kOutcome: kRareOutcomeTerm too
 
 unsigned FilterMask(const AttemptFilter& f) {
   return (f.tenant ? kTenant : 0u) | (f.key ? kKey : 0u) | (f.tool ? kTool : 0u) |
-         (f.outcome ? kOutcome : 0u) | (f.since ? kSince : 0u);
+         (f.outcome ? kOutcome : 0u) | (f.since ? kSince : 0u) |
+         (f.outcome && !IsFrequentOutcome(*f.outcome) ? kRareOutcome : 0u);
 }
 
 // " WHERE …" with $1, $2, … for the fields set, in the order BindFilter adds
@@ -82,6 +86,7 @@ std::string WhereClause(unsigned mask, int& next) {
   add(kTool, "tool", "=");
   add(kOutcome, "outcome", "=");
   add(kSince, "at_ms", ">=");
+  if (mask & kRareOutcome) sql += fmt::format(" AND {}", kRareOutcomeTerm);
   return sql;
 }
 
@@ -206,6 +211,10 @@ Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attemp
                            fmt::format("appending {} attempts to the audit log", attempts.size()));
   if (!done) return std::unexpected(std::move(done.error()));
   return {};
+}
+
+std::string SelectAttemptsSql(const AttemptFilter& filter) {
+  return SelectStatement(FilterMask(filter)).sql;
 }
 
 Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilter& filter) {

@@ -34,6 +34,9 @@ Result<void> InsertAttempts(Connection& conn, const std::vector<Attempt>& attemp
 // Attempts matching `filter`, newest first, at most filter.limit. kDataLoss
 // for a row with an unknown outcome.
 Result<std::vector<Attempt>> SelectAttempts(Connection& conn, const AttemptFilter& filter);
+// The statement SelectAttempts prepares for `filter`: $1, $2, … are the
+// filter's fields in AttemptFilter's order, then the limit.
+std::string SelectAttemptsSql(const AttemptFilter& filter);
 
 // Counts per tool and outcome of the attempts matching `filter`.
 Result<std::map<std::string, ToolStats>> CountAttempts(Connection& conn,

@@ -11,7 +11,14 @@
 namespace idem::postgres {
 
 // The schema version this build writes.
-inline constexpr int64_t kSchemaVersion = 6;
+inline constexpr int64_t kSchemaVersion = 7;
+
+// The WHERE clause of the partial index idemgate_attempts_by_rare_outcome,
+// which holds the outcomes IsFrequentOutcome is false for. A query for one
+// of them adds it: a prepared statement's generic plan cannot prove from
+// `outcome = $n` that the index covers the row.
+inline constexpr char kRareOutcomeTerm[] =
+    "outcome <> 'claimed' AND outcome <> 'executed' AND outcome <> 'replayed'";
 
 // Creates `schema` if it does not exist and brings its tables to
 // kSchemaVersion, in one transaction, under an advisory lock so that

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "attempt_rows.h"
 #include "change_listener.h"
 #include "idem/attempt_chain.h"
 #include "idem/caching_store.h"
@@ -75,6 +76,14 @@ std::string WithSchema(const std::string& url, const std::string& schema) {
 }
 
 // Raw SQL for test set-up, on a libpq connection of its own.
+// Undoes schema version 7 (the partial outcome index) in `schema`.
+std::string RestoreTheOutcomeIndex(const std::string& schema) {
+  return fmt::format(
+      "DROP INDEX \"{0}\".idemgate_attempts_by_rare_outcome; "
+      "CREATE INDEX idemgate_attempts_by_outcome ON \"{0}\".idemgate_attempts (outcome, at_ms, id)",
+      schema);
+}
+
 // Undoes schema version 5 (the audit log's hash chain) in `schema`.
 std::string DropTheChain(const std::string& schema) {
   return fmt::format(
@@ -105,6 +114,19 @@ class Admin {
       ADD_FAILURE() << sql << ": " << PQerrorMessage(conn_);
     } else if (st == PGRES_TUPLES_OK && PQntuples(r) > 0) {
       out = PQgetvalue(r, 0, 0);
+    }
+    PQclear(r);
+    return out;
+  }
+
+  // Runs `sql` and returns the first column of every row, one line each.
+  std::string Lines(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    std::string out;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+      ADD_FAILURE() << sql << ": " << PQerrorMessage(conn_);
+    } else {
+      for (int i = 0; i < PQntuples(r); ++i) out += std::string(PQgetvalue(r, i, 0)) + "\n";
     }
     PQclear(r);
     return out;
@@ -294,6 +316,7 @@ TEST_F(PostgresStoreTest, VersionOneSchemaMigratesAndItsRecordsHaveNoOwner) {
   }
   // A version 1 table: without the columns of versions 2 (owner), 3 (watched)
   // and 4 (retention_ms), nor the chain of 5.
+  Admin(base_).Exec(RestoreTheOutcomeIndex(schema_));
   Admin(base_).Exec(DropTheChain(schema_));
   Admin(base_).Exec(
       fmt::format("ALTER TABLE \"{0}\".idemgate_records DROP COLUMN owner, DROP COLUMN watched, "
@@ -324,7 +347,7 @@ TEST_F(PostgresStoreTest, VersionFourAttemptsAreBeforeTheChain) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->AppendAttempts({Logged("t", "old", 1000)}));
   }
-  Admin(base_).Exec(DropTheChain(schema_) +
+  Admin(base_).Exec(RestoreTheOutcomeIndex(schema_) + "; " + DropTheChain(schema_) +
                     fmt::format("; UPDATE \"{}\".idemgate_meta SET value = 4 "
                                 "WHERE name = 'schema_version'",
                                 schema_));
@@ -336,6 +359,62 @@ TEST_F(PostgresStoreTest, VersionFourAttemptsAreBeforeTheChain) {
   EXPECT_FALSE(report->fault) << report->fault->message;
   EXPECT_EQ(report->before_chain, 1u);
   EXPECT_EQ(report->checked, 2u);
+}
+
+// The plan PostgreSQL makes for the audit query of `filter` as the store
+// prepares it, generic (as a prepared statement's plan becomes) and with
+// sequential scans priced out, so that the plan shows which index can serve.
+std::string GenericPlanOf(const std::string& url, const std::string& schema,
+                          const AttemptFilter& filter, const std::string& args) {
+  Admin admin(url);
+  admin.Exec(
+      fmt::format("SET search_path = \"{}\"; SET plan_cache_mode = force_generic_plan; "
+                  "SET enable_seqscan = off",
+                  schema));
+  admin.Exec("PREPARE q AS " + postgres::SelectAttemptsSql(filter));
+  return admin.Lines("EXPLAIN EXECUTE q(" + args + ")");
+}
+
+// Schema 7 indexes the outcomes an operator looks for, not the three every
+// call writes: a query for one of those others can use the partial index
+// under a generic plan, and one for `executed` reads the newest entries by
+// time.
+TEST_F(PostgresStoreTest, AQueryForAnOutcomeFewEntriesHaveCanUseThePartialIndex) {
+  ASSERT_NE(Open(clock_), nullptr);
+  AttemptFilter rare;
+  rare.outcome = AttemptOutcome::kUnknown;
+  const std::string plan = GenericPlanOf(base_, schema_, rare, "'unknown', 10");
+  EXPECT_NE(plan.find("idemgate_attempts_by_rare_outcome"), std::string::npos) << plan;
+  AttemptFilter common;
+  common.outcome = AttemptOutcome::kExecuted;
+  const std::string by_time = GenericPlanOf(base_, schema_, common, "'executed', 10");
+  EXPECT_NE(by_time.find("idemgate_attempts_by_at"), std::string::npos) << by_time;
+}
+
+// A schema of version 6 trades its outcome index for the partial one, and
+// its entries are found by outcome as before.
+TEST_F(PostgresStoreTest, VersionSixSchemaMigratesToThePartialOutcomeIndex) {
+  {
+    auto store = Open(clock_);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->AppendAttempts({AuditEntry("t", "a", 1000, "", AttemptOutcome::kExecuted),
+                                       AuditEntry("t", "b", 2000, "", AttemptOutcome::kUnknown)}));
+  }
+  Admin(base_).Exec(RestoreTheOutcomeIndex(schema_) +
+                    fmt::format("; UPDATE \"{}\".idemgate_meta SET value = 6 "
+                                "WHERE name = 'schema_version'",
+                                schema_));
+  auto store = Open(clock_);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Admin(base_).Exec(fmt::format(
+                "SELECT value FROM \"{}\".idemgate_meta WHERE name = 'schema_version'", schema_)),
+            "7");
+  EXPECT_EQ(Admin(base_).Exec(fmt::format(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = '{}' AND indexname = "
+                "'idemgate_attempts_by_outcome'",
+                schema_)),
+            "0");
+  ExpectEntriesFoundByOutcome(*store);
 }
 
 // One append of several tenants' entries, interleaved, one tenant with a

@@ -91,7 +91,7 @@ void AppendWhere(std::string& sql, const AttemptFilter& filter) {
   if (filter.tool) add("tool = ?");
   if (filter.outcome) {
     add("outcome = ?");
-    if (IsRareOutcome(*filter.outcome)) add(kRareOutcomeTerm);
+    if (!IsFrequentOutcome(*filter.outcome)) add(kRareOutcomeTerm);
   }
   if (filter.since) add("at_ms >= ?");
 }

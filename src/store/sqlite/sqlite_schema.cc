@@ -148,11 +148,6 @@ Result<void> Migrate(Connection& conn) {
 
 }  // namespace
 
-bool IsRareOutcome(AttemptOutcome outcome) {
-  return outcome != AttemptOutcome::kClaimed && outcome != AttemptOutcome::kExecuted &&
-         outcome != AttemptOutcome::kReplayed;
-}
-
 Result<void> MigrateSchema(Connection& conn) {
   if (auto r = conn.Exec("BEGIN IMMEDIATE", "locking the file to check its schema"); !r) return r;
   auto migrated = Migrate(conn);

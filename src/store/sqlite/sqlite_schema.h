@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "idem/error.h"
-#include "idem/record.h"
 #include "sqlite_connection.h"
 
 namespace idem::sqlite {
@@ -16,10 +15,9 @@ inline constexpr int64_t kApplicationId = 0x6964656d;
 
 // The WHERE clause of the partial index attempts_by_rare_outcome, word for
 // word: SQLite uses a partial index only for a query whose WHERE contains
-// the index's terms. IsRareOutcome says which outcomes it holds.
+// the index's terms. It holds the outcomes IsFrequentOutcome is false for.
 inline constexpr char kRareOutcomeTerm[] =
     "outcome <> 'claimed' AND outcome <> 'executed' AND outcome <> 'replayed'";
-bool IsRareOutcome(AttemptOutcome outcome);
 
 // Brings the file behind `conn` to kSchemaVersion, applying the missing
 // migrations in one IMMEDIATE transaction (so concurrent openers migrate

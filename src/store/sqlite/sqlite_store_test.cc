@@ -353,15 +353,7 @@ TEST_F(SqliteStoreTest, VersionFourFileMigratesToThePartialOutcomeIndex) {
                            std::string(sqlite::kRareOutcomeTerm)),
               1);
   }
-  AttemptFilter f;
-  f.outcome = AttemptOutcome::kUnknown;
-  auto unknown = store->QueryAttempts(f);
-  ASSERT_TRUE(unknown && unknown->size() == 1u);
-  EXPECT_EQ(unknown->front().key, "b");
-  f.outcome = AttemptOutcome::kExecuted;
-  auto executed = store->QueryAttempts(f);
-  ASSERT_TRUE(executed && executed->size() == 1u);
-  EXPECT_EQ(executed->front().key, "a");
+  ExpectEntriesFoundByOutcome(*store);
 }
 
 // Tampering with the file behind the store's back, as someone with write
