@@ -417,33 +417,6 @@ TEST_F(PostgresStoreTest, VersionSixSchemaMigratesToThePartialOutcomeIndex) {
   ExpectEntriesFoundByOutcome(*store);
 }
 
-// One append of several tenants' entries, interleaved, one tenant with a
-// head and two without: each tenant's entries chain in the batch's order from
-// its head, and the ids follow the batch's order across tenants.
-TEST_F(PostgresStoreTest, OneBatchOfInterleavedTenantsChainsEachInTheBatchsOrder) {
-  auto store = Open(clock_);
-  ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendAttempts({Logged("u", "first", 1000)}));
-  const std::vector<std::string> tenants = {"v", "t", "u", "t", "v", "u", "t"};
-  std::vector<Attempt> batch;
-  for (size_t i = 0; i < tenants.size(); ++i) {
-    batch.push_back(Logged(tenants[i], "k" + std::to_string(i), 2000));
-  }
-  ASSERT_TRUE(store->AppendAttempts(batch));
-
-  auto report = VerifyChains(*store, std::nullopt);
-  ASSERT_TRUE(report) << report.error().ToString();
-  EXPECT_FALSE(report->fault) << report->fault->message;
-  EXPECT_EQ(report->checked, 8u);
-  auto entries = store->QueryAttempts(AttemptFilter{});  // newest first: by time, then id
-  ASSERT_TRUE(entries) << entries.error().ToString();
-  std::vector<std::string> order;
-  for (const Attempt& a : *entries)
-    order.push_back(a.tenant + "/" + a.key + "#" + std::to_string(a.seq));
-  EXPECT_EQ(order, (std::vector<std::string>{"t/k6#3", "u/k5#3", "v/k4#2", "t/k3#2", "u/k2#2",
-                                             "t/k1#1", "v/k0#1", "u/first#1"}));
-}
-
 // Tampering with the tables directly, as someone with write access would.
 TEST_F(PostgresStoreTest, VerifyNamesRowsEditedDeletedOrInsertedInTheTable) {
   auto store = Open(clock_);

@@ -29,10 +29,11 @@ void GroupCommitWriter::FinishOne(WriteOp& op) {
 
 GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn,
                                      std::unique_ptr<WriteLock> lock, size_t max_batch,
-                                     CommitHook on_commit)
+                                     BeforeCommit before_commit, CommitHook on_commit)
     : conn_(std::move(conn)),
       lock_(std::move(lock)),
       max_batch_(std::max<size_t>(max_batch, 1)),
+      before_commit_(std::move(before_commit)),
       on_commit_(std::move(on_commit)),
       thread_([this] { Loop(); }) {
   batch_.reserve(max_batch_);
@@ -150,6 +151,7 @@ void GroupCommitWriter::RunBatch(std::vector<WriteOp*>& batch) {
   // database failure spoiled the transaction and runs the others again.
   while (!batch.empty()) {
     ctx.changed.clear();
+    ctx.heads.clear();
     if (auto begun = conn_->Exec("BEGIN IMMEDIATE", "starting a write transaction"); !begun) {
       Rollback();
       fail_all(begun.error());
@@ -171,6 +173,13 @@ void GroupCommitWriter::RunBatch(std::vector<WriteOp*>& batch) {
       dropped->Fail(error);
       FinishOne(*dropped);
       continue;
+    }
+    if (before_commit_) {
+      if (auto ended = before_commit_(ctx); !ended) {
+        Rollback();
+        fail_all(ended.error());
+        return;
+      }
     }
     if (auto committed = conn_->Exec("COMMIT", "committing a write transaction"); !committed) {
       Rollback();

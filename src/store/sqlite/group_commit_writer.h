@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,6 +30,11 @@ struct WriteContext {
   Connection& conn;
   // Records whose rows the batch changed; their waiters are woken after COMMIT.
   std::vector<RecordId> changed;
+  // The audit chain heads the transaction has moved, by tenant: read from
+  // the table at a tenant's first entry, moved in memory by each next one,
+  // and written back once, before COMMIT (the writer's BeforeCommit), rather
+  // than read and rewritten for every entry.
+  std::map<std::string, ChainHead> heads;
 };
 
 // One queued write. Through Execute, the submitting thread owns it
@@ -78,12 +85,15 @@ class WriteOp {
 class GroupCommitWriter {
  public:
   using CommitHook = std::function<void(const std::vector<RecordId>& changed)>;
+  // The batch's last statements, inside its transaction (writing back
+  // WriteContext::heads). An error fails the whole batch, rolled back.
+  using BeforeCommit = std::function<Result<void>(WriteContext& ctx)>;
 
   // `on_commit` runs on the turn's thread after each successful COMMIT,
   // before the batch's callers are released. `lock`, if not null, is taken
   // around every transaction.
   GroupCommitWriter(std::unique_ptr<Connection> conn, std::unique_ptr<WriteLock> lock,
-                    size_t max_batch, CommitHook on_commit);
+                    size_t max_batch, BeforeCommit before_commit, CommitHook on_commit);
   ~GroupCommitWriter();
   GroupCommitWriter(const GroupCommitWriter&) = delete;
   GroupCommitWriter& operator=(const GroupCommitWriter&) = delete;
@@ -142,6 +152,7 @@ class GroupCommitWriter {
   std::unique_ptr<Connection> conn_;
   std::unique_ptr<WriteLock> lock_;  // null: SQLite's own lock only
   const size_t max_batch_;
+  BeforeCommit before_commit_;
   CommitHook on_commit_;
 
   std::mutex mu_;

@@ -248,13 +248,21 @@ static Result<ChainHead> ReadHead(Connection& conn, const std::string& tenant) {
   return head;
 }
 
-Result<void> InsertAttempt(Connection& conn, const Attempt& logged) {
+Result<void> InsertAttempt(Connection& conn, const Attempt& logged,
+                           std::map<std::string, ChainHead>& heads) {
   // Inside the writer's transaction: the head read here is the tenant's
   // last entry, and no other writer can append before this one commits.
-  auto head = ReadHead(conn, logged.tenant);
-  if (!head) return std::unexpected(std::move(head.error()));
+  auto known = heads.find(logged.tenant);
+  ChainHead head;
+  if (known != heads.end()) {
+    head = known->second;
+  } else {
+    auto read = ReadHead(conn, logged.tenant);
+    if (!read) return std::unexpected(std::move(read.error()));
+    head = std::move(*read);
+  }
   Attempt a = logged;
-  ChainAppend(*head, a);
+  ChainAppend(head, a);
   auto st = conn.Prepare(kInsertAttempt);
   if (!st) return std::unexpected(std::move(st.error()));
   st->BindInt(10, ToColumn(a.seq));
@@ -270,12 +278,20 @@ Result<void> InsertAttempt(Connection& conn, const Attempt& logged) {
   st->BindText(8, a.instance);
   st->BindText(9, a.detail);
   if (auto ok = st->Run(); !ok) return ok;
-  auto up = conn.Prepare(kUpsertHead);
-  if (!up) return std::unexpected(std::move(up.error()));
-  up->BindText(1, a.tenant);
-  up->BindInt(2, ToColumn(a.seq));
-  up->BindText(3, a.hash);
-  return up->Run();
+  heads.insert_or_assign(a.tenant, std::move(head));
+  return {};
+}
+
+Result<void> WriteHeads(Connection& conn, const std::map<std::string, ChainHead>& heads) {
+  for (const auto& [tenant, head] : heads) {
+    auto up = conn.Prepare(kUpsertHead);
+    if (!up) return std::unexpected(std::move(up.error()));
+    up->BindText(1, tenant);
+    up->BindInt(2, ToColumn(head.seq));
+    up->BindText(3, head.hash);
+    if (auto ok = up->Run(); !ok) return ok;
+  }
+  return {};
 }
 
 // The attempt in the current row of a statement selecting kAttemptColumns.

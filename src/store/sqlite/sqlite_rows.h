@@ -40,9 +40,15 @@ Result<uint64_t> FenceFloor(Connection& conn);
 // Rows in the records table.
 Result<uint64_t> CountRecordRows(Connection& conn);
 
-// Appends `attempt` to the log as the next entry of its tenant's chain and
-// moves the chain's head (attempt_heads), inside the caller's transaction.
-Result<void> InsertAttempt(Connection& conn, const Attempt& attempt);
+// Appends `attempt` to the log as the next entry of its tenant's chain,
+// inside the caller's transaction. `heads` holds the chain heads this
+// transaction has moved, by tenant: a tenant's is read from attempt_heads
+// at its first entry, and moved here only once the entry is in. WriteHeads
+// puts them back in attempt_heads; it must run before the transaction
+// commits.
+Result<void> InsertAttempt(Connection& conn, const Attempt& attempt,
+                           std::map<std::string, ChainHead>& heads);
+Result<void> WriteHeads(Connection& conn, const std::map<std::string, ChainHead>& heads);
 
 // Store::ChainHeads, ReadChain (ordered by tenant, seq, id) and
 // PurgeAttempts (inside the caller's transaction).

@@ -261,6 +261,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& url, C
   ChangeHub* hub = store->hub_.get();
   store->writer_ = std::make_unique<sqlite::GroupCommitWriter>(
       std::move(*conn), std::move(write_lock), options.max_batch,
+      [](sqlite::WriteContext& ctx) { return sqlite::WriteHeads(ctx.conn, ctx.heads); },
       [hub](const std::vector<RecordId>& changed) {
         for (const RecordId& id : changed) hub->Notify(ChangeHub::KeyOf(id));
       });
@@ -551,8 +552,14 @@ Result<ChainPage> SqliteStore::ReadChain(const std::optional<std::string>& tenan
 
 Result<size_t> SqliteStore::PurgeAttempts(TimePoint before, size_t limit) {
   if (limit == 0) return 0;
-  return Write<size_t>(
-      [&](WriteContext& ctx) { return sqlite::DeleteOldAttempts(ctx.conn, before, limit); });
+  return Write<size_t>([&](WriteContext& ctx) -> Result<size_t> {
+    // The purge moves the heads' restart points, on their rows: the
+    // entries this transaction appended first put their heads there.
+    if (auto written = sqlite::WriteHeads(ctx.conn, ctx.heads); !written) {
+      return std::unexpected(std::move(written.error()));
+    }
+    return sqlite::DeleteOldAttempts(ctx.conn, before, limit);
+  });
 }
 
 }  // namespace idem

@@ -71,7 +71,8 @@ Result<ClaimResult> ClaimInTx(WriteContext& ctx, const ClaimRequest& req, TimePo
   r.retention = req.retention;
   if (auto ok = WriteRecord(ctx.conn, r); !ok) return std::unexpected(ok.error());
   if (req.logged) {
-    if (auto ok = InsertAttempt(ctx.conn, *req.logged); !ok) return std::unexpected(ok.error());
+    if (auto ok = InsertAttempt(ctx.conn, *req.logged, ctx.heads); !ok)
+      return std::unexpected(ok.error());
   }
   ctx.changed.push_back(req.id);
   return ClaimResult{true, std::move(r)};
@@ -104,7 +105,8 @@ Result<Record> CompleteInTx(WriteContext& ctx, const RecordId& id, uint64_t fenc
   r->expires_at = now + retention;
   if (auto ok = WriteRecord(ctx.conn, *r); !ok) return std::unexpected(ok.error());
   if (logged) {
-    if (auto ok = InsertAttempt(ctx.conn, *logged); !ok) return std::unexpected(ok.error());
+    if (auto ok = InsertAttempt(ctx.conn, *logged, ctx.heads); !ok)
+      return std::unexpected(ok.error());
   }
   ctx.changed.push_back(id);
   return r;
@@ -199,7 +201,7 @@ Result<size_t> PurgeExpiredInTx(WriteContext& ctx, size_t limit, TimePoint now) 
 
 Result<void> AppendAttemptsInTx(WriteContext& ctx, const std::vector<Attempt>& attempts) {
   for (const Attempt& a : attempts) {
-    if (auto ok = InsertAttempt(ctx.conn, a); !ok) return ok;
+    if (auto ok = InsertAttempt(ctx.conn, a, ctx.heads); !ok) return ok;
   }
   return {};
 }
