@@ -218,11 +218,13 @@ void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
     return;
   }
   auto self = shared_from_this();
-  const bool submitted = held ? pool_.Submit([self, gc, d = *std::move(held)]() mutable {
-    self->Decided(gc, std::move(d), /*on_channel_thread=*/false);
-  })
-                              : pool_.Submit([self, gc] { self->RunGatedCall(gc); });
-  if (!submitted) FinishCall(gc, true);  // shutting down: nothing was claimed
+  std::function<void()> task = [self, gc] { self->RunGatedCall(gc); };
+  if (held) {  // it runs (observe mode): no second Begin
+    task = [self, gc, d = *std::move(held)]() mutable {
+      self->Decided(gc, std::move(d), /*on_channel_thread=*/false);
+    };
+  }
+  if (!pool_.Submit(std::move(task))) FinishCall(gc, true);  // shutting down: nothing was claimed
 }
 
 void McpSession::Core::NoteReplan(PreparedCall& p) {

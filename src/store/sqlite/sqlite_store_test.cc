@@ -96,14 +96,14 @@ class RawDb {
     return sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
   }
   // The same, calling `row` with each row's columns.
-  int Exec(const std::string& sql, const std::function<void(char** columns)>& row) {
+  int Exec(const std::string& sql, std::function<void(char** columns)> row) {
     return sqlite3_exec(
         db_, sql.c_str(),
         [](void* fn, int, char** columns, char**) {
-          (*static_cast<const std::function<void(char**)>*>(fn))(columns);
+          (*static_cast<std::function<void(char**)>*>(fn))(columns);
           return 0;
         },
-        const_cast<std::function<void(char**)>*>(&row), nullptr);
+        &row, nullptr);
   }
 
   // The first column of the first row `sql` returns, as an integer.
