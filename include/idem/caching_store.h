@@ -5,13 +5,14 @@
 // ways: its retention runs out, which the cache judges by expires_at on the
 // store's clock, as the store does; or an operator evicts it, which the
 // backend announces to every process (Store::WatchEvictions: Redis pub/sub,
-// for example). Any announced eviction drops the whole cache: evictions are
-// rare operator actions, and dropping everything needs no record ids in the
-// announcement. While the announcements may be missed (the backend's
-// subscriber connection is down), the cache holds nothing and every call
-// reaches the store. A store without such announcements (SQLite, whose
-// processes share a file and no channel) gets no cache: active() is false
-// and every call goes straight through.
+// PostgreSQL NOTIFY, SQLite's eviction bell, a file beside the database
+// that its processes watch with inotify). Any announced eviction drops the
+// whole cache: evictions are rare operator actions, and dropping everything
+// needs no record ids in the announcement. While the announcements may be
+// missed (the backend's subscriber connection is down), the cache holds
+// nothing and every call reaches the store. A store without such
+// announcements gets no cache: active() is false and every call goes
+// straight through.
 //
 // What is served from memory: Claim, Get and Held (and ClaimAsync and
 // GetAsync, whose `done` then runs before they return) of a key whose
@@ -20,9 +21,10 @@
 // CompleteAsync. Everything else goes to the store unchanged.
 //
 // One window remains, and it is documented: an eviction through another
-// process reaches this one after the pub/sub delivery time (well under a
-// millisecond on a LAN); a retry answered here within that window replays
-// the outcome being evicted, as it would have a moment earlier.
+// process reaches this one after the announcement's delivery time (well
+// under a millisecond on a LAN, or on one host); a retry answered here within
+// that window replays the outcome being evicted, as it would have a moment
+// earlier.
 //
 // Thread-safe. `target` and `clock` must outlive it.
 #pragma once

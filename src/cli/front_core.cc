@@ -94,7 +94,7 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
   metrics_options.alert = config.alert;
   metrics_options.max_hosts = config.metrics.max_hosts;
   metrics_options.instance = instance;
-  metrics_options.log = std::move(log);
+  metrics_options.log = log;  // copied: the replay cache note below needs it too
   Result<std::unique_ptr<GatewayMetrics>> metrics =
       GatewayMetrics::Create(SystemClock::Default(), metrics_options);
   if (!metrics) return std::unexpected(metrics.error());
@@ -107,6 +107,10 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
       config.replay_cache.enabled ? config.replay_cache.max_bytes : 0);
   if (core->cached_store->active()) {
     TrackReplayCache(core->metrics->registry(), *core->cached_store);
+  } else if (config.replay_cache.enabled && config.replay_cache.max_bytes > 0 && log) {
+    log("note: the replay cache is off: the store cannot tell this process of evictions made "
+        "through others (SQLite: no inotify instance left, see fs.inotify.max_user_instances), "
+        "so every retry is read from the store");
   }
   core->probe = std::make_unique<StoreProbe>(*core->store, StoreTime());
   core->ledger =

@@ -1649,6 +1649,9 @@ void RunModel(const std::string& store, const Opener& open, bool cached = false)
 
 TEST(LedgerModel, Memory) { RunModel("memory", MemoryOpener()); }
 TEST(LedgerModel, Sqlite) { RunModel("sqlite", SqliteOpener()); }
+TEST(LedgerModel, SqliteCached) {
+  RunModel("sqlite_cached", Cached(SqliteOpener()), /*cached=*/true);
+}
 TEST(LedgerModel, RedisSingle) { RunModel("redis", RedisOpener("IDEM_REDIS_URL_FILE")); }
 TEST(LedgerModel, RedisSingleCached) {
   RunModel("redis_cached", Cached(RedisOpener("IDEM_REDIS_URL_FILE")), /*cached=*/true);

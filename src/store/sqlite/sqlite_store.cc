@@ -12,6 +12,7 @@
 
 #include "core/change_hub.h"
 #include "database_file.h"
+#include "eviction_bell.h"
 #include "group_commit_writer.h"
 #include "read_pool.h"
 #include "shared_writer.h"
@@ -479,7 +480,32 @@ Result<std::optional<Record>> SqliteStore::Get(const RecordId& id) {
 }
 
 Result<bool> SqliteStore::Evict(const RecordId& id) {
-  return Write<bool>([&](WriteContext& ctx) { return sqlite::EvictInTx(ctx, id); });
+  auto evicted = Write<bool>([&](WriteContext& ctx) { return sqlite::EvictInTx(ctx, id); });
+  // Rung after the COMMIT, so that a cache that drops on hearing it cannot
+  // refill from the file with the record still in it; rung also when
+  // nothing was there or the write failed, so that evicting again repairs
+  // a ring that failed (and the write may have committed).
+  if (auto rung = sqlite::EvictionBell::Ring(path_); !rung) {
+    return MakeError(rung.error().code,
+                     fmt::format("{}; other processes on this file may go on replaying the "
+                                 "record \"{}\" of tenant \"{}\" from their replay caches: fix "
+                                 "that and evict it again",
+                                 rung.error().message, id.key, id.tenant));
+  }
+  return evicted;
+}
+
+bool SqliteStore::WatchEvictions(EvictionFeed on_change) {
+  std::lock_guard g(bell_mu_);
+  bell_.reset();  // returns once the old watcher's calls are over
+  if (!on_change) return true;
+  auto bell = sqlite::EvictionBell::Watch(
+      path_, std::move(on_change),
+      std::max(std::chrono::milliseconds(1),
+               std::chrono::duration_cast<std::chrono::milliseconds>(options_.poll_interval)));
+  if (!bell) return false;
+  bell_ = std::move(*bell);
+  return true;
 }
 
 Result<void> SqliteStore::WaitForChange(const RecordId& id, const Record& seen,

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@ namespace idem {
 
 class ChangeHub;
 namespace sqlite {
+class EvictionBell;
 class GroupCommitWriter;
 class ReadPool;
 class SharedWriter;
@@ -83,6 +85,7 @@ class SqliteStore final : public Store {
   Result<Record> TakeOver(const RecordId& id, uint64_t fence, Duration lease) override;
   Result<std::optional<Record>> Get(const RecordId& id) override;
   Result<bool> Evict(const RecordId& id) override;
+  bool WatchEvictions(EvictionFeed on_change) override;
   Result<void> WaitForChange(const RecordId& id, const Record& seen, TimePoint deadline) override;
   Result<size_t> PurgeExpired(size_t limit) override;
   Result<uint64_t> CountRecords() override;
@@ -133,9 +136,12 @@ class SqliteStore final : public Store {
   std::unique_ptr<ChangeHub> hub_;
   std::unique_ptr<sqlite::ReadPool> readers_;
   std::unique_ptr<sqlite::GroupCommitWriter> writer_;
-  // Null with shared_writer=off. Last: stopped first, while the writer it
-  // hands calls to still runs.
+  // Null with shared_writer=off. Stopped before the writer it hands calls
+  // to.
   std::unique_ptr<sqlite::SharedWriter> shared_;
+  // The eviction watch of WatchEvictions; null while nobody watches.
+  std::mutex bell_mu_;
+  std::unique_ptr<sqlite::EvictionBell> bell_;
 };
 
 }  // namespace idem

@@ -292,23 +292,24 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
         for s in servers:
             self.assertEqual(s.stop(), 0)
 
+    def metric(self, server, name):
+        status, _, text = http("GET", server.url + "/metrics")
+        self.assertEqual(status, 200)
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        self.fail(f"{name} not in /metrics")
+
+    def await_metric(self, server, name, at_least):
+        deadline = time.monotonic() + DEADLINE
+        while self.metric(server, name) < at_least:
+            self.assertLess(time.monotonic(), deadline, f"{name} never reached {at_least}")
+            threading.Event().wait(0.01)
+
     def test_an_eviction_through_one_instance_empties_every_instances_replay_cache(self):
         redis_url = self.redis_url()
         a, b = self.serve(store=redis_url), self.serve(store=redis_url)
-
-        def metric(server, name):
-            status, _, text = http("GET", server.url + "/metrics")
-            self.assertEqual(status, 200)
-            for line in text.splitlines():
-                if line.startswith(name + " "):
-                    return float(line.split()[1])
-            self.fail(f"{name} not in /metrics")
-
-        def await_metric(server, name, at_least):
-            deadline = time.monotonic() + DEADLINE
-            while metric(server, name) < at_least:
-                self.assertLess(time.monotonic(), deadline, f"{name} never reached {at_least}")
-                threading.Event().wait(0.01)
+        metric, await_metric = self.metric, self.await_metric
 
         # Each cache holds nothing until its eviction feed is subscribed (its second drop).
         await_metric(a, "idemgate_replay_cache_drops_total", 2)
@@ -331,6 +332,32 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
         await_metric(b, "idemgate_replay_cache_drops_total", drops + 1)
         with idemgate_ledger.Ledger(b.url).call(None, "refund", {"order": 7}, key=key) as c:
             self.assertFalse(c.replayed, "B replayed an outcome evicted through A")
+            c.complete({"refund": "re_2"})
+        for s in (a, b):
+            self.assertEqual(s.stop(), 0)
+
+    def test_an_eviction_by_another_process_on_the_sqlite_file_empties_the_replay_cache(self):
+        # Two instances on the embedded default, and the operator's `idemgate evict` as a
+        # third process: the evict rings the file's eviction bell, which B watches.
+        a, b = self.serve(), self.serve()
+        key = "cache-" + uuid.uuid4().hex
+        with idemgate_ledger.Ledger(a.url).call(None, "refund", {"order": 7}, key=key) as c:
+            self.assertFalse(c.replayed)
+            c.complete({"refund": "re_1"})
+        hits = self.metric(b, "idemgate_replay_cache_hits_total")
+        for _ in range(2):  # read from the file and kept, then answered from memory
+            with idemgate_ledger.Ledger(b.url).call(None, "refund", {"order": 7}, key=key) as c:
+                self.assertTrue(c.replayed)
+                self.assertEqual(c.outcome["result"], {"refund": "re_1"})
+        self.assertEqual(self.metric(b, "idemgate_replay_cache_hits_total"), hits + 1)
+
+        drops = self.metric(b, "idemgate_replay_cache_drops_total")
+        evict = subprocess.run([BINARY, "evict", key, "--store", self.store],
+                               capture_output=True, timeout=DEADLINE)
+        self.assertEqual(evict.returncode, 0, evict.stderr)
+        self.await_metric(b, "idemgate_replay_cache_drops_total", drops + 1)
+        with idemgate_ledger.Ledger(b.url).call(None, "refund", {"order": 7}, key=key) as c:
+            self.assertFalse(c.replayed, "B replayed an outcome evicted by another process")
             c.complete({"refund": "re_2"})
         for s in (a, b):
             self.assertEqual(s.stop(), 0)
