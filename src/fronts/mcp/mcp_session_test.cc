@@ -596,6 +596,32 @@ TEST_F(McpSessionTest, RetryInTheSameTurnIsReplayedNotExecuted) {
   EXPECT_NE(Text(retry, 1).find("the action was not performed again"), std::string::npos);
 }
 
+// A stored result without _meta gets the replay marks as a new object, built
+// directly; it must be byte for byte the object that setting each mark into
+// an empty _meta makes (the general path).
+TEST(ReplayResultTest, MarksOfAResultWithoutMetaAreThoseSetIntoAnEmptyMeta) {
+  Decision d;
+  d.kind = Decision::Kind::kReplay;
+  d.record.id = RecordId{"default", "k\"1"};
+  d.record.state = RecordState::kCompleted;
+  gate::Answer answer;
+  answer.first_at = "2026-01-01T00:00:00.000Z";
+  Config config;
+  for (const bool drift : {false, true}) {
+    d.drift = drift;
+    d.record.outcome = Outcome{OutcomeClass::kSuccess, R"({"content":[],"isError":false})"};
+    auto without = ReplayResult(d, answer, config);
+    d.record.outcome =
+        Outcome{OutcomeClass::kSuccess, R"({"content":[],"isError":false,"_meta":{}})"};
+    auto with_empty = ReplayResult(d, answer, config);
+    ASSERT_TRUE(without && with_empty);
+    EXPECT_EQ(*without, *with_empty);
+    EXPECT_NE(without->find(R"("_meta":{"dev.idemgate/replayed":true,"dev.idemgate/key":"k\"1",)"),
+              std::string::npos)
+        << *without;
+  }
+}
+
 // A session whose ledger has a replay cache above the memory store, and
 // the attempts it logs counted by outcome.
 class CachedSessionTest : public McpSessionTest {

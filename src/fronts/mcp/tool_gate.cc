@@ -816,18 +816,30 @@ Result<std::string> ReplayResult(const Decision& decision, const gate::Answer& a
   // instant the drift and in-progress answers name.
   const std::string& first_at = answer.first_at;
 
-  std::string meta_text = "{}";
-  if (*meta != nullptr && json_text::IsObject((*meta)->value.In(body))) {
-    meta_text = std::string((*meta)->value.In(body));
-  }
   std::vector<std::pair<std::string_view, std::string>> marks = {
       {kMetaReplayed, "true"}, {kMetaKey, Quote(record.id.key)}, {kMetaFirstAt, Quote(first_at)}};
   if (decision.drift) marks.emplace_back(kMetaDrift, "true");
   if (decision.reconciled) marks.emplace_back(kMetaReconciled, "true");
-  for (const auto& [name, value] : marks) {
-    auto set = json_text::SetMember(meta_text, name, value);
-    if (!set) return MakeError(ErrorCode::kDataLoss, set.error().message);
-    meta_text = std::move(*set);
+  std::string meta_text;
+  if (*meta != nullptr && json_text::IsObject((*meta)->value.In(body))) {
+    meta_text = std::string((*meta)->value.In(body));
+    for (const auto& [name, value] : marks) {
+      auto set = json_text::SetMember(meta_text, name, value);
+      if (!set) return MakeError(ErrorCode::kDataLoss, set.error().message);
+      meta_text = std::move(*set);
+    }
+  } else {
+    // Nothing to merge with (most results have no _meta): the marks are the
+    // whole object, as setting each into "{}" would make it, without
+    // scanning it again for each.
+    meta_text = "{";
+    for (const auto& [name, value] : marks) {
+      if (meta_text.size() > 1) meta_text += ',';
+      json_text::AppendQuoted(meta_text, name);
+      meta_text += ':';
+      meta_text += value;
+    }
+    meta_text += '}';
   }
   auto out = json_text::SetMember(body, *members, "_meta", meta_text);  // found above
   if (!out) return MakeError(ErrorCode::kDataLoss, out.error().message);
