@@ -1,10 +1,8 @@
 #include "idem/attempt_chain.h"
 
-#include <openssl/sha.h>
-
 #include <map>
 
-#include "core/hex.h"
+#include "idem/canonical_json.h"
 #include "idem/store.h"
 
 namespace idem {
@@ -58,9 +56,9 @@ std::string ChainHash(const Attempt& a, uint64_t seq, std::string_view prev_hash
   PutU64(enc, static_cast<uint64_t>(a.latency.count()));
   PutText(enc, a.instance);
   PutText(enc, a.detail);
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(enc.data()), enc.size(), digest);
-  return LowerHex(digest, sizeof digest);
+  // Not OpenSSL's SHA256(), which looks the digest up in the provider
+  // again for every entry (2 000 instructions of a replay's 110 000).
+  return Sha256Hex(enc);
 }
 
 void ChainAppend(ChainHead& head, Attempt& a) {
