@@ -314,7 +314,8 @@ struct LimitsConfig {
 
 // [replay_cache]: completed records kept in memory so that retries skip the
 // store (CachingStore). Only above a store that announces evictions to every
-// instance (Redis, PostgreSQL, memory); SQLite gets none.
+// instance, which every store does (SQLite by its eviction bell, given an
+// inotify instance).
 struct ReplayCacheConfig {
   bool enabled = true;
   size_t max_bytes = 64 << 20;  // 64 MiB, least recently used out first
