@@ -310,6 +310,9 @@ struct HttpConfig {
 struct LimitsConfig {
   size_t max_body_bytes = 1 << 20;  // request body / tool arguments: 1 MiB
   size_t max_depth = 128;           // JSON nesting
+  // Audit entries waiting for a store that writes more slowly than calls
+  // arrive; past it new ones are dropped and reported (AttemptLog).
+  size_t max_audit_backlog = 100'000;
 };
 
 // [replay_cache]: completed records kept in memory so that retries skip the

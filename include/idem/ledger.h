@@ -115,6 +115,9 @@ struct LedgerOptions {
   ReconcileHook reconcile;            // used when a call's policy says reconcile
   bool audit = true;                  // append every attempt to the store's log
   AttemptHook on_attempt;             // observer of every attempt; default none
+  // Audit entries that may wait for a slow store; past it new ones are
+  // dropped and reported on stderr ([limits] max_audit_backlog).
+  size_t audit_backlog = 100'000;
 };
 
 class AttemptLog;

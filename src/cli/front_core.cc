@@ -116,7 +116,8 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
   core->ledger =
       std::make_unique<Ledger>(*core->cached_store, StoreTime(),
                                LedgerOptions{instance, std::move(reconcile), true,
-                                             core->metrics->ObserverFor(std::string(front))});
+                                             core->metrics->ObserverFor(std::string(front)),
+                                             config.limits.max_audit_backlog});
   Ledger* ledger = core->ledger.get();
   core->metrics->TrackInFlight(std::string(front),
                                [ledger] { return double(ledger->running_executions()); });

@@ -59,6 +59,7 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c.http.turn_header, "Idemgate-Turn-Id");
   EXPECT_EQ(c.limits.max_body_bytes, size_t{1} << 20);
   EXPECT_EQ(c.limits.max_depth, 128u);
+  EXPECT_EQ(c.limits.max_audit_backlog, 100'000u);
   EXPECT_EQ(c.source, "test.toml");
 }
 
@@ -286,6 +287,7 @@ turn_header = "X-Turn"
 [limits]
 max_body_bytes = "1MB"
 max_depth = 64
+max_audit_backlog = 5000
 )");
   EXPECT_EQ(c.store, "memory:");
   EXPECT_EQ(c.defaults.ttl, hours(48));
@@ -349,6 +351,7 @@ max_depth = 64
   EXPECT_EQ(c.http.turn_header, "X-Turn");
   EXPECT_EQ(c.limits.max_body_bytes, 1'000'000u);
   EXPECT_EQ(c.limits.max_depth, 64u);
+  EXPECT_EQ(c.limits.max_audit_backlog, 5000u);
 }
 
 TEST(ConfigTest, ReplayCacheIsOnWithABoundUnlessSwitchedOff) {
@@ -361,6 +364,11 @@ TEST(ConfigTest, ReplayCacheIsOnWithABoundUnlessSwitchedOff) {
   EXPECT_NE(ParseError("[replay_cache]\nmax_bytes = 0\n").find("at least 1 byte"),
             std::string::npos);
   EXPECT_NE(ParseError("[replay_cache]\nmax_records = 5\n").find("max_records"), std::string::npos);
+}
+
+TEST(ConfigTest, AnAuditBacklogOfNoneIsRefused) {
+  const std::string msg = ParseError("[limits]\nmax_audit_backlog = 0\n");
+  EXPECT_NE(msg.find("max_audit_backlog"), std::string::npos) << msg;
 }
 
 TEST(ConfigTest, RepeatNonceFalseSwitchesItOff) {

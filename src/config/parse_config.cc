@@ -102,7 +102,7 @@ const Section& HttpSection() {
   return s;
 }
 const Section& LimitsSection() {
-  static const Section s{"[limits]", {"max_body_bytes", "max_depth"}};
+  static const Section s{"[limits]", {"max_body_bytes", "max_depth", "max_audit_backlog"}};
   return s;
 }
 
@@ -553,6 +553,9 @@ void ReadLimits(const toml::table& t, Diagnostics& diag, LimitsConfig& limits) {
   // Bounded so that a nesting limit can never exhaust the stack of a
   // recursive parser.
   if (auto v = r.Integer("max_depth", 1, 1024)) limits.max_depth = static_cast<size_t>(*v);
+  if (auto v = r.Integer("max_audit_backlog", 1, int64_t{1} << 30)) {
+    limits.max_audit_backlog = static_cast<size_t>(*v);
+  }
   r.CheckUnknown();
 }
 

@@ -123,7 +123,9 @@ Ledger::Ledger(Store& store, Clock& clock, LedgerOptions options)
     : store_(store),
       clock_(clock),
       options_(std::move(options)),
-      attempts_(options_.audit ? std::make_unique<AttemptLog>(store) : nullptr),
+      attempts_(options_.audit ? std::make_unique<AttemptLog>(store, 256, Duration(200),
+                                                              options_.audit_backlog)
+                               : nullptr),
       leases_(std::make_unique<LeaseKeeper>(store, clock)) {}
 
 Ledger::~Ledger() = default;
