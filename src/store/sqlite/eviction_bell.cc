@@ -122,14 +122,16 @@ void EvictionBell::Run() {
     if (fds[1].revents != 0) return;
     bool heard = false;
     bool lost = !watching;
-    if (watching && (fds[0].revents & POLLIN) != 0) {
+    // Drained even while not watching: a late IN_IGNORED of the lost watch
+    // left unread would make every poll return at once.
+    if ((fds[0].revents & POLLIN) != 0) {
       ssize_t n;
       while ((n = ::read(inotify_fd_, buf, sizeof buf)) > 0) {
         for (ssize_t at = 0; at < n;) {
           const auto* event = reinterpret_cast<const inotify_event*>(buf + at);
           // The queue overflowed: what was lost may have been a ring.
           if ((event->mask & IN_Q_OVERFLOW) != 0) heard = true;
-          if (event->wd == watch_) {
+          if (watching && event->wd == watch_) {
             if ((event->mask & IN_MODIFY) != 0) heard = true;
             if ((event->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) != 0) lost = true;
           }
