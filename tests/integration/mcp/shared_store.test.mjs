@@ -20,6 +20,9 @@
 //      share, is SIGKILLed while they make calls: every call is answered and executed once
 //      (a call whose reply died with the server is settled from the file), another instance
 //      serves, and every call replays.
+//   6. an operator's `idemgate evict`, a process of its own, reaches the replay cache of every
+//      instance (Redis pub/sub, PostgreSQL NOTIFY, SQLite's eviction bell): a retry that was
+//      answered from an instance's memory executes again there, once.
 //
 // Each instance has its own example server child; all the children append to ONE ledger file,
 // so "how many times did it run?" is a line count across all instances.
@@ -121,6 +124,10 @@ const STORE_DOWN =
 const SERVER_KILLED =
   'the instance serving the file\'s writes SIGKILLed under load: every call of the others is ' +
   'answered and executed once, one of them serves, and every call replays';
+
+const EVICTED =
+  'an operator evicts a completed call with `idemgate evict`: the instance that replayed it ' +
+  'from its replay cache executes the next retry, once, and every instance replays that';
 
 const LOST_REPLY =
   'a claim applied by the store whose reply is lost: the call is refused as not executed, ' +
@@ -445,6 +452,54 @@ for (const store of STORES) {
       assertReplayMarkers(replay);
       assert.deepEqual(stripReplay(replay), stripReplay(took));
       assert.equal(charges(ledger).length, 3);
+    });
+
+    // ------------------------------------------------------------------------------------------
+    it(EVICTED, { timeout: TEST_TIMEOUT }, async (t) => {
+      const dir = tempDir(t);
+      const ledger = exampleEnv(dir).EXAMPLE_LEDGER;
+      const url = store.url(server, 'evict');
+      const config = writeConfig(dir, 'idemgate.toml', '');
+      const [a, b] = await Promise.all(
+        ['evict-a', 'evict-b'].map((name) => instance(t, dir, url, { config, name })),
+      );
+      const ARGS = { customer: 'cus_evict', amount_cents: 700, currency: 'EUR' };
+      const first = await charge(a, 'turn-evict', ARGS);
+      assert.ok(!isReplay(first), `A executes: ${JSON.stringify(first)}`);
+      // B reads the record from the store and keeps it; its second answer is from memory.
+      let replay;
+      for (let i = 0; i < 2; i++) {
+        replay = await charge(b, 'turn-evict', ARGS);
+        assertReplayMarkers(replay);
+        assert.deepEqual(stripReplay(replay), stripReplay(first));
+      }
+      const key = replay._meta[META + 'key'];
+      const evicted = await run(IDEMGATE, ['evict', key, '--store', url]);
+      assert.match(evicted.stdout, /evicted/);
+
+      // The announcement reaches B a moment after the evict returns (the window README's "The
+      // replay cache" documents): B's retry executes once it has heard.
+      const again = await until(
+        async () => {
+          const r = await charge(b, 'turn-evict', ARGS);
+          return isReplay(r) ? null : r;
+        },
+        { what: `B to execute the evicted call again:\n${stderrOf([a, b])}` },
+      );
+      assert.notEqual(again.structuredContent.id, first.structuredContent.id);
+      assert.equal(charges(ledger).length, 2, 'executed once more, not twice');
+      // A, which executed the first call and kept it, hears of the eviction as B did.
+      for (const inst of [a, b]) {
+        await until(
+          async () => {
+            const r = await charge(inst, 'turn-evict', ARGS);
+            assertReplayMarkers(r);
+            return r.structuredContent.id === again.structuredContent.id;
+          },
+          { what: `${inst.name} to replay the new outcome` },
+        );
+      }
+      assert.equal(charges(ledger).length, 2);
     });
 
     // ------------------------------------------------------------------------------------------
