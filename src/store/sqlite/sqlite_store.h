@@ -64,8 +64,10 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock& c
 // with the shared writer (the default) the claims, completions and audit
 // entries of all of them go to the writer of the one that serves, and share
 // its transactions. WaitForChange wakes at once for writes through this
-// object and polls every options.poll_interval for other writers.
-// Thread-safe.
+// object and polls every options.poll_interval for other writers. Evict
+// rings the file's eviction bell after its commit, and WatchEvictions
+// listens for it (sqlite::EvictionBell), so a replay cache above this store
+// hears of evictions by every process on the file. Thread-safe.
 class SqliteStore final : public Store {
  public:
   // As OpenSqliteStore, with the concrete type (for tests and benchmarks).
