@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -32,7 +33,13 @@ Error WatchError(int err, const std::string& path, std::string_view doing) {
 }  // namespace
 
 std::string EvictionBellPath(const std::string& database_path) {
-  return database_path + "-evictions";
+  // Beside the file itself, however a process names it (through a symbolic
+  // link, or a relative path): processes that open one database by
+  // different names must ring and watch one bell.
+  char* real = ::realpath(database_path.c_str(), nullptr);
+  std::string base = real != nullptr ? real : database_path;
+  std::free(real);
+  return base + "-evictions";
 }
 
 Result<void> EvictionBell::Ring(const std::string& database_path) {

@@ -14,7 +14,8 @@
 namespace idem::sqlite {
 
 // Where the bell of the database at `database_path` lives: PATH-evictions,
-// beside PATH-lock, PATH-wal and PATH-shm.
+// beside PATH-lock, PATH-wal and PATH-shm, PATH with symbolic links and a
+// relative path resolved (realpath(3); as given if the file is not there).
 std::string EvictionBellPath(const std::string& database_path);
 
 // A file beside the database that every eviction writes to once it has

@@ -86,6 +86,20 @@ TEST_F(EvictionBellTest, AnEvictionThroughAnotherStoreOnTheFileIsHeard) {
   ASSERT_TRUE(watcher->WatchEvictions(nullptr));
 }
 
+TEST_F(EvictionBellTest, AProcessThatNamesTheFileThroughASymbolicLinkRingsTheSameBell) {
+  auto watcher = Open();
+  const std::string link = dir_.File("link.db");
+  fs::create_symlink(path_, link);
+  auto through_link = SqliteStore::Open(link, clock_, {});
+  ASSERT_TRUE(through_link) << through_link.error().ToString();
+  EXPECT_EQ(sqlite::EvictionBellPath(link), sqlite::EvictionBellPath(path_));
+  FeedLog log;
+  ASSERT_TRUE(watcher->WatchEvictions(log.Feed()));
+  ASSERT_TRUE((*through_link)->Evict(Req("k").id));
+  ASSERT_TRUE(Eventually([&] { return log.heard() >= 2; }));
+  EXPECT_FALSE(fs::exists(link + "-evictions"));
+}
+
 TEST_F(EvictionBellTest, AReplayCacheAboveTheFileStopsReplayingOnceAnotherProcessEvicts) {
   auto mine = Open();
   auto other = Open();
