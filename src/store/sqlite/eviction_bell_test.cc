@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 using testing::Eventually;
 using testing::kTtl;
 using testing::Req;
-using testing::TempDir;
 
 // What a store's eviction feed has said, in order.
 class FeedLog {
@@ -47,14 +46,8 @@ class FeedLog {
   std::vector<bool> said_;
 };
 
-class EvictionBellTest : public ::testing::Test {
+class EvictionBellTest : public testing::SqliteFileTest {
  protected:
-  std::unique_ptr<SqliteStore> Open() {
-    auto store = SqliteStore::Open(path_, clock_, {});
-    EXPECT_TRUE(store) << store.error().ToString();
-    return store ? std::move(*store) : nullptr;
-  }
-
   // Claims and completes `key` through `store`.
   static void Finish(Store& store, const std::string& key) {
     auto claimed = store.Claim(Req(key));
@@ -62,10 +55,6 @@ class EvictionBellTest : public ::testing::Test {
     ASSERT_TRUE(store.Complete(claimed->record.id, claimed->record.fence,
                                Outcome{OutcomeClass::kSuccess, "charged"}, kTtl));
   }
-
-  TempDir dir_;
-  std::string path_ = dir_.File("idem.db");
-  FakeClock clock_;
 };
 
 TEST_F(EvictionBellTest, AnEvictionThroughAnotherStoreOnTheFileIsHeard) {

@@ -29,7 +29,6 @@ namespace {
 using testing::Eventually;
 using testing::kTtl;
 using testing::Req;
-using testing::TempDir;
 
 Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
 
@@ -52,19 +51,7 @@ ClaimRequest OwnedReq(const std::string& key) {
   return req;
 }
 
-class SharedWriterTest : public ::testing::Test {
- protected:
-  std::unique_ptr<SqliteStore> Open(const std::string& params = "",
-                                    const StoreOptions& options = {}) {
-    auto store = SqliteStore::Open(path_ + params, clock_, options);
-    EXPECT_TRUE(store) << store.error().ToString();
-    return store ? std::move(*store) : nullptr;
-  }
-
-  TempDir dir_;
-  std::string path_ = dir_.File("idem.db");
-  FakeClock clock_;
-};
+class SharedWriterTest : public testing::SqliteFileTest {};
 
 TEST_F(SharedWriterTest, TheFirstStoreServesAndTheSecondHandsItsWritesToIt) {
   auto first = Open();

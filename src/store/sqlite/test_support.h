@@ -2,14 +2,19 @@
 // claim request, and a bounded wait for a condition.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <thread>
 
+#include "idem/clock.h"
 #include "idem/store.h"
+#include "sqlite_store.h"
 
 namespace idem::testing {
 
@@ -63,5 +68,22 @@ bool Eventually(Pred done) {
   }
   return true;
 }
+
+// A test of stores on one SQLite file in a fresh directory, with a fake
+// clock: Open opens another store on it (another process, as far as the
+// file is concerned), with PARAMS appended to the path ("?shared_writer=off").
+class SqliteFileTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SqliteStore> Open(const std::string& params = "",
+                                    const StoreOptions& options = {}) {
+    auto store = SqliteStore::Open(path_ + params, clock_, options);
+    EXPECT_TRUE(store) << store.error().ToString();
+    return store ? std::move(*store) : nullptr;
+  }
+
+  TempDir dir_;
+  std::string path_ = dir_.File("idem.db");
+  FakeClock clock_;
+};
 
 }  // namespace idem::testing
