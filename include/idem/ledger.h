@@ -9,6 +9,7 @@
 // clock must outlive it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -118,6 +119,14 @@ struct LedgerOptions {
   // Audit entries that may wait for a slow store; past it new ones are
   // dropped and reported on stderr ([limits] max_audit_backlog).
   size_t audit_backlog = 100'000;
+};
+
+// Audit entries the ledger lost since it started (never a record): dropped
+// while `audit_backlog` entries already waited for a slow store, and in
+// batches the store refused. For the metrics.
+struct AuditDrops {
+  uint64_t backlog = 0;
+  uint64_t refused = 0;
 };
 
 class AttemptLog;
@@ -245,6 +254,8 @@ class Ledger {
   // Executions running now: calls holding a KeepAlive guard (the upstream
   // is working on them). For the in-flight gauge.
   size_t running_executions();
+  // Audit entries lost so far (zero with audit = false).
+  AuditDrops audit_drops() const;
 
   // ── Reading records and the audit log, and an operator's acts ──────────
   // What the ledger API, the console and other readers may do besides the

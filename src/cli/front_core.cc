@@ -10,45 +10,74 @@ namespace idem::cli {
 
 namespace {
 
-// idemgate_replay_cache_{hits,misses,drops}_total and _records/_bytes, read
-// from the cache's counters whenever /metrics is rendered.
-void TrackReplayCache(MetricsRegistry& registry, const CachingStore& cache) {
+// Keeps `counter` equal to `total()`, a running total its source keeps, by
+// adding what it grew by since the last rendering of /metrics.
+void FollowTotal(MetricsRegistry& registry, Counter& counter, std::function<uint64_t()> total) {
   struct Seen {
     std::mutex mu;
-    CachingStore::Stats last;
+    uint64_t last = 0;
   };
-  auto seen = std::make_shared<Seen>();
-  Counter& hits = registry
-                      .AddCounter("idemgate_replay_cache_hits_total",
-                                  "Retries of finished calls answered from memory")
-                      .With({});
-  Counter& misses = registry
-                        .AddCounter("idemgate_replay_cache_misses_total",
-                                    "Lookups in the replay cache that went to the store")
-                        .With({});
-  Counter& drops = registry
-                       .AddCounter("idemgate_replay_cache_drops_total",
-                                   "Times the replay cache was emptied: an eviction, or the "
-                                   "store's eviction feed went down or came up")
-                       .With({});
+  registry.OnCollect(
+      [seen = std::make_shared<Seen>(), counter = &counter, total = std::move(total)] {
+        // Read under the lock: two renderings at once must not see the
+        // totals in one order and subtract them in the other.
+        std::lock_guard lock(seen->mu);
+        const uint64_t now = total();
+        counter->Inc(now - seen->last);
+        seen->last = now;
+      });
+}
+
+// idemgate_replay_cache_{hits,misses,drops}_total and _records/_bytes, read
+// from the cache's counters whenever /metrics is rendered. Like the in-flight
+// gauge's source, `cache` must outlive the rendering.
+void TrackReplayCache(MetricsRegistry& registry, const CachingStore& cache) {
+  FollowTotal(registry,
+              registry
+                  .AddCounter("idemgate_replay_cache_hits_total",
+                              "Retries of finished calls answered from memory")
+                  .With({}),
+              [&cache] { return cache.stats().hits; });
+  FollowTotal(registry,
+              registry
+                  .AddCounter("idemgate_replay_cache_misses_total",
+                              "Lookups in the replay cache that went to the store")
+                  .With({}),
+              [&cache] { return cache.stats().misses; });
+  FollowTotal(registry,
+              registry
+                  .AddCounter("idemgate_replay_cache_drops_total",
+                              "Times the replay cache was emptied: an eviction, or the "
+                              "store's eviction feed went down or came up")
+                  .With({}),
+              [&cache] { return cache.stats().drops; });
   Gauge& records =
       registry.AddGauge("idemgate_replay_cache_records", "Completed records held in memory")
           .With({});
   Gauge& bytes =
       registry.AddGauge("idemgate_replay_cache_bytes", "Estimated memory of the replay cache")
           .With({});
-  // Like the in-flight gauge's source, `cache` must outlive the rendering.
-  registry.OnCollect([seen, cache = &cache, hits = &hits, misses = &misses, drops = &drops,
-                      records = &records, bytes = &bytes] {
-    const CachingStore::Stats now = cache->stats();
-    std::lock_guard lock(seen->mu);
-    hits->Inc(now.hits - seen->last.hits);
-    misses->Inc(now.misses - seen->last.misses);
-    drops->Inc(now.drops - seen->last.drops);
+  registry.OnCollect([&cache, records = &records, bytes = &bytes] {
+    const CachingStore::Stats now = cache.stats();
     records->Set(double(now.records));
     bytes->Set(double(now.bytes));
-    seen->last = now;
   });
+}
+
+// idemgate_audit_entries_dropped_total{reason}: audit entries lost to a store
+// that writes more slowly than calls arrive (backlog) or that refused a batch
+// (store_error), each also reported on stderr. `ledger` must outlive the
+// rendering.
+void TrackAuditDrops(MetricsRegistry& registry, const Ledger& ledger) {
+  CounterFamily& dropped =
+      registry.AddCounter("idemgate_audit_entries_dropped_total",
+                          "Audit entries lost (never a record): past [limits] max_audit_backlog "
+                          "while the store was slow, or in a batch the store refused",
+                          {"reason"});
+  FollowTotal(registry, dropped.With({"backlog"}),
+              [&ledger] { return ledger.audit_drops().backlog; });
+  FollowTotal(registry, dropped.With({"store_error"}),
+              [&ledger] { return ledger.audit_drops().refused; });
 }
 
 }  // namespace
@@ -119,6 +148,7 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
                                              core->metrics->ObserverFor(std::string(front)),
                                              config.limits.max_audit_backlog});
   Ledger* ledger = core->ledger.get();
+  TrackAuditDrops(core->metrics->registry(), *ledger);
   core->metrics->TrackInFlight(std::string(front),
                                [ledger] { return double(ledger->running_executions()); });
   return core;

@@ -29,6 +29,7 @@ void AttemptLog::Append(Attempt attempt) {
     std::lock_guard g(mu_);
     if (buffer_.size() >= max_backlog_) {
       ++dropped_;
+      ++drops_.backlog;
       return;  // the flusher is already busy with the store
     }
     buffer_.push_back(std::move(attempt));
@@ -55,9 +56,18 @@ void AttemptLog::Flush() {
   if (batch.empty()) return;
   if (auto ok = store_.AppendAttempts(batch); !ok) {
     // The audit log must never fail a call; say so where an operator looks.
+    {
+      std::lock_guard g(mu_);
+      drops_.refused += batch.size();
+    }
     std::fprintf(stderr, "idemgate: audit log: dropped %zu attempts: %s\n", batch.size(),
                  ok.error().ToString().c_str());
   }
+}
+
+AuditDrops AttemptLog::drops() const {
+  std::lock_guard g(mu_);
+  return drops_;
 }
 
 void AttemptLog::Loop() {

@@ -6,7 +6,8 @@
 // arrive, at most `max_backlog` wait besides the batch being written, and
 // further ones are dropped, counted and reported on stderr (as a batch the
 // store refused is), so that a slow store cannot make a gateway grow
-// without bound. Thread-safe.
+// without bound. Both kinds of loss are counted for the metrics (drops()).
+// Thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "idem/ledger.h"
 #include "idem/record.h"
 #include "idem/store.h"
 
@@ -31,6 +33,9 @@ class AttemptLog {
   void Append(Attempt attempt);
   // Writes everything buffered so far before returning.
   void Flush();
+  // Attempts lost since the start: dropped past max_backlog, and in batches
+  // the store refused.
+  AuditDrops drops() const;
 
  private:
   void Loop();
@@ -39,10 +44,11 @@ class AttemptLog {
   const size_t batch_;
   const Duration interval_;
   const size_t max_backlog_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Attempt> buffer_;
   size_t dropped_ = 0;  // past max_backlog since the last report
+  AuditDrops drops_;    // since the start
   bool stop_ = false;
   std::mutex write_mu_;  // keeps batches in order
   std::thread thread_;

@@ -65,6 +65,8 @@ TEST(AttemptLogTest, AttemptsPastTheBacklogWhileTheStoreIsSlowAreDroppedAndRepor
     log.Append(AttemptOf("first"));  // taken by the flusher, which waits in the store
     slow.AwaitEntered(1);
     for (int i = 0; i < 5; ++i) log.Append(AttemptOf("k" + std::to_string(i)));
+    EXPECT_EQ(log.drops().backlog, 2u);
+    EXPECT_EQ(log.drops().refused, 0u);
     slow.Open();
   }  // flushes what waits
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -75,6 +77,35 @@ TEST(AttemptLogTest, AttemptsPastTheBacklogWhileTheStoreIsSlowAreDroppedAndRepor
   ASSERT_EQ(kept->size(), 4u);  // the first, and the three that waited: k0, k1, k2
   EXPECT_EQ(kept->front().key, "k2");
   EXPECT_EQ(kept->back().key, "first");
+}
+
+// A store that refuses every batch of audit entries.
+class RefusingAppends final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<void> AppendAttempts(const std::vector<Attempt>&) override {
+    return std::unexpected(Error{ErrorCode::kUnavailable, "the disk is full"});
+  }
+};
+
+TEST(AttemptLogTest, BatchesTheStoreRefusesAreCountedAndReported) {
+  FakeClock clock;
+  auto memory = NewMemoryStore(clock);
+  RefusingAppends refusing(*memory);
+  ::testing::internal::CaptureStderr();
+  {
+    AttemptLog log(refusing, /*batch=*/100, Duration(200), /*max_backlog=*/100);
+    log.Append(AttemptOf("a"));
+    log.Append(AttemptOf("b"));
+    log.Flush();
+    log.Append(AttemptOf("c"));
+    log.Flush();
+    EXPECT_EQ(log.drops().refused, 3u);
+    EXPECT_EQ(log.drops().backlog, 0u);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("dropped 2 attempts: "), std::string::npos) << err;
+  EXPECT_NE(err.find("the disk is full"), std::string::npos) << err;
 }
 
 TEST(AttemptLogTest, AStoreThatKeepsUpDropsNothing) {

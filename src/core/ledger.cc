@@ -556,6 +556,8 @@ Result<TimePoint> Ledger::Heartbeat(const Call& call, uint64_t fence) {
 
 size_t Ledger::running_executions() { return leases_->running(); }
 
+AuditDrops Ledger::audit_drops() const { return attempts_ ? attempts_->drops() : AuditDrops{}; }
+
 Ledger::LeaseGuard Ledger::KeepAlive(const Call& call, uint64_t fence) {
   return LeaseGuard(leases_.get(), leases_->Start(call.id, fence, call.policy.lease));
 }

@@ -185,6 +185,9 @@ def test_metrics(args, workdir):
               "the in-flight limit is [mcp] max_in_flight's default")
         check(sample(text, 'idemgate_store_operation_duration_seconds_count{op="claim"}') not in
               (None, "0"), "store claims are timed")
+        for reason in ("backlog", "store_error"):
+            check(sample(text, 'idemgate_audit_entries_dropped_total{reason="%s"}' % reason) ==
+                  "0", f"no audit entry dropped ({reason})")
     finally:
         gate.stop()
 
