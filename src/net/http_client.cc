@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -33,6 +34,7 @@ namespace asio = boost::asio;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
+using namespace std::string_view_literals;
 
 // Where requests go: the upstream URL's origin, and the base path that every
 // request target is appended to ("" or "/base", no trailing '/').
@@ -108,13 +110,79 @@ void Expire(Conn& c, std::chrono::milliseconds timeout) {
   }
 }
 
+// Whether `text` may go into a request line or a header as it is: no CR, LF
+// or NUL, which would end the line early or split it into two.
+bool OneLine(std::string_view text) {
+  // A loop, not find_first_of, which calls memchr once per character.
+  for (const char c : text) {
+    if (c == '\r' || c == '\n' || c == '\0') return false;
+  }
+  return true;
+}
+
+// Writes the request line and header block of `request` into `out`: its
+// headers in order, except Host, Connection, Content-Length and
+// Transfer-Encoding, which the client sets itself (the body goes whole, with
+// its length); User-Agent unless given; Connection: close unless kept alive.
+// Formatted directly rather than through Beast's fields and serializer, whose
+// buffer sequences cost more than the rest of a relayed call's write. Returns
+// why the request cannot be sent (a line break in a header), or nullopt.
+std::optional<std::string> FormatRequestHead(const HttpClientRequest& request,
+                                             std::string_view base_path,
+                                             std::string_view host_header, std::string& out) {
+  const auto invalid = [](std::string_view what) {
+    return "the request to the upstream was not sent: its " + std::string(what) +
+           " holds a line break or a NUL byte, which would end the line early";
+  };
+  if (request.method.empty() || !OneLine(request.method) ||
+      request.method.find(' ') != std::string::npos) {
+    return "the request to the upstream was not sent: its method '" + request.method +
+           "' is not a method";
+  }
+  if (!OneLine(request.target) || request.target.find(' ') != std::string::npos) {
+    return invalid("target");
+  }
+  out.reserve(256 + request.target.size());
+  out.append(request.method).append(" "sv).append(base_path).append(request.target);
+  out.append(" HTTP/1.1\r\nHost: "sv).append(host_header).append("\r\n"sv);
+  bool has_user_agent = false;
+  for (const http::Header& h : request.headers) {
+    if (beast::iequals(h.name, "Host"sv) || beast::iequals(h.name, "Connection"sv) ||
+        beast::iequals(h.name, "Content-Length"sv) ||
+        beast::iequals(h.name, "Transfer-Encoding"sv)) {
+      continue;
+    }
+    if (h.name.empty() || !OneLine(h.name) || h.name.find_first_of(": \t"sv) != h.name.npos) {
+      return "the request to the upstream was not sent: a header's name is empty or holds a "
+             "colon, a space or a line break";
+    }
+    if (!OneLine(h.value)) return invalid("header " + h.name);
+    has_user_agent = has_user_agent || beast::iequals(h.name, "User-Agent"sv);
+    out.append(h.name).append(": "sv).append(h.value).append("\r\n"sv);
+  }
+  if (!has_user_agent) out.append("User-Agent: idemgate/" IDEM_VERSION "\r\n"sv);
+  if (!request.keep_alive) out.append("Connection: close\r\n"sv);
+  const bool has_body = !request.body.empty() || request.method == "POST" ||
+                        request.method == "PUT" || request.method == "PATCH";
+  if (has_body) {
+    out.append("Content-Length: "sv).append(std::to_string(request.body.size())).append("\r\n"sv);
+  }
+  out.append("\r\n"sv);
+  return std::nullopt;
+}
+
 }  // namespace
 
 // One request and its answer.
 struct HttpClient::Exchange {
   HttpClientCallback done;
   std::function<void()> on_written;  // HttpClientRequest::on_written
-  bhttp::request<bhttp::string_body> req;
+  // The request as it goes on the wire (FormatRequestHead), and why it
+  // cannot be sent, if it cannot.
+  std::string wire_head;
+  std::string body;
+  bool keep_alive = true;
+  std::optional<std::string> refusal;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   std::unique_ptr<Conn> conn;
   bool head = false;
@@ -185,6 +253,14 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
         r.kind = HttpClientResult::Kind::kNotSent;
         r.detail = stopped ? "the HTTP client has stopped; the request was not sent"
                            : "the HTTP client is stopping; the request was not sent";
+        ex->finished = true;
+        ex->done(std::move(r));
+        return;
+      }
+      if (ex->refusal) {
+        HttpClientResult r;
+        r.kind = HttpClientResult::Kind::kNotSent;
+        r.detail = *std::move(ex->refusal);
         ex->finished = true;
         ex->done(std::move(r));
         return;
@@ -295,9 +371,11 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
                   "the request was cancelled before it was sent");
     }
     Expire(*ex->conn, ex->write_timeout.value_or(ex->response_timeout));
+    const std::array<asio::const_buffer, 2> request{asio::buffer(ex->wire_head),
+                                                    asio::buffer(ex->body)};
     ex->conn->With([&](auto& stream) {
-      bhttp::async_write(
-          stream, ex->req, [self = shared_from_this(), ex](beast::error_code ec, size_t) {
+      asio::async_write(
+          stream, request, [self = shared_from_this(), ex](beast::error_code ec, size_t) {
             if (ec) {
               // The upstream never got a whole request, so it
               // cannot have acted on it.
@@ -536,7 +614,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
 
   // The exchange is over: its connection goes back to the pool or is closed.
   void Release(const std::shared_ptr<Exchange>& ex, bool reusable) {
-    reusable = reusable && ex->req.keep_alive() && !ex->cancelled;
+    reusable = reusable && ex->keep_alive && !ex->cancelled;
     std::unique_ptr<Conn> conn = std::move(ex->conn);
     {
       std::lock_guard g(mu);
@@ -732,23 +810,11 @@ HttpClient::Call HttpClient::Send(HttpClientRequest request, HttpClientCallback 
   ex->response_timeout = request.response_timeout.value_or(impl_->options.response_timeout);
   ex->write_timeout = request.write_timeout;
   ex->piece_timeout = request.piece_timeout.value_or(ex->response_timeout);
-  auto& req = ex->req;
-  req.version(11);
-  req.method_string(request.method);
   ex->head = request.method == "HEAD";
-  req.target(impl_->origin.base_path + request.target);
-  for (http::Header& h : request.headers) req.insert(h.name, h.value);
-  req.set(bhttp::field::host, impl_->origin.target.host_header);
-  if (req.find(bhttp::field::user_agent) == req.end()) {
-    req.set(bhttp::field::user_agent, "idemgate/" IDEM_VERSION);
-  }
-  req.keep_alive(request.keep_alive);
-  const bool has_body = !request.body.empty() || request.method == "POST" ||
-                        request.method == "PUT" || request.method == "PATCH";
-  req.body() = std::move(request.body);
-  if (has_body) {
-    req.content_length(req.body().size());
-  }
+  ex->keep_alive = request.keep_alive;
+  ex->refusal = FormatRequestHead(request, impl_->origin.base_path,
+                                  impl_->origin.target.host_header, ex->wire_head);
+  ex->body = std::move(request.body);
   Call call;
   call.client_ = impl_;
   call.exchange_ = ex;

@@ -84,7 +84,9 @@ struct HttpClientRequest {
   std::string method;  // "POST"
   std::string target;  // "/v1/charges?expand=x", appended to the URL's path
   // Sent as given, in order. The client sets Host, Content-Length and
-  // Connection itself (drop them here), and User-Agent unless given.
+  // Connection itself (given ones, and Transfer-Encoding, are left out), and
+  // User-Agent unless given. A request whose method, target or headers hold
+  // a line break is not sent (kNotSent): it would smuggle in lines of its own.
   std::vector<http::Header> headers;
   std::string body;
   // Hand the answer over as soon as its header is read, its body as a

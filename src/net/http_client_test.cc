@@ -11,7 +11,10 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "net/io_threads.h"
 
@@ -67,6 +70,11 @@ class TestServer {
     std::lock_guard g(mu_);
     return last_host_;
   }
+  // The last request's header fields, in the order they came.
+  std::vector<std::pair<std::string, std::string>> last_fields() {
+    std::lock_guard g(mu_);
+    return last_fields_;
+  }
 
  private:
   void AcceptLoop() {
@@ -92,6 +100,8 @@ class TestServer {
       {
         std::lock_guard g(mu_);
         last_host_ = std::string(req[bhttp::field::host]);
+        last_fields_.clear();
+        for (const auto& f : req) last_fields_.emplace_back(f.name_string(), f.value());
       }
       std::string target(req.target());
       if (target == "/close") {
@@ -163,6 +173,7 @@ class TestServer {
   std::list<tcp::socket> sockets_;
   std::vector<std::thread> threads_;
   std::string last_host_;
+  std::vector<std::pair<std::string, std::string>> last_fields_;
   bool stream_released_ = false;
   std::promise<void> release_;
   std::shared_future<void> released_ = release_.get_future().share();
@@ -554,6 +565,71 @@ TEST(HttpClientTest, ConnectionCloseRequestIsNotPooled) {
     EXPECT_EQ(promise.get_future().get().response.status, 201);
   }
   EXPECT_EQ(server.connections(), 2) << "a connection asked to close is not reused";
+}
+
+TEST(HttpClientTest, RequestKeepsItsHeadersInOrderAndTheClientFramesIt) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});
+  std::promise<HttpClientResult> promise;
+  client->Send({.method = "POST",
+                .target = "/ok",
+                .headers = {{"X-First", "1"},
+                            {"host", "elsewhere.example"},
+                            {"Content-Length", "999"},
+                            {"Connection", "close"},
+                            {"user-agent", "agent/2"},
+                            {"X-Last", "a, b"}},
+                .body = "{\"a\":1}"},
+               [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+  HttpClientResult r = promise.get_future().get();
+  ASSERT_EQ(r.kind, HttpClientResult::Kind::kResponse) << r.detail;
+  const std::string host = server.url().substr(std::string("http://").size());
+  const std::vector<std::pair<std::string, std::string>> want = {{"Host", host},
+                                                                 {"X-First", "1"},
+                                                                 {"user-agent", "agent/2"},
+                                                                 {"X-Last", "a, b"},
+                                                                 {"Content-Length", "7"}};
+  EXPECT_EQ(server.last_fields(), want)
+      << "Host, Connection and Content-Length are the client's; the rest go as given";
+  // The given "Connection: close" was dropped: the connection is pooled.
+  EXPECT_EQ(Exchange(*client, "/ok").kind, HttpClientResult::Kind::kResponse);
+  EXPECT_EQ(server.connections(), 1);
+}
+
+TEST(HttpClientTest, RequestWithoutABodyHasNoLengthAndAUserAgent) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});
+  std::promise<HttpClientResult> promise;
+  client->Send({.method = "GET", .target = "/ok?x=1"},
+               [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+  ASSERT_EQ(promise.get_future().get().kind, HttpClientResult::Kind::kResponse);
+  const auto fields = server.last_fields();
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(fields[1].first, "User-Agent");
+  EXPECT_TRUE(fields[1].second.starts_with("idemgate/")) << fields[1].second;
+}
+
+TEST(HttpClientTest, ALineBreakInAHeaderOrTheTargetIsNotSent) {
+  TestServer server;
+  auto client = MakePool({.url = server.url()});
+  const auto send = [&](HttpClientRequest req) {
+    std::promise<HttpClientResult> promise;
+    client->Send(std::move(req),
+                 [&promise](HttpClientResult r) { promise.set_value(std::move(r)); });
+    return promise.get_future().get();
+  };
+  HttpClientResult r =
+      send({.method = "POST", .target = "/ok", .headers = {{"X-A", "1\r\nX-Injected: 1"}}});
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kNotSent);
+  EXPECT_NE(r.detail.find("header X-A holds a line break"), std::string::npos) << r.detail;
+  r = send({.method = "POST", .target = "/ok", .headers = {{"X-A\nB", "1"}}});
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kNotSent);
+  r = send({.method = "GET", .target = "/ok HTTP/1.0\r\n\r\nGET /x"});
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kNotSent);
+  EXPECT_NE(r.detail.find("target"), std::string::npos) << r.detail;
+  EXPECT_EQ(server.requests(), 0);
+  EXPECT_EQ(send({.method = "GET", .target = "/ok"}).kind, HttpClientResult::Kind::kResponse)
+      << "the client still works";
 }
 
 TEST(HttpClientTest, SendAfterStopIsNotSent) {
