@@ -17,6 +17,12 @@
 //                     --config (one [[route]] gating POST /v1/charges).
 //   node-idempotency  peer_node_idempotency.mjs: @node-idempotency/core + storage-adapter-redis.
 //   powertools        peer_powertools.mjs: @aws-lambda-powertools/idempotency, cache (Redis) layer.
+//   idemgate-off      the same idemgate with the route's `mode = "off"`: every request relayed
+//                     ungated, so that idemgate's CPU per request splits into the HTTP relay and
+//                     the gating (keys, fingerprint, ledger, audit, the Redis round trips).
+//   nginx             nginx (Debian's nginx-light) as a plain reverse proxy to the vendor, one
+//                     process (`master_process off`), upstream keep-alive: a lean relay in C, a
+//                     floor for any front's CPU per request. Skipped without nginx.
 //   baseline          with --baseline PATH: an older idemgate binary, run as `idemgate` is (its own
 //                     Redis database, /1), taking turns with it in every round, so that two builds
 //                     compare by CPU per request within one run (this VM's figures move by ±20%
@@ -36,6 +42,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import fs from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -47,7 +54,9 @@ const REDIS_SH = path.join(ROOT, 'tests/servers/redis.sh');
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
 const BODY = '{"amount":1999,"currency":"usd","customer":"cus_bench"}';
 
-const FRONTS = ['vendor', 'idemgate', 'baseline', 'node-idempotency', 'powertools'];
+const FRONTS = ['vendor', 'idemgate', 'idemgate-off', 'nginx', 'baseline', 'node-idempotency', 'powertools'];
+// The fronts that run --idemgate's binary.
+const OURS = ['idemgate', 'idemgate-off'];
 const PEERS = ['node-idempotency', 'powertools'];
 const MODES = ['fresh', 'replay'];
 
@@ -153,6 +162,76 @@ function spawnListening(what, command, args) {
       if (!found) reject(new Error(`${what} exited (${signal ?? code}):\n${text}`));
     });
   });
+}
+
+function onPath(command) {
+  try {
+    execFileSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A port free at this moment on 127.0.0.1 (nginx cannot listen on port 0 and say which it got). */
+async function freePort() {
+  const srv = net.createServer();
+  await new Promise((resolve, reject) => srv.once('error', reject).listen(0, '127.0.0.1', resolve));
+  const { port } = srv.address();
+  await new Promise((resolve) => srv.close(resolve));
+  return port;
+}
+
+/** True once something accepts connections on 127.0.0.1:port. */
+function accepts(port) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1');
+    sock.once('connect', () => { sock.destroy(); resolve(true); });
+    sock.once('error', () => resolve(false));
+  });
+}
+
+/**
+ * nginx as a plain reverse proxy to `upstream`, in one process (no master, one worker), with
+ * keep-alive connections to the vendor: what relaying alone costs. Its files stay under tmp.
+ */
+async function spawnNginx(upstream) {
+  const dir = path.join(tmp, 'nginx');
+  fs.mkdirSync(dir);
+  const port = await freePort();
+  const conf = path.join(dir, 'nginx.conf');
+  const temp = (name) => `${name}_temp_path ${path.join(dir, name)};`;
+  fs.writeFileSync(conf, `daemon off;
+master_process off;
+worker_processes 1;
+pid ${path.join(dir, 'nginx.pid')};
+error_log ${path.join(dir, 'error.log')} warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  ${['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map(temp).join('\n  ')}
+  upstream vendor { server ${new URL(upstream).host}; keepalive 64; }
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      proxy_pass http://vendor;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`);
+  const log = fs.openSync(path.join(tmp, 'nginx.log'), 'a');
+  const child = spawn('nginx', ['-p', dir, '-c', conf, '-e', path.join(dir, 'error.log')], { stdio: ['ignore', log, log] });
+  started.set(child.pid, { child, what: 'nginx' });
+  for (let i = 0; i < 400; i++) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`nginx exited (${child.signalCode ?? child.exitCode}):\n${fs.readFileSync(path.join(tmp, 'nginx.log'), 'utf8')}`);
+    }
+    if (await accepts(port)) return { what: 'nginx', pid: child.pid, url: `http://127.0.0.1:${port}`, child };
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error('nginx: not accepting connections after 20 s');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -292,10 +371,14 @@ async function main() {
   if (opts.baseline && !fronts.includes('baseline')) fronts.splice(fronts.indexOf('idemgate') + 1, 0, 'baseline');
   const base = opts.baseline ? findIdemgate(opts.baseline) : {};
   if (opts.baseline && !base.bin) usage(base.why);
-  const ig = fronts.includes('idemgate') ? findIdemgate() : {};
-  if (fronts.includes('idemgate') && !ig.bin) {
+  const ig = fronts.some((f) => OURS.includes(f)) ? findIdemgate() : {};
+  if (fronts.some((f) => OURS.includes(f)) && !ig.bin) {
     console.log(`idemgate skipped: ${ig.why}`);
-    fronts = fronts.filter((f) => f !== 'idemgate');
+    fronts = fronts.filter((f) => !OURS.includes(f));
+  }
+  if (fronts.includes('nginx') && !onPath('nginx')) {
+    console.log('nginx skipped: not on PATH (apt-get install nginx-light)');
+    fronts = fronts.filter((f) => f !== 'nginx');
   }
   if (!fronts.includes('vendor')) fronts = ['vendor', ...fronts]; // the baseline of every ratio
 
@@ -312,12 +395,16 @@ async function main() {
   const targets = { vendor };
   for (const f of fronts) {
     if (f === 'vendor') continue;
-    if (f === 'idemgate' || f === 'baseline') {
-      const config = path.join(tmp, 'idemgate.toml');
-      fs.writeFileSync(config, '[[route]]\nmatch = "/v1/charges"\nmethods = ["POST"]\n');
-      const db = f === 'idemgate' ? 0 : 1; // one audit chain each
-      targets[f] = await spawnListening(f, f === 'idemgate' ? ig.bin : base.bin, ['http', '--listen', '127.0.0.1:0',
-        '--upstream', vendor.url, '--store', `${redisUrl}/${db}${process.env.IDEM_STORE_QUERY ?? ''}`, '--config', config]);
+    if (OURS.includes(f) || f === 'baseline') {
+      const config = path.join(tmp, `${f}.toml`);
+      fs.writeFileSync(config, '[[route]]\nmatch = "/v1/charges"\nmethods = ["POST"]\n' +
+        (f === 'idemgate-off' ? 'mode = "off"\n' : ''));
+      const db = f === 'baseline' ? 1 : 0; // one audit chain each
+      targets[f] = await spawnListening(f, f === 'baseline' ? base.bin : ig.bin, ['http', '--listen', '127.0.0.1:0',
+        '--upstream', vendor.url, '--store', `${redisUrl}/${db}${process.env.IDEM_STORE_QUERY ?? ''}`,
+        '--config', config]);
+    } else if (f === 'nginx') {
+      targets[f] = await spawnNginx(vendor.url);
     } else {
       const script = path.join(HERE, `peer_${f.replace('-', '_')}.mjs`);
       targets[f] = await spawnListening(f, process.execPath, [script, '--upstream', vendor.url, '--redis', `${redisUrl}/0`]);
@@ -482,6 +569,26 @@ function report(all, fronts, elapsed) {
     }
     ratio('replay req/s / vendor-direct', (rd) => get('idemgate', 'replay', rd)?.perSec / get('vendor', 'replay', rd)?.perSec, 0.8, '>=');
     ratio('fresh req/s / vendor-direct', (rd) => get('idemgate', 'fresh', rd)?.perSec / get('vendor', 'fresh', rd)?.perSec, 0.4, '>=');
+  }
+  // Where idemgate's CPU per request goes, from fronts that run a part of its work in the same
+  // rounds: relaying alone (idemgate-off) and the gating on top of it (idemgate minus that: keys,
+  // fingerprint, ledger, audit, the Redis round trips), each over the peer's CPU per request,
+  // beside nginx's relay, the floor of any front. #18's fresh target leaves idemgate 0.5 of the
+  // peer. A replay relays nothing (idemgate-off's "replay" is one more relayed call), so a
+  // replay's gating is all of idemgate's.
+  if (fronts.includes('idemgate') && fronts.includes('idemgate-off') && fronts.includes('node-idempotency')) {
+    const part = (m, fn) => median(rounds.map((rd) => {
+      const [full, off, nginx, peer] = ['idemgate', 'idemgate-off', 'nginx', 'node-idempotency']
+        .map((f) => get(f, m, rd)?.cpu.front);
+      return fn(full, off, nginx) / peer;
+    }));
+    console.log('\nidemgate\'s CPU per request in parts, / node-idempotency\'s CPU per request (medians of ' +
+      'per-round ratios):');
+    printTable(['case', 'nginx relay', 'idemgate relay (off)', 'gating (idemgate − off)', 'idemgate'], [
+      ['fresh', fmt2(part('fresh', (a, off, nginx) => nginx)), fmt2(part('fresh', (a, off) => off)),
+        fmt2(part('fresh', (a, off) => a - off)), fmt2(part('fresh', (a) => a))],
+      ['replay', '—', '—', fmt2(part('replay', (a) => a)), fmt2(part('replay', (a) => a))],
+    ]);
   }
   // An older build against this one, in the same rounds (--baseline; no target).
   if (fronts.includes('idemgate') && fronts.includes('baseline')) {
