@@ -17,14 +17,15 @@ call: claim, execute, complete in SQLite). --profile DIR keeps each dump as
 DIR/<case>-<n>.out for callgrind_annotate --inclusive=yes.
 """
 import argparse
-import glob
 import json
 import os
-import re
-import shutil
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from callgrind_counts import control, dumped_instructions, print_ratios  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ECHO = os.path.join(ROOT, "bench", "mcp", "echo_server.mjs")
@@ -40,20 +41,6 @@ def call_of(case, seq):
                   "arguments": {"customer": "cus_1", "amount_cents": 1250, "currency": "EUR"},
                   "_meta": {TURN: turn}}
     return {"jsonrpc": "2.0", "id": seq, "method": "tools/call", "params": params}
-
-
-def total_instructions(dump):
-    with open(dump) as f:
-        for line in f:
-            m = re.match(r"(?:summary|totals):\s+(\d+)", line)
-            if m:
-                return int(m.group(1))
-    raise SystemExit(f"no totals in {dump}")
-
-
-def control(pid, flag):
-    subprocess.run(["callgrind_control", flag, str(pid)], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
 
 
 def measure(binary, case, calls, tmp, profile, index):
@@ -88,14 +75,7 @@ def measure(binary, case, calls, tmp, profile, index):
     control(p.pid, "-d")
     p.stdin.close()
     p.wait()
-    dumps = sorted(glob.glob(f"{out_base}.{p.pid}.*"), key=os.path.getmtime)
-    if not dumps:
-        raise SystemExit(f"no callgrind dump for {binary}")
-    per_call = total_instructions(dumps[0]) / calls
-    if profile:
-        os.makedirs(profile, exist_ok=True)
-        shutil.copy(dumps[0], os.path.join(profile, f"{case}-{index}.out"))
-    return per_call
+    return dumped_instructions(out_base, p.pid, binary, profile, f"{case}-{index}") / calls
 
 
 def main():
@@ -114,12 +94,7 @@ def main():
                 results[(index, case)] = measure(b, case, args.calls, tmp, args.profile, index)
                 print(f"{b} {case}: {results[(index, case)]:,.0f} instructions per call "
                       f"({args.calls} calls, {time.time() - start:.0f} s)", flush=True)
-        if len(args.binaries) > 1:
-            for case in cases:
-                base = results[(0, case)]
-                for index in range(1, len(args.binaries)):
-                    print(f"{case}: binary {index + 1} / binary 1 = "
-                          f"{results[(index, case)] / base:.2f}")
+        print_ratios(results, args.binaries, cases)
 
 
 if __name__ == "__main__":
