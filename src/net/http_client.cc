@@ -158,14 +158,14 @@ std::optional<std::string> FormatRequestHead(const HttpClientRequest& request,
     }
     if (!OneLine(h.value)) return invalid("header " + h.name);
     has_user_agent = has_user_agent || beast::iequals(h.name, "User-Agent"sv);
-    out.append(h.name).append(": "sv).append(h.value).append("\r\n"sv);
+    http::AppendHeaderLine(out, h.name, h.value);
   }
   if (!has_user_agent) out.append("User-Agent: idemgate/" IDEM_VERSION "\r\n"sv);
   if (!request.keep_alive) out.append("Connection: close\r\n"sv);
   const bool has_body = !request.body.empty() || request.method == "POST" ||
                         request.method == "PUT" || request.method == "PATCH";
   if (has_body) {
-    out.append("Content-Length: "sv).append(std::to_string(request.body.size())).append("\r\n"sv);
+    http::AppendHeaderLine(out, "Content-Length"sv, std::to_string(request.body.size()));
   }
   out.append("\r\n"sv);
   return std::nullopt;
@@ -177,12 +177,10 @@ std::optional<std::string> FormatRequestHead(const HttpClientRequest& request,
 struct HttpClient::Exchange {
   HttpClientCallback done;
   std::function<void()> on_written;  // HttpClientRequest::on_written
-  // The request as it goes on the wire (FormatRequestHead), and why it
-  // cannot be sent, if it cannot.
+  // The request as it goes on the wire (FormatRequestHead).
   std::string wire_head;
   std::string body;
   bool keep_alive = true;
-  std::optional<std::string> refusal;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   std::unique_ptr<Conn> conn;
   bool head = false;
@@ -253,14 +251,6 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
         r.kind = HttpClientResult::Kind::kNotSent;
         r.detail = stopped ? "the HTTP client has stopped; the request was not sent"
                            : "the HTTP client is stopping; the request was not sent";
-        ex->finished = true;
-        ex->done(std::move(r));
-        return;
-      }
-      if (ex->refusal) {
-        HttpClientResult r;
-        r.kind = HttpClientResult::Kind::kNotSent;
-        r.detail = *std::move(ex->refusal);
         ex->finished = true;
         ex->done(std::move(r));
         return;
@@ -812,8 +802,15 @@ HttpClient::Call HttpClient::Send(HttpClientRequest request, HttpClientCallback 
   ex->piece_timeout = request.piece_timeout.value_or(ex->response_timeout);
   ex->head = request.method == "HEAD";
   ex->keep_alive = request.keep_alive;
-  ex->refusal = FormatRequestHead(request, impl_->origin.base_path,
-                                  impl_->origin.target.host_header, ex->wire_head);
+  if (std::optional<std::string> refusal = FormatRequestHead(
+          request, impl_->origin.base_path, impl_->origin.target.host_header, ex->wire_head)) {
+    // Answered at once, as a request after Stop is; no exchange starts.
+    HttpClientResult r;
+    r.kind = HttpClientResult::Kind::kNotSent;
+    r.detail = *std::move(refusal);
+    ex->done(std::move(r));
+    return Call{};
+  }
   ex->body = std::move(request.body);
   Call call;
   call.client_ = impl_;

@@ -158,7 +158,8 @@ class HttpClient {
   ~HttpClient();  // Stop()s
 
   // Starts one exchange; `done` is called exactly once, on an I/O thread
-  // (inline with kNotSent after Stop). Never blocks. Must not race Stop().
+  // (inline with kNotSent after Stop, or for a request that cannot be sent as
+  // HttpClientRequest::headers says). Never blocks. Must not race Stop().
   Call Send(HttpClientRequest request, HttpClientCallback done);
 
   // "api.vendor.example" / "127.0.0.1:8080": the Host header sent.

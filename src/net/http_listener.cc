@@ -94,10 +94,6 @@ bool IsBodiless(int status) {
   return (status >= 100 && status < 200) || status == 204 || status == 304;
 }
 
-void AppendLine(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name).append(": "sv).append(value).append("\r\n"sv);
-}
-
 // Appends an answer's status line and header block: the handler's headers
 // in order without the ones the listener manages, Server (unless the handler
 // set one), Date, Connection: close when the connection closes after it, and
@@ -112,7 +108,7 @@ void FormatHead(const Response& r, bool keep_alive, const Framing& framing, Date
   for (const Header& h : r.headers) {
     if (IsManagedHeader(h.name)) continue;
     has_server = has_server || beast::iequals(h.name, "Server");
-    AppendLine(out, h.name, h.value);
+    AppendHeaderLine(out, h.name, h.value);
   }
   if (!has_server) out.append("Server: idemgate\r\n"sv);
   out.append("Date: "sv);
@@ -120,13 +116,17 @@ void FormatHead(const Response& r, bool keep_alive, const Framing& framing, Date
   out.append("\r\n"sv);
   if (!keep_alive) out.append("Connection: close\r\n"sv);
   if (framing.content_length) {
-    AppendLine(out, "Content-Length"sv, std::to_string(*framing.content_length));
+    AppendHeaderLine(out, "Content-Length"sv, std::to_string(*framing.content_length));
   }
   if (framing.chunked) out.append("Transfer-Encoding: chunked\r\n"sv);
   out.append("\r\n"sv);
 }
 
 }  // namespace
+
+void AppendHeaderLine(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name).append(": "sv).append(value).append("\r\n"sv);
+}
 
 // ── The listener's shared state ─────────────────────────────────────────────
 

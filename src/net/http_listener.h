@@ -48,6 +48,10 @@ struct Header {
   std::string value;
 };
 
+// Appends "name: value\r\n", a header line of a message's head as the
+// listener and the HTTP client write them.
+void AppendHeaderLine(std::string& out, std::string_view name, std::string_view value);
+
 // Who sent a request, from its bearer token.
 struct Principal {
   std::string tenant = "default";
