@@ -1,10 +1,11 @@
 """What bench/mcp/instructions.py and bench/http/instructions.py share: reading callgrind's
-counters and printing per-binary ratios."""
+counters, and measuring every case of every binary with the ratios between binaries."""
 import glob
 import os
 import re
 import shutil
 import subprocess
+import time
 
 
 def total_instructions(dump):
@@ -34,10 +35,17 @@ def dumped_instructions(out_base, pid, binary, profile, name):
     return total_instructions(dumps[0])
 
 
-def print_ratios(results, binaries, cases):
-    """For each case, every binary's count over the first's; `results` maps (index, case)."""
-    if len(binaries) < 2:
-        return
+def measure_all(binaries, cases, measure, unit, count):
+    """Runs measure(binary, case, index), which returns instructions per `unit`, for every case
+    of every binary, printing each as it comes; then, for each case, every binary's count over
+    the first's."""
+    results = {}
+    for index, binary in enumerate(binaries):
+        for case in cases:
+            start = time.time()
+            results[(index, case)] = measure(binary, case, index)
+            print(f"{binary} {case}: {results[(index, case)]:,.0f} instructions per {unit} "
+                  f"({count} {unit}s, {time.time() - start:.0f} s)", flush=True)
     for case in cases:
         base = results[(0, case)]
         for index in range(1, len(binaries)):

@@ -371,8 +371,9 @@ async function main() {
   if (opts.baseline && !fronts.includes('baseline')) fronts.splice(fronts.indexOf('idemgate') + 1, 0, 'baseline');
   const base = opts.baseline ? findIdemgate(opts.baseline) : {};
   if (opts.baseline && !base.bin) usage(base.why);
-  const ig = fronts.some((f) => OURS.includes(f)) ? findIdemgate() : {};
-  if (fronts.some((f) => OURS.includes(f)) && !ig.bin) {
+  const runsOurs = fronts.some((f) => OURS.includes(f));
+  const ig = runsOurs ? findIdemgate() : {};
+  if (runsOurs && !ig.bin) {
     console.log(`idemgate skipped: ${ig.why}`);
     fronts = fronts.filter((f) => !OURS.includes(f));
   }

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from callgrind_counts import control, dumped_instructions, print_ratios  # noqa: E402
+from callgrind_counts import control, dumped_instructions, measure_all  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENDOR = os.path.join(ROOT, "examples", "http-vendor", "server.mjs")
@@ -117,15 +117,10 @@ def main():
             vendor_url = listening(vendor, "vendor", vendor_log)
             with open(os.path.join(redis_dir, "url")) as f:
                 redis_url = f.read().strip()
-            results = {}
-            for index, b in enumerate(args.binaries):
-                for case in cases:
-                    start = time.time()
-                    results[(index, case)] = measure(b, case, args.requests, tmp, vendor_url,
-                                                     redis_url, args.profile, index)
-                    print(f"{b} {case}: {results[(index, case)]:,.0f} instructions per request "
-                          f"({args.requests} requests, {time.time() - start:.0f} s)", flush=True)
-            print_ratios(results, args.binaries, cases)
+            measure_all(args.binaries, cases,
+                        lambda b, case, index: measure(b, case, args.requests, tmp, vendor_url,
+                                                       redis_url, args.profile, index),
+                        "request", args.requests)
         finally:
             vendor.terminate()
             vendor.wait()

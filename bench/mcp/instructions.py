@@ -22,10 +22,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from callgrind_counts import control, dumped_instructions, print_ratios  # noqa: E402
+from callgrind_counts import control, dumped_instructions, measure_all  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ECHO = os.path.join(ROOT, "bench", "mcp", "echo_server.mjs")
@@ -87,14 +86,9 @@ def main():
     args = ap.parse_args()
     cases = args.cases.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        results = {}
-        for index, b in enumerate(args.binaries):
-            for case in cases:
-                start = time.time()
-                results[(index, case)] = measure(b, case, args.calls, tmp, args.profile, index)
-                print(f"{b} {case}: {results[(index, case)]:,.0f} instructions per call "
-                      f"({args.calls} calls, {time.time() - start:.0f} s)", flush=True)
-        print_ratios(results, args.binaries, cases)
+        measure_all(args.binaries, cases,
+                    lambda b, case, index: measure(b, case, args.calls, tmp, args.profile, index),
+                    "call", args.calls)
 
 
 if __name__ == "__main__":
