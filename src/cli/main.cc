@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   AddMcpCommand(app, cli);
   AddServeCommand(app, cli);
   AddHttpCommand(app, cli);
+  AddInstallCommand(app, cli);
   // Each command's --help also names the options every command takes.
   for (CLI::App* cmd : app.get_subcommands([](CLI::App*) { return true; })) {
     std::string footer = cmd->get_footer();
