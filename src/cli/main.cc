@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   AddAuditCommands(app, cli);
   AddDemoCommand(app, cli);
   AddMcpCommand(app, cli);
+  AddHookCommand(app, cli);
   AddServeCommand(app, cli);
   AddHttpCommand(app, cli);
   AddInstallCommand(app, cli);
