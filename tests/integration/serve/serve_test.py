@@ -209,7 +209,7 @@ class ServeTest(unittest.TestCase):
                 self.assertEqual(audit.returncode, 0, audit.stderr)
                 outcomes = sorted(json.loads(line)["outcome"]
                                   for line in audit.stdout.decode().splitlines())
-                self.assertEqual(outcomes, ["executed", "replayed"])
+                self.assertEqual([o for o in outcomes if o != "claimed"], ["executed", "replayed"])
 
     def test_node_helper_executes_once_and_replays_the_retry(self):
         if shutil.which("node") is None:
