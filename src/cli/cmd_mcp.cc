@@ -270,11 +270,12 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
         sessions.Open(std::move(client), info);
       });
   if (!server) return Fail("mcp", server.error());
-  LogMcp(StoppingLine(WaitForStopSignal(stop_signals), config));
-  ledger.Flush();  // what was already answered is logged before anything else
+  const char* signal = WaitForStopSignal(stop_signals);
   // Each session drains (its calls in flight have [mcp] stop_grace) and
   // terminates its upstream; a session that ends closes its client session.
   sessions.StopAll();
+  LogMcp(StoppingLine(signal, config));
+  ledger.Flush();  // what was already answered is logged now, not in the next batch
   sessions.AwaitAllEnded();
   (*server)->Stop();
   return kExitOk;
@@ -296,11 +297,11 @@ int RunStdio(Ledger& ledger, const Config& config, const mcp::SessionOptions& op
         LogMcp(fmt::format("{} while stopping: the stop goes on as it began", name));
         return;
       }
+      session.Stop();  // returns at once: from now on no call is taken
       LogMcp(StoppingLine(name, config));
-      // What was already answered (a replay, say) is logged before anything
-      // else: the host may kill us soon.
+      // What was already answered (a replay, say) is logged now, not in the
+      // next batch: the host may kill us soon.
       ledger.Flush();
-      session.Stop();
     });
     end = session.Wait();
   }

@@ -124,6 +124,7 @@ test('a call in flight at the signal that finishes within the grace is answered 
   // The tool answers 1 s after its side effect; the grace is far longer.
   const { p, pending, ledger } = await chargeInFlight(t, dir, { delayMs: 1000, grace: '30s' });
   p.child.kill('SIGTERM');
+  await p.stderr.waitFor(/stopping on SIGTERM/);
   // A call that comes once the stop began is refused, retryably, and never runs.
   const late = await p.request(2, 'tools/call', {
     ...CHARGE,
