@@ -314,19 +314,4 @@ std::string Table::str() const {
   return out;
 }
 
-sigset_t BlockStopSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
-const char* WaitForStopSignal(const sigset_t& signals) {
-  int sig = 0;
-  sigwait(&signals, &sig);
-  return sig == SIGINT ? "SIGINT" : "SIGTERM";
-}
-
 }  // namespace idem::cli

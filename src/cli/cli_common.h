@@ -8,8 +8,6 @@
 // parsing succeeded, so a usage error never half-runs a command.
 #pragma once
 
-#include <signal.h>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -96,13 +94,6 @@ Result<std::string> ReadFileBytes(const std::string& path, size_t limit);
 // Writes bytes to stdout exactly; kUnavailable if stdout is closed.
 Result<void> WriteStdout(std::string_view bytes);
 
-// The long-running commands stop on SIGINT or SIGTERM taken by sigwait.
-// BlockStopSignals blocks both in the calling thread and returns the set; call
-// it before any thread starts (threads inherit the mask), or the kernel may
-// hand the signal to a thread whose default action kills the process without
-// a clean stop. WaitForStopSignal then waits for one and returns its name.
-sigset_t BlockStopSignals();
-const char* WaitForStopSignal(const sigset_t& signals);
 bool StdoutIsTerminal();
 bool StdinIsTerminal();
 bool StderrIsTerminal();

@@ -6,9 +6,10 @@
 //   idemgate http --upstream URL [--listen HOST:PORT] [--store URL] [--config FILE]
 //                 [--insecure-no-auth] [listener limits…] [-v]
 //
-// Runs until SIGINT or SIGTERM, then stops gracefully: no new connections;
-// requests in flight get their answers and their outcomes stored (up to
-// --drain-timeout); buffered audit lines are written.
+// Runs until SIGINT, SIGTERM or SIGHUP (stop_signals.h), then stops
+// gracefully: no new connections; requests in flight get their answers and
+// their outcomes stored (up to --drain-timeout); buffered audit lines are
+// written; exit status 0.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "fronts/http_proxy/route_summary.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"
+#include "stop_signals.h"
 #include "net/http_client.h"
 #include "net/http_listener.h"
 #include "net/io_threads.h"

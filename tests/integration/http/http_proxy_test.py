@@ -76,9 +76,9 @@ class Process:
         if watched:
             self.lines.put(None)
 
-    def stop(self):
+    def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout=DEADLINE)
             except subprocess.TimeoutExpired:
@@ -335,6 +335,27 @@ class BasicTest(ProxyTest):
         self.assertEqual(self.post("/v1/tickets", {"title": "x"}, key="bye")[0], 201)
         self.assertEqual(self.proxy.stop(), 0)
         self.assertIn("stopping on SIGTERM", "".join(self.proxy.log))
+
+    def test_each_stop_signal_right_after_a_replay_exits_0_with_the_replay_logged(self):
+        # The audit log is written in batches; a stop must write what is
+        # buffered (a host or a terminal stops with any of these).
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with self.subTest(signal=sig.name):
+                store = "sqlite:" + os.path.join(self.dir, "stop-%s.db" % sig.name)
+                proxy = self.start_proxy(self.vendor.url, store=store)
+                key = "stop-" + sig.name
+                self.assertEqual(self.post("/v1/tickets", {"title": key}, key=key,
+                                           proxy=proxy)[0], 201)
+                again = self.post("/v1/tickets", {"title": key}, key=key, proxy=proxy)
+                self.assertEqual(header(again[1], "Idempotent-Replayed"), "true")
+                self.assertEqual(proxy.stop(sig), 0, "".join(proxy.log))
+                self.assertIn("stopping on " + sig.name, "".join(proxy.log))
+                audit = subprocess.run([BINARY, "audit", "--json", "--store", store],
+                                       capture_output=True, timeout=DEADLINE)
+                self.assertEqual(audit.returncode, 0, audit.stderr)
+                outcomes = sorted(json.loads(line)["outcome"]
+                                  for line in audit.stdout.decode().splitlines())
+                self.assertEqual([o for o in outcomes if o != "claimed"], ["executed", "replayed"])
 
     def test_admin_endpoints(self):
         self.assertEqual(request(self.proxy.url, "GET", "/healthz")[0], 200)

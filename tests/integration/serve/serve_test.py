@@ -80,10 +80,10 @@ class Serve:
             self.proc.wait()
             raise AssertionError("idemgate serve did not start: " + "\n".join(self.lines))
 
-    def stop(self):
-        """SIGTERM; returns the exit status (a graceful stop exits 0)."""
+    def stop(self, sig=signal.SIGTERM):
+        """Sends `sig`; returns the exit status (a graceful stop exits 0)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
         code = self.proc.wait(DEADLINE)
         self.pump.join(DEADLINE)
         return code
@@ -191,6 +191,25 @@ class ServeTest(unittest.TestCase):
         self.assertIn("replayed", outcomes)
         self.assertIn("unknown", outcomes)
         self.assertIn("released", outcomes)
+
+    def test_sigint_and_sighup_stop_it_as_sigterm_does_with_the_audit_log_written(self):
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            with self.subTest(signal=sig.name):
+                store = "sqlite:" + os.path.join(self.dir, "stop-%s.db" % sig.name)
+                s = self.serve(store=store)
+                ledger = idemgate_ledger.Ledger(s.url)
+                for _ in range(2):  # the second is a replay
+                    with ledger.call("turn-stop", "charge", {"cents": 7}) as c:
+                        if not c.replayed:
+                            c.complete({"ok": True})
+                self.assertEqual(s.stop(sig), 0, "\n".join(s.lines))
+                self.assertTrue(any("stopping on " + sig.name in l for l in s.lines), s.lines)
+                audit = subprocess.run([BINARY, "audit", "--store", store, "--json"],
+                                       capture_output=True, timeout=DEADLINE)
+                self.assertEqual(audit.returncode, 0, audit.stderr)
+                outcomes = sorted(json.loads(line)["outcome"]
+                                  for line in audit.stdout.decode().splitlines())
+                self.assertEqual([o for o in outcomes if o != "claimed"], ["executed", "replayed"])
 
     def test_node_helper_executes_once_and_replays_the_retry(self):
         if shutil.which("node") is None:
