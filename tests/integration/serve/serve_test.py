@@ -228,6 +228,32 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
         self.assertEqual(out["failed"], "lost connection")
         self.assertEqual(out["condition"], "outcome-unknown")
 
+    # ── the store's clock (guarantees review F2) ──
+
+    def test_a_store_whose_clock_cannot_be_read_refuses_to_start(self):
+        """A Redis that answers everything but TIME (renamed away): records could be read, but
+        leases would be judged by this machine's clock, which lets a host that runs ahead take
+        over live calls. The front says which store and what to do, and exits 1."""
+        redis_dir = os.path.join(self.dir, "redis-no-time")
+        redis_sh = os.path.join(ROOT, "tests", "servers", "redis.sh")
+        subprocess.run(["bash", redis_sh, "start", redis_dir, "auto", "--rename-command", "TIME",
+                        ""], check=True, timeout=DEADLINE, stdout=subprocess.DEVNULL)
+        self.addCleanup(subprocess.run, ["bash", redis_sh, "stop", redis_dir], timeout=DEADLINE)
+        with open(os.path.join(redis_dir, "url")) as f:
+            url = f.read().strip()
+        try:
+            proc = subprocess.run([BINARY, "serve", "--listen", "127.0.0.1:0", "--store", url],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=DEADLINE)
+        except subprocess.TimeoutExpired as e:
+            self.fail("idemgate serve started on a store whose clock it could not read: "
+                      + (e.stderr or b"").decode())
+        err = proc.stderr.decode()
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertIn("cannot read the clock of store " + url.split("?")[0], err)
+        self.assertIn("does not start without it", err)
+        self.assertNotIn("listening on", err)
+
     # ── several instances, one Redis ──
 
     def redis_url(self, env="IDEM_REDIS_URL_FILE"):
