@@ -323,8 +323,10 @@ struct HttpConfig {
   Duration upstream_connect_timeout{5'000};
   // Sending a request and receiving its whole answer; after that the outcome
   // is unknown (504). A pass-through answer, streamed: its header, then each
-  // piece of its body. Default 60 s.
-  Duration upstream_timeout{60'000};
+  // piece of its body. With upstream_connect_timeout, it must stay below
+  // every route's lease (`idemgate http` refuses to start otherwise), so a
+  // lease never runs out while the vendor may still act. Default 20 s.
+  Duration upstream_timeout{20'000};
   // An idle upstream connection is not reused after this long (the server
   // may be closing it). Default 2 s.
   Duration upstream_idle_timeout{2'000};

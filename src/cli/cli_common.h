@@ -73,9 +73,18 @@ std::string StoreUrlFor(const GlobalOptions& globals, const Config& config);
 // store server's (StoreClock), synced by OpenStoreFor. Everything that judges
 // a lease or an expiry uses it; the store it was synced to is the one open.
 StoreClock& StoreTime();
-// Opens the store on StoreTime() and syncs that clock to the store's (a store
-// that cannot be read leaves it uncorrected: its operations fail anyway); the
-// error names the URL.
+// The first read of the store's clock, retried this many times with pauses
+// of 250 ms doubling (about 4 s in all): long enough for a Redis Cluster
+// slot or a PostgreSQL primary to come back from a failover, short enough
+// that a store that never answers is reported at once.
+inline constexpr int kFirstClockSyncAttempts = 5;
+inline constexpr Duration kFirstClockSyncPause{250};
+// Opens the store on StoreTime() and syncs that clock to the store's. A store
+// whose clock cannot be read (kFirstClockSyncAttempts) is an error, not an
+// uncorrected clock: its records might still be read (a Redis Cluster whose
+// audit-stream node fails over while the others answer), and leases judged
+// by this machine's clock would let a host that runs ahead take over live
+// calls (docs/DESIGN.md §4). The error names the URL.
 Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config,
                                             const StoreOptions& options = {});
 

@@ -59,6 +59,9 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   if (!config) return Fail("http", config.error());
   Result<ListenerSetup> setup = ListenerSetupFor(flags.listener, *config, "http", kHttpListen);
   if (!setup) return UsageError("http", setup.error().message);
+  if (Result<void> leases = proxy::CheckLeasesOutliveRequests(*config); !leases) {
+    return UsageError("http", leases.error().message);
+  }
   // What is gated, where each key goes, and the vendors' windows.
   for (const std::string& line : proxy::DescribeRoutes(*config)) LogHttp(line);
   const Duration drain = setup->drain_timeout;

@@ -532,6 +532,27 @@ reconcile = "/v1/charges?idempotency_key={key}"
         self.assertEqual(len(self.ledger_lines()), 1)
 
 
+class LeaseOutlivesRequestTest(ProxyTest):
+    """A lease must outlive the longest a request to the vendor can stay open (connect +
+    upstream timeout), or an instance cut off from the store loses it while the vendor may still
+    act, and a retry runs the call again (guarantees F3): refused at start, exit 2."""
+
+    VENDOR_ARGS = None
+
+    def test_a_lease_shorter_than_the_upstream_timeout_is_refused_at_start(self):
+        path = os.path.join(self.dir, "short-lease.toml")
+        with open(path, "w") as f:
+            f.write('[defaults]\nlease = "2m"\n\n[http]\nupstream_timeout = "60s"\n\n'
+                    '[[route]]\nmatch = "/v1/charges"\nlease = "30s"\n')
+        proc = subprocess.run([BINARY, "http", "--listen", "127.0.0.1:0", "--upstream",
+                               "http://127.0.0.1:9", "--store", self.store, "--config", path],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        err = proc.stderr.decode()
+        self.assertEqual(proc.returncode, 2, err)
+        self.assertIn("route /v1/charges has lease = \"30s\"", err)
+        self.assertIn("set lease above 1m5s", err)
+
+
 class ExplicitRouteTest(ProxyTest):
     CONFIG = """
 [[route]]
