@@ -373,13 +373,17 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     }
   }
   // The turn file hook:turn reads: the one `idemgate hook` writes for the
-  // host that started this proxy (docs/hosts.md, "Prompt hook").
+  // host that started this proxy (docs/hosts.md, "Prompt hook"). Not with
+  // --listen: its clients are not children of this proxy's parent, and the
+  // turn of whatever started it would scope every client's calls.
   bool reads_hook = false;
   for (const auto* sources : {&config->mcp.turn_id, &config->mcp.session_id, &config->mcp.call_id,
                               &config->mcp.key}) {
     for (const IdSource& source : *sources) reads_hook |= source.kind == IdSource::Kind::kHook;
   }
-  if (reads_hook) {
+  if (reads_hook && !flags.listen.empty()) {
+    if (flags.verbose) LogMcp("hook:turn is not read with --listen: its clients are not its host's");
+  } else if (reads_hook) {
     if (auto file = mcp::LocateHostTurnFile(config->mcp.hook_dir)) {
       options.hook_turn_file = file->path;
       if (flags.verbose) LogMcp("hook:turn reads " + file->path);
