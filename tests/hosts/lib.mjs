@@ -1,0 +1,527 @@
+// The host lab's shared harness: per-test temp dirs (HOME, project, XDG dirs, a fresh SQLite
+// store), the real hosts run with a bounded timeout in their own process group, the audit log
+// read through `idemgate audit --json`, the example server's ledger counted, the host set up
+// behind idemgate (installHost), and the pieces every scripted model endpoint shares.
+//
+// # The neutral scripted model (every models/*.mjs exports the same shape)
+//
+//     startModel(decide) → Promise<{ url, requests, toolResults, close() }>
+//
+// An HTTP server on 127.0.0.1, port 0, speaking one vendor's streaming API (models/anthropic.mjs:
+// Anthropic Messages SSE; models/openai_responses.mjs: OpenAI Responses SSE; models/gemini.mjs:
+// Gemini streamGenerateContent SSE). Every other request the host makes (token counting, model
+// lists, titles, …) is answered plausibly and logged. For each model request it calls
+//
+//     decide({ prompt, results, tools }) → { calls: [{ name, arguments }] } | { text }
+//
+//   prompt  – the text of the last user message (host-added wrappers stripped),
+//   results – the tool results given back since that user message, in order:
+//             [{ name, text, isError }] (text: the tool result's text content joined),
+//   tools   – the tool names the request offers;
+//
+// and streams back one assistant message with those tool calls (two identical entries are two
+// identical tool calls in one message) or with that text. `toolResults` records every tool
+// result the host sent back ({ name, text, isError }, in arrival order, each once), so a test
+// can assert that idemgate's replay sentence reached the model; `requests` logs every request
+// the host made ({ method, path, body }, body parsed when JSON). `close()` stops the server.
+//
+// Scripts (chargeScript, …) below are decide functions the host tests share.
+import assert from 'node:assert/strict';
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+export const HERE = path.dirname(fileURLToPath(import.meta.url));
+export const ROOT = path.resolve(HERE, '../..');
+export const IDEMGATE = process.env.IDEMGATE || path.join(ROOT, 'build/idemgate');
+export const EXAMPLE_SERVER = path.join(ROOT, 'examples/mcp-server/server.js');
+/** The native Claude Code binary (npm runs no postinstall for us: call the platform package). */
+export const CLAUDE_BIN = path.join(HERE, 'node_modules/@anthropic-ai/claude-code-linux-x64/claude');
+/** How long one host run may take before its process group is killed and the test fails. */
+export const HOST_TIMEOUT_MS = Number(process.env.HOST_TIMEOUT_MS || 60000);
+/** The arguments every script charges with. */
+export const CHARGE = { customer: 'cus_lab', amount_cents: 4200, currency: 'EUR' };
+/** The start of idemgate's replay sentence (docs/DESIGN.md §6.1). */
+export const REPLAY_SENTENCE = '[idemgate] This is the stored result of an identical earlier call';
+
+/** Fails the test with a clear message when the binary under test is missing. */
+export function requireIdemgate() {
+  assert.ok(fs.existsSync(IDEMGATE), `idemgate binary not found at ${IDEMGATE}: build it or set IDEMGATE`);
+}
+
+/** True when the idemgate under test has the subcommand `name` (hook, install: issue 35). */
+export function hasCommand(name) {
+  hasCommand.cache ??= new Map();
+  if (!hasCommand.cache.has(name)) {
+    const r = fs.existsSync(IDEMGATE) && spawnSync(IDEMGATE, [name, '--help'], { stdio: 'ignore', timeout: 10000 });
+    hasCommand.cache.set(name, r?.status === 0);
+  }
+  return hasCommand.cache.get(name);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Per-test directories.
+
+/** A fresh temp dir for one test, removed when the test ends (kept if KEEP_TMP is set). */
+export function tempDir(t, prefix = 'idemgate-hosts-') {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  t.after(() => {
+    if (!process.env.KEEP_TMP) fs.rmSync(dir, { recursive: true, force: true });
+    else process.stderr.write(`kept ${dir}\n`);
+  });
+  return dir;
+}
+
+/**
+ * Everything one test's host needs, under one temp dir: `home` (HOME, so user-scope settings land
+ * there), `project` (the host's cwd), XDG dirs (XDG_RUNTIME_DIR too, so idemgate's hook files are
+ * the test's own), `store` (a fresh SQLite store URL) and `ledger` (the example server's).
+ * `env` is the environment every host and idemgate of the test run with: the parent's PATH and
+ * little else, so no setting of the machine's user leaks in.
+ */
+export function labDirs(t, prefix) {
+  const dir = tempDir(t, prefix);
+  const sub = (name, mode = 0o700) => {
+    const p = path.join(dir, name);
+    fs.mkdirSync(p, { recursive: true, mode });
+    return p;
+  };
+  const home = sub('home');
+  const project = sub('project');
+  const env = {
+    PATH: process.env.PATH,
+    HOME: home,
+    USER: os.userInfo().username,
+    LANG: 'C.UTF-8',
+    TERM: 'dumb',
+    TMPDIR: sub('tmp'),
+    XDG_CONFIG_HOME: sub('xdg/config'),
+    XDG_CACHE_HOME: sub('xdg/cache'),
+    XDG_DATA_HOME: sub('xdg/data'),
+    XDG_STATE_HOME: sub('xdg/state'),
+    XDG_RUNTIME_DIR: sub('xdg/runtime'),
+  };
+  const ledger = path.join(dir, 'ledger.jsonl');
+  const store = `sqlite:${path.join(dir, 'idem.db')}`;
+  t.after(() => {
+    for (const pid of readPids(ledger)) killPid(pid);
+  });
+  return { dir, home, project, env, store, ledger };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Setting a host up behind idemgate.
+
+/**
+ * The stdio server entry for the example server behind `idemgate mcp` on `store`:
+ * { command, args, env } in the shape every host's settings use.
+ */
+export function gatedExampleServer({ store, ledger }, idemArgs = []) {
+  return {
+    command: IDEMGATE,
+    args: ['mcp', '--store', store, ...idemArgs, '--', 'node', EXAMPLE_SERVER],
+    env: { EXAMPLE_LEDGER: ledger },
+  };
+}
+
+/**
+ * Sets `host` ('claude-code' | 'gemini-cli' | 'codex') up the way `idemgate install HOST`
+ * does (/work/briefs/install-contract.md): the stdio `servers` ({ NAME: { command, args, env } },
+ * unwrapped) wrapped in `idemgate mcp --store STORE --`, and the prompt hook added (claude-code,
+ * gemini-cli) when the binary has `idemgate hook`. User scope under `home`, or project scope in
+ * `project` (scope: 'project'); for claude-code `mcpConfig: FILE` puts the servers in FILE.
+ * HTTP servers ({ type: 'http', url } / { url } / { httpUrl }) are written as they are.
+ *
+ * Uses `idemgate install` when the binary has it (LAB_INSTALL=hand forces the hand-written
+ * settings); the hand-written ones follow the contract exactly, so either way the host sees the
+ * same files. Returns the list of files written.
+ */
+export async function installHost(host, { home, project, env, store }, servers, opts = {}) {
+  const { scope = 'user', mcpConfig } = opts;
+  const byCommand = process.env.LAB_INSTALL !== 'hand' && hasCommand('install');
+  const stdio = Object.entries(servers).filter(([, s]) => s.command);
+  const remote = Object.fromEntries(Object.entries(servers).filter(([, s]) => !s.command));
+  const files = settingsFiles(host, { home, project, scope, mcpConfig });
+
+  // HTTP servers are never wrapped: both ways write them by hand.
+  writeServers(host, files.servers, Object.fromEntries([...stdio, ...Object.entries(remote)]));
+  if (byCommand) {
+    const args = ['install', host, '--scope', scope, '--store', store];
+    if (scope === 'project') args.push('--project', project);
+    if (mcpConfig) args.push('--mcp-config', mcpConfig);
+    for (const [name] of stdio) args.push('--server', name);
+    if (stdio.length === 0 && host === 'codex') return Object.values(files);
+    try {
+      await run(IDEMGATE, args, { env, cwd: project });
+    } catch (e) {
+      throw new Error(`idemgate ${args.join(' ')} failed (${e.code}):\n${e.stdout}${e.stderr}`);
+    }
+    return [...new Set(Object.values(files))];
+  }
+  const wrapped = Object.fromEntries(
+    stdio.map(([name, s]) => [
+      name,
+      { ...s, command: IDEMGATE, args: ['mcp', '--store', store, '--', s.command, ...(s.args ?? [])] },
+    ]),
+  );
+  writeServers(host, files.servers, { ...wrapped, ...remote });
+  if (host !== 'codex' && hasCommand('hook')) addHook(host, files.hooks, `${IDEMGATE} hook --store ${store}`);
+  return [...new Set(Object.values(files))];
+}
+
+/** Where `idemgate install` puts servers and the hook for each host and scope. */
+function settingsFiles(host, { home, project, scope, mcpConfig }) {
+  const root = scope === 'project' ? project : home;
+  switch (host) {
+    case 'claude-code':
+      return {
+        servers: mcpConfig ?? (scope === 'project' ? path.join(project, '.mcp.json') : path.join(home, '.claude.json')),
+        hooks: path.join(root, '.claude/settings.json'),
+      };
+    case 'gemini-cli': {
+      const f = path.join(root, '.gemini/settings.json');
+      return { servers: f, hooks: f };
+    }
+    case 'codex':
+      return { servers: path.join(scope === 'project' ? path.join(project, '.codex') : home + '/.codex', 'config.toml') };
+    default:
+      throw new Error(`installHost: unknown host ${host}`);
+  }
+}
+
+function readJson(file) {
+  try {
+    return JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (e) {
+    if (e.code === 'ENOENT') return {};
+    throw e;
+  }
+}
+
+function writeJson(file, value) {
+  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n', { mode: 0o600 });
+}
+
+function writeServers(host, file, servers) {
+  if (host === 'codex') {
+    // [mcp_servers.NAME] tables appended to whatever config.toml holds (B's Codex test writes
+    // its model provider first).
+    let text = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
+    for (const [name, s] of Object.entries(servers)) {
+      text += `\n[mcp_servers.${name}]\n`;
+      if (s.command) {
+        text += `command = ${JSON.stringify(s.command)}\nargs = ${JSON.stringify(s.args ?? [])}\n`;
+        if (s.env) text += `env = { ${Object.entries(s.env).map(([k, v]) => `${k} = ${JSON.stringify(v)}`).join(', ')} }\n`;
+      } else {
+        text += `url = ${JSON.stringify(s.url)}\n`;
+      }
+    }
+    fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+    fs.writeFileSync(file, text, { mode: 0o600 });
+    return;
+  }
+  const settings = readJson(file);
+  settings.mcpServers = { ...(settings.mcpServers ?? {}), ...servers };
+  writeJson(file, settings);
+}
+
+function addHook(host, file, command) {
+  const settings = readJson(file);
+  settings.hooks ??= {};
+  if (host === 'claude-code') {
+    (settings.hooks.UserPromptSubmit ??= []).push({ hooks: [{ type: 'command', command }] });
+  } else {
+    (settings.hooks.BeforeAgent ??= []).push({
+      matcher: '*',
+      hooks: [{ name: 'idemgate', type: 'command', command }],
+    });
+  }
+  writeJson(file, settings);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a host. Each run is its own process group, killed by pid when it times out or when the
+// test ends; one host process at a time (node --test --test-concurrency=1).
+
+/** Collects a stream's text and lets a test wait for a match; rejects after `ms`. */
+export class TextLog {
+  constructor(stream) {
+    this.text = '';
+    this.waiters = [];
+    stream?.setEncoding?.('utf8');
+    stream?.on('data', (chunk) => {
+      this.text += chunk;
+      this.waiters = this.waiters.filter((w) => !w.check());
+    });
+  }
+
+  /** Resolves with the first match of `re` (a RegExp or a predicate on the text); rejects after `ms`. */
+  waitFor(re, ms = HOST_TIMEOUT_MS) {
+    const test = typeof re === 'function' ? re : (s) => s.match(re);
+    return new Promise((resolve, reject) => {
+      const w = {
+        check: () => {
+          const m = test(this.text);
+          if (!m) return false;
+          clearTimeout(w.timer);
+          resolve(m);
+          return true;
+        },
+      };
+      if (w.check()) return;
+      w.timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((x) => x !== w);
+        reject(new Error(`timed out after ${ms} ms waiting for ${re}`));
+      }, ms);
+      this.waiters.push(w);
+    });
+  }
+}
+
+/** True while a process with this pid exists and is not a zombie. */
+export function alive(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** SIGKILLs a pid if it is still there (never by name). */
+export function killPid(pid) {
+  if (pid && alive(pid)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+}
+
+/** The live (non-zombie) pids in process group `pgid`, from /proc. */
+export function groupMembers(pgid) {
+  const pids = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let stat;
+    try {
+      stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // f[0] state, f[1] ppid, f[2] pgrp
+    if (f[0] !== 'Z' && Number(f[2]) === pgid) pids.push(Number(name));
+  }
+  return pids;
+}
+
+/** SIGKILLs every process of group `pgid` (the group of a host started by startHost). */
+export function killGroup(pgid) {
+  try {
+    process.kill(-pgid, 'SIGKILL');
+  } catch {
+    /* no such group any more */
+  }
+}
+
+/**
+ * Starts a host: `command args` in its own process group, stdin a pipe, stdout and stderr
+ * collected. Returns { child, pid, stdout, stderr, write(text), end(), exited, done() }:
+ * done() resolves once the host exited AND every other process of its group (the MCP servers it
+ * started: idemgate and the example server) is gone, with { code, signal, ms, stdout, stderr };
+ * it rejects with the host's output when that takes longer than `timeoutMs` from the start,
+ * after killing the group. The group is killed when the test ends in any case.
+ */
+export function startHost(t, command, args, { env, cwd, timeoutMs = HOST_TIMEOUT_MS } = {}) {
+  const began = Date.now();
+  const child = spawn(command, args, { cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  const pid = child.pid;
+  const stdout = new TextLog(child.stdout);
+  const stderr = new TextLog(child.stderr);
+  child.stdin.on('error', () => {}); // a host that exits early closes its stdin under us
+  const exited = new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', (code, signal) => resolve({ code, signal, exitedAt: Date.now() }));
+  });
+  t.after(() => killGroup(pid));
+  const output = () => `--- stdout:\n${stdout.text.slice(-20000)}\n--- stderr:\n${stderr.text.slice(-20000)}`;
+  const done = async () => {
+    const left = () => timeoutMs - (Date.now() - began);
+    let timer;
+    const timeout = new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        const members = groupMembers(pid);
+        killGroup(pid);
+        reject(new Error(`${path.basename(command)} did not finish within ${timeoutMs} ms` +
+          ` (still running: ${members.join(' ') || 'none'}; killed)\n${output()}`));
+      }, Math.max(0, left()));
+    });
+    try {
+      const r = await Promise.race([exited, timeout]);
+      // The host is gone; its MCP servers may still be stopping (flushing the audit log).
+      while (groupMembers(pid).length > 0) {
+        if (left() <= 0) await timeout;
+        await new Promise((res) => setTimeout(res, 10));
+      }
+      return { ...r, ms: Date.now() - began, groupGoneAt: Date.now(), stdout: stdout.text, stderr: stderr.text };
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  return {
+    child,
+    pid,
+    stdout,
+    stderr,
+    exited,
+    output,
+    done,
+    write: (text) => child.stdin.write(text),
+    end: () => child.stdin.end(),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// What happened: the example server's ledger and idemgate's audit log.
+
+/** The example server's ledger entries (one per real execution). */
+export function readLedger(file) {
+  let text;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    if (e.code === 'ENOENT') return [];
+    throw e;
+  }
+  return text.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+}
+
+export function readPids(ledger) {
+  try {
+    return fs.readFileSync(ledger + '.pids', 'utf8').split('\n').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** How many times `tool` really ran (ledger entries). */
+export function executions(ledger, tool = 'charge') {
+  return readLedger(ledger).filter((e) => e.tool === tool).length;
+}
+
+/** The `_meta` the host sent with each execution of `tool`, idemgate's own keys removed. */
+export function hostMeta(ledger, tool = 'charge') {
+  return readLedger(ledger)
+    .filter((e) => e.tool === tool)
+    .map((e) => Object.fromEntries(Object.entries(e.meta ?? {}).filter(([k]) => !k.startsWith('dev.idemgate/'))));
+}
+
+/** Every attempt of the audit log (`idemgate audit --json`), oldest first; `tool` filters. */
+export async function readAudit(store, { tool } = {}) {
+  const args = ['audit', '--json', '--store', store, ...(tool ? ['--tool', tool] : [])];
+  let stdout;
+  try {
+    ({ stdout } = await run(IDEMGATE, args));
+  } catch (e) {
+    throw new Error(`idemgate ${args.join(' ')} failed (${e.code}):\n${e.stdout}${e.stderr}`);
+  }
+  return stdout.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+}
+
+/** How many attempts of the audit log have each outcome: { executed: 2, replayed: 2, … }. */
+export function outcomes(attempts) {
+  const n = {};
+  for (const a of attempts) n[a.outcome] = (n[a.outcome] ?? 0) + 1;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scripted model endpoints' shared parts.
+
+/**
+ * Starts an HTTP server on 127.0.0.1, port 0, that logs every request into `requests`
+ * ({ method, path, headers, body }; body parsed as JSON when it is) and hands it to
+ * `handle(req, res, entry)`. A handler that throws answers 500 with the message (and the test
+ * sees the host fail). Returns { url, requests, close() }.
+ */
+export async function startRecordingServer(handle) {
+  const requests = [];
+  const server = http.createServer(async (req, res) => {
+    let raw = '';
+    req.setEncoding('utf8');
+    for await (const chunk of req) raw += chunk;
+    let body = raw;
+    try {
+      body = raw ? JSON.parse(raw) : undefined;
+    } catch {
+      /* not JSON: kept as text */
+    }
+    const entry = { method: req.method, path: req.url, headers: req.headers, body };
+    requests.push(entry);
+    try {
+      await handle(req, res, entry);
+    } catch (e) {
+      entry.error = String(e?.stack ?? e);
+      if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: String(e?.message ?? e) } }));
+    }
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections?.();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Starts a text/event-stream answer and returns send(event, data) (data JSON-encoded). */
+export function sse(res) {
+  res.writeHead(200, {
+    'content-type': 'text/event-stream',
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+  });
+  return (event, data) => {
+    if (event) res.write(`event: ${event}\n`);
+    res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
+  };
+}
+
+/** The offered tool whose name ends with `suffix` (hosts prefix MCP tools differently). */
+export function toolNamed(tools, suffix) {
+  const name = tools.find((n) => n === suffix || n.endsWith(`__${suffix}`) || n.endsWith(`_${suffix}`));
+  if (!name) throw new Error(`no tool named like "${suffix}" among the ${tools.length} offered: ${tools.join(', ')}`);
+  return name;
+}
+
+/**
+ * The model of every retry scenario: for a prompt that mentions "charge", call charge(CHARGE);
+ * after one result, call it again with the same arguments (the model's retry); after two, say
+ * "done". A prompt that mentions "twice at once" calls charge twice in one message, then "done".
+ * Any other prompt (a host's own side requests: titles, summaries) gets a short text.
+ */
+export function chargeScript({ args = CHARGE } = {}) {
+  return ({ prompt, results, tools }) => {
+    if (!/charge/i.test(prompt)) return { text: 'ok' };
+    const charge = toolNamed(tools, 'charge');
+    if (/twice at once/i.test(prompt)) {
+      return results.length === 0 ? { calls: [{ name: charge, arguments: args }, { name: charge, arguments: args }] } : { text: 'done' };
+    }
+    if (results.length < 2) return { calls: [{ name: charge, arguments: args }] };
+    return { text: 'done' };
+  };
+}
