@@ -118,16 +118,9 @@ export function labDirs(t, prefix) {
 // ---------------------------------------------------------------------------------------------
 // Setting a host up behind idemgate.
 
-/**
- * The stdio server entry for the example server behind `idemgate mcp` on `store`:
- * { command, args, env } in the shape every host's settings use.
- */
-export function gatedExampleServer({ store, ledger }, idemArgs = []) {
-  return {
-    command: IDEMGATE,
-    args: ['mcp', '--store', store, ...idemArgs, '--', 'node', EXAMPLE_SERVER],
-    env: { EXAMPLE_LEDGER: ledger },
-  };
+/** The example server as a host's stdio server entry ({ command, args, env }), unwrapped. */
+export function exampleServer({ ledger }) {
+  return { command: 'node', args: [EXAMPLE_SERVER], env: { EXAMPLE_LEDGER: ledger } };
 }
 
 /**
