@@ -54,16 +54,18 @@ export function requireIdemgate() {
   assert.ok(fs.existsSync(IDEMGATE), `idemgate binary not found at ${IDEMGATE}: build it or set IDEMGATE`);
 }
 
-/** True when the idemgate under test has the subcommand `name` (hook, install: issue 35). */
+/**
+ * True when the idemgate under test has the subcommand `name` (hook, install: issue 35), as its
+ * `--help` lists them (`idemgate NAME --help` exits 0 for any NAME: the top-level help).
+ */
 export function hasCommand(name) {
-  hasCommand.cache ??= new Map();
-  if (!hasCommand.cache.has(name)) {
-    const r = fs.existsSync(IDEMGATE) && spawnSync(IDEMGATE, [name, '--help'], { stdio: 'ignore', timeout: 10000 });
-    hasCommand.cache.set(name, r?.status === 0);
+  if (!hasCommand.names) {
+    const r = fs.existsSync(IDEMGATE) ? spawnSync(IDEMGATE, ['--help'], { encoding: 'utf8', timeout: 10000 }) : null;
+    const list = (r?.stdout ?? '').split(/^Subcommands:$/m)[1] ?? '';
+    hasCommand.names = new Set([...list.matchAll(/^ {2}(\S+)/gm)].map((m) => m[1]));
   }
-  return hasCommand.cache.get(name);
+  return hasCommand.names.has(name);
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Per-test directories.
@@ -418,7 +420,7 @@ export function hostMeta(ledger, tool = 'charge') {
     .map((e) => Object.fromEntries(Object.entries(e.meta ?? {}).filter(([k]) => !k.startsWith('dev.idemgate/'))));
 }
 
-/** Every attempt of the audit log (`idemgate audit --json`), oldest first; `tool` filters. */
+/** Every attempt of the audit log (`idemgate audit --json`: newest first); `tool` filters. */
 export async function readAudit(store, { tool } = {}) {
   const args = ['audit', '--json', '--store', store, ...(tool ? ['--tool', tool] : [])];
   let stdout;
@@ -502,19 +504,19 @@ export function toolNamed(tools, suffix) {
 }
 
 /**
- * The model of every retry scenario: for a prompt that mentions "charge", call charge(CHARGE);
- * after one result, call it again with the same arguments (the model's retry); after two, say
- * "done". A prompt that mentions "twice at once" calls charge twice in one message, then "done".
- * Any other prompt (a host's own side requests: titles, summaries) gets a short text.
+ * The model of every retry scenario: for a prompt that matches `ask` (default: mentions
+ * "charge"), call `tool`(args) (default charge(CHARGE)); after one result, call it again with the
+ * same arguments (the model's retry); after two, say "done". A prompt that also says "twice at
+ * once" gets two identical calls in one message, then "done". Any other prompt (a host's own side
+ * requests: titles, summaries) gets a short text.
  */
-export function chargeScript({ args = CHARGE } = {}) {
+export function chargeScript({ tool = 'charge', args = CHARGE, ask = /charge/i } = {}) {
   return ({ prompt, results, tools }) => {
-    if (!/charge/i.test(prompt)) return { text: 'ok' };
-    const charge = toolNamed(tools, 'charge');
-    if (/twice at once/i.test(prompt)) {
-      return results.length === 0 ? { calls: [{ name: charge, arguments: args }, { name: charge, arguments: args }] } : { text: 'done' };
-    }
-    if (results.length < 2) return { calls: [{ name: charge, arguments: args }] };
+    if (!ask.test(prompt)) return { text: 'ok' };
+    const name = toolNamed(tools, tool);
+    const call = { name, arguments: args };
+    if (/twice at once/i.test(prompt)) return results.length === 0 ? { calls: [call, call] } : { text: 'done' };
+    if (results.length < 2) return { calls: [call] };
     return { text: 'done' };
   };
 }
