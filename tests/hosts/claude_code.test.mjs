@@ -4,13 +4,19 @@
 // `idemgate install claude-code` writes: the server wrapped in ~/.claude.json, the
 // UserPromptSubmit hook in ~/.claude/settings.json, under a temp HOME).
 //
-// Measured with 2.1.328 (this file's tests assert each):
+// Measured with 2.1.328 (this file's tests assert each; `tests/hosts/run.sh claude_code.test.mjs`):
 // - `_meta` of tools/call: {"progressToken": N, "claudecode/toolUseId": "<the model's tool_use
 //   id>"} — no turn, no session; the stdio server's environment has CLAUDE_CODE_SESSION_ID
 //   (one per process). The same over Streamable HTTP ("type": "http").
-// - Its stop (end of a -p run): SIGINT to each stdio MCP server; if still alive 100 ms later
-//   SIGTERM; 400 ms after that SIGKILL (the "stop" test measures it with signal_server.mjs).
-//   So idemgate has 100 ms after SIGINT before the escalation and ~500 ms before SIGKILL.
+// - Its stop (end of a -p run): SIGINT to each stdio MCP server; if it is still alive 100 ms
+//   later SIGTERM (measured 101-104 ms); 400 ms after that SIGKILL (the process exited ~570-660
+//   ms after its SIGINT, once the escalation was over). idemgate has 100 ms after SIGINT before
+//   the escalation, and ~500 ms before SIGKILL.
+// - A tool result with structuredContent reaches the model as JSON.stringify(structuredContent)
+//   alone: the content blocks, idemgate's "[idemgate] …" replay sentence among them, are not
+//   sent. For a tool without structuredContent the sentence reaches the model.
+// - -p does not wait for HTTP MCP servers before its first model request unless
+//   MCP_CONNECTION_NONBLOCKING=false.
 // - Two prompts in one process: `-p --input-format stream-json --output-format stream-json
 //   --verbose`, one user message written after the previous prompt's "result" line.
 import assert from 'node:assert/strict';
