@@ -36,12 +36,13 @@ import {
   executions,
   hostMeta,
   labDirs,
+  outcomes,
   readAudit,
   readLedger,
   readPids,
   requireIdemgate,
 } from './lib.mjs';
-import { answers, assertTwinCallsRanOnce } from './outcomes.mjs';
+import { assertTwinCallsRanOnce } from './outcomes.mjs';
 import { startModel } from './models/openai_responses.mjs';
 
 const SIGNAL_SERVER = path.join(HERE, 'signal_server.mjs');
@@ -96,7 +97,7 @@ test('Agents SDK: a model retry within a run executes once, is logged as replaye
   await server.close(); // the SDK's own stop; the audit log is read right after it
   assert.equal(executions(d.ledger), 1, 'the retry did not charge again');
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 1, replayed: 1 }, JSON.stringify(attempts));
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 1 }, JSON.stringify(attempts));
   assert.deepEqual(replays(model), [false, true], JSON.stringify(model.toolResults));
   // It started the server twice: once for its server/discover probe, once with initialize.
   assert.equal(readPids(d.ledger).length, 2, 'two example servers started');
@@ -112,7 +113,7 @@ test('Agents SDK: it sends no turn id, so a deliberate repeat in the next run is
   await server.close();
   assert.equal(executions(d.ledger), 1, 'the second run’s charge was answered from the first');
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 1, replayed: 3 }, JSON.stringify(attempts));
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 3 }, JSON.stringify(attempts));
   assert.deepEqual(replays(model), [false, true, true, true], JSON.stringify(model.toolResults));
   t.diagnostic(`detail: ${[...new Set(attempts.map((a) => a.detail))].join(' | ')}`);
 });
@@ -126,7 +127,7 @@ test('Agents SDK with a turn id per run (toolMetaResolver → dev.idemgate/turnI
   await server.close();
   assert.equal(executions(d.ledger), 2, 'the second run charged again; each retry did not');
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 2, replayed: 2 }, JSON.stringify(attempts));
+  assert.deepEqual(outcomes(attempts), { claimed: 2, executed: 2, replayed: 2 }, JSON.stringify(attempts));
   for (const a of attempts) assert.match(a.detail ?? '', /dev\.idemgate\/turnId/, JSON.stringify(a));
   assert.deepEqual(replays(model), [false, true, false, true], JSON.stringify(model.toolResults));
 });
@@ -135,7 +136,7 @@ test('Agents SDK: two identical tool calls in one model message run once', async
   const { d, model, server, agent } = await setUp(t);
   await runPrompt(agent, 'Please charge the customer twice at once.');
   await server.close();
-  t.diagnostic(`answers: ${JSON.stringify(await assertTwinCallsRanOnce(d, model))}`);
+  t.diagnostic(`outcomes: ${JSON.stringify(await assertTwinCallsRanOnce(d, model))}`);
 });
 
 test('Agents SDK: its stop (close(): stdin closed, SIGTERM after 2 s, SIGKILL after 2 s more) leaves no attempt unlogged', async (t) => {
@@ -145,7 +146,7 @@ test('Agents SDK: its stop (close(): stdin closed, SIGTERM after 2 s, SIGKILL af
   await server.close();
   const closeMs = Date.now() - began;
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 1, replayed: 1 }, 'every attempt is in the audit log');
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 1 }, 'every attempt is in the audit log');
   assert.ok(closeMs < 2000, `idemgate stopped on the end of its stdin, before the SDK's SIGTERM (${closeMs} ms)`);
 
   // The SDK's escalation, measured on a server that ignores signals and its stdin's end.

@@ -32,13 +32,14 @@ import {
   hostMeta,
   installHost,
   labDirs,
+  outcomes,
   readAudit,
   requireIdemgate,
   startHost,
   toolNamed,
 } from './lib.mjs';
 import { killLeftoversAfter, leftoversGone } from './leftovers.mjs';
-import { answers, assertTwinCallsRanOnce } from './outcomes.mjs';
+import { assertTwinCallsRanOnce } from './outcomes.mjs';
 import { startModel } from './models/openai_responses.mjs';
 
 /** The native Codex binary of the platform package (the npm wrapper only execs it). */
@@ -162,7 +163,7 @@ test('Codex: a model retry within a prompt runs once, and the retry is logged as
   assert.equal(executions(d.ledger), 1, 'the retry did not charge again');
   // Read right after Codex stopped idemgate: nothing may be missing.
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 1, replayed: 1 }, JSON.stringify(attempts));
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 1 }, JSON.stringify(attempts));
   for (const a of attempts) assert.match(a.detail ?? '', /x-codex-turn-metadata/, `scoped by Codex's turn: ${JSON.stringify(a)}`);
   assert.equal(model.toolResults.length, 2, JSON.stringify(model.toolResults));
   for (const r of model.toolResults) assert.ok(!r.isError, r.text);
@@ -198,7 +199,7 @@ test('Codex: two prompts (codex exec, then codex exec resume), a retry in each: 
   await exec(t, d, 'Please charge the customer again.', { resume: true });
   assert.equal(executions(d.ledger), 2, 'the second prompt charged again; each retry did not');
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 2, replayed: 2 }, JSON.stringify(attempts));
+  assert.deepEqual(outcomes(attempts), { claimed: 2, executed: 2, replayed: 2 }, JSON.stringify(attempts));
   const metas = assertMetaShape(d);
   assert.equal(metas[0].threadId, metas[1].threadId, 'resume continued the same thread');
   assert.notEqual(metas[0]['x-codex-turn-metadata'].turn_id, metas[1]['x-codex-turn-metadata'].turn_id, 'a new turn');
@@ -208,7 +209,7 @@ test('Codex: two prompts (codex exec, then codex exec resume), a retry in each: 
 test('Codex: two identical tool calls in one model message run once', async (t) => {
   const { d, model } = await setUp(t);
   await exec(t, d, 'Please charge the customer twice at once.');
-  t.diagnostic(`answers: ${JSON.stringify(await assertTwinCallsRanOnce(d, model))}`);
+  t.diagnostic(`outcomes: ${JSON.stringify(await assertTwinCallsRanOnce(d, model))}`);
 });
 
 test('Codex: its own stop (stdin closed and SIGTERM, then SIGKILL) leaves no attempt unlogged', async (t) => {
@@ -228,7 +229,7 @@ test('Codex: its own stop (stdin closed and SIGTERM, then SIGKILL) leaves no att
   const run = await exec(t, d, 'Please charge the customer.');
   // The audit log as it is the moment Codex and its servers are gone.
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 1, replayed: 1 }, 'every attempt is in the audit log');
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 1 }, 'every attempt is in the audit log');
 
   const events = fs.readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
   const signals = events.filter((e) => e.event.startsWith('SIG'));

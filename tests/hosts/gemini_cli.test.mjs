@@ -33,12 +33,13 @@ import {
   installHost,
   killPid,
   labDirs,
+  outcomes,
   readAudit,
   requireIdemgate,
   startHost,
 } from './lib.mjs';
 import { killLeftoversAfter, leftoversGone } from './leftovers.mjs';
-import { answers, assertTwinCallsRanOnce } from './outcomes.mjs';
+import { assertTwinCallsRanOnce } from './outcomes.mjs';
 import { startModel } from './models/gemini.mjs';
 
 const GEMINI_JS = path.join(HERE, 'node_modules/@google/gemini-cli/bundle/gemini.js');
@@ -118,7 +119,7 @@ test('Gemini CLI: a model retry within a prompt runs once, and the retry is logg
   assert.equal(executions(d.ledger), 1, 'the retry did not charge again');
   // Read right after Gemini CLI and its servers are gone: nothing may be missing.
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 1, replayed: 1 }, JSON.stringify(attempts));
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 1 }, JSON.stringify(attempts));
   // The replay sentence reached the model with the retry's result.
   assert.deepEqual(replays(model), [false, true], JSON.stringify(model.toolResults));
   for (const r of model.toolResults) assert.ok(!r.isError, r.text);
@@ -132,7 +133,7 @@ test('Gemini CLI: two prompts (gemini -p, then gemini --resume latest -p), a ret
   await prompt(t, d, model, 'Please charge the customer again.', { resume: true });
   assert.equal(executions(d.ledger), 2, 'the second prompt charged again; each retry did not');
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 2, replayed: 2 }, JSON.stringify(attempts));
+  assert.deepEqual(outcomes(attempts), { claimed: 2, executed: 2, replayed: 2 }, JSON.stringify(attempts));
   for (const a of attempts) assert.match(a.detail ?? '', /hook:turn/, `scoped by the prompt hook: ${JSON.stringify(a)}`);
   assert.deepEqual(replays(model), [false, true, false, true], JSON.stringify(model.toolResults));
   assertMetaShape(d);
@@ -141,7 +142,7 @@ test('Gemini CLI: two prompts (gemini -p, then gemini --resume latest -p), a ret
 test('Gemini CLI: two identical tool calls in one model message run once', async (t) => {
   const { d, model } = await setUp(t);
   await prompt(t, d, model, 'Please charge the customer twice at once.');
-  t.diagnostic(`answers: ${JSON.stringify(await assertTwinCallsRanOnce(d, model))}`);
+  t.diagnostic(`outcomes: ${JSON.stringify(await assertTwinCallsRanOnce(d, model))}`);
 });
 
 test('Gemini CLI: its own stop (SIGTERM, then stdin closed, no SIGKILL) leaves no attempt unlogged', async (t) => {
@@ -160,7 +161,7 @@ test('Gemini CLI: its own stop (SIGTERM, then stdin closed, no SIGKILL) leaves n
   await leftoversGone(d.dir); // idemgate and the example server stop on their own
   const goneAt = Date.now();
   const attempts = await readAudit(d.store, { tool: 'charge' });
-  assert.deepEqual(answers(attempts), { executed: 1, replayed: 1 }, 'every attempt is in the audit log');
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 1 }, 'every attempt is in the audit log');
 
   const after = events();
   const signals = after.filter((e) => e.event.startsWith('SIG'));
