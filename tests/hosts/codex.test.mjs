@@ -9,11 +9,14 @@
 //   thread_id, session_id, turn_started_at_unix_ms, model, codex_version, sandbox, …} (a JSON
 //   object), "threadId", "sessionId", "windowId", "itemId": "<the function_call item's id>",
 //   "progressToken": N}. turn_id is new for every prompt; threadId stays across
-//   `codex exec resume`.
+//   `codex exec resume`. The same over Streamable HTTP (`url = …`, to idemgate mcp --listen).
 // - A follow-up prompt is `codex exec resume --last PROMPT`: the same thread, a new turn.
-// - Its stop (end of `codex exec`): stdin closed and SIGTERM to the server's process group at the
-//   same moment (within 2 ms), then SIGKILL ~150–250 ms later (the "stop" test measures it with
-//   signal_server.mjs). So idemgate has about 150 ms from SIGTERM to settle and flush.
+// - Each stdio MCP server runs in a process group of its own. Its stop (end of `codex exec`):
+//   stdin closed and SIGTERM to that group at the same moment (within 15 ms), so idemgate AND
+//   its upstream server get the SIGTERM from Codex; then SIGKILL to the server process it
+//   started (not the group), measured 140–420 ms after the SIGTERM, about when Codex exits
+//   (the "stop" test measures it with signal_server.mjs). So idemgate has ~140 ms from SIGTERM
+//   to settle and flush, and its upstream is being stopped at the same time.
 // - It starts MCP servers in the background: without `required = true` in the server's table
 //   its first model request sometimes goes out before the server's tools are listed (1 run of 2
 //   by hand), so the setup adds it.
@@ -24,7 +27,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import {
+  EXAMPLE_SERVER,
   HERE,
+  IDEMGATE,
   REPLAY_SENTENCE,
   chargeScript,
   executions,
@@ -116,9 +121,10 @@ async function setUp(t, decide = chargeScript(), more = () => '') {
 
 /**
  * Runs one `codex exec` (with `resume: true`, `codex exec resume --last`: the next prompt of the
- * same conversation) and resolves once Codex and every MCP server it started are gone.
+ * same conversation) and resolves once Codex and every MCP server it started are gone
+ * (`ownServers: false`: the test's other processes, e.g. an `idemgate mcp --listen`, stay).
  */
-async function exec(t, d, prompt, { resume = false } = {}) {
+async function exec(t, d, prompt, { resume = false, ownServers = true } = {}) {
   const args = ['exec', '--dangerously-bypass-approvals-and-sandbox', '--skip-git-repo-check'];
   if (resume) args.push('resume', '--last');
   args.push(prompt);
@@ -131,7 +137,7 @@ async function exec(t, d, prompt, { resume = false } = {}) {
   assert.equal(run.code, 0, `codex exited ${run.code ?? run.signal}\n${host.output()}`);
   assert.match(run.stdout, /done/, `the scripted conversation ended\n${host.output()}`);
   // Codex gives each MCP server a process group of its own: wait for them by the test's dir.
-  await leftoversGone(d.dir);
+  if (ownServers) await leftoversGone(d.dir);
   return { ...run, serversGoneAt: Date.now() };
 }
 
@@ -239,4 +245,32 @@ test('Codex: its own stop (stdin closed and SIGTERM, then SIGKILL) leaves no att
   // exec() waited for the recorder, which ignores SIGTERM and stays after its stdin ends, to be
   // gone: Codex SIGKILLed it.
   t.diagnostic(`stop: stdin end and SIGTERM together (${end.at - signals[0].at} ms apart), SIGKILL; the recorder was gone ${run.serversGoneAt - signals[0].at} ms after the SIGTERM, codex exited ${run.exitedAt - signals[0].at} ms after it`);
+});
+
+test('Codex over Streamable HTTP (url) to idemgate mcp --listen: a retry replays, with the same _meta', async (t) => {
+  requireIdemgate();
+  const d = labDirs(t, 'idemgate-codex-http-');
+  killLeftoversAfter(t, d.dir);
+  const proxy = startHost(t, IDEMGATE, ['mcp', '--store', d.store, '--listen', '127.0.0.1:0', '--', 'node', EXAMPLE_SERVER], {
+    env: { ...d.env, EXAMPLE_LEDGER: d.ledger },
+    cwd: d.project,
+  });
+  const [, url] = await proxy.stderr.waitFor(/idemgate: listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/, 15000);
+  const model = await startModel(chargeScript());
+  t.after(() => model.close());
+  writeProvider(d, model);
+  await installHost('codex', d, { example: { url } });
+  dropRepeatedServerTables(d);
+  addToServerTable(d, 'example', ['required = true']);
+
+  await exec(t, d, 'Please charge the customer.', { ownServers: false });
+  assert.equal(executions(d.ledger), 1, 'the retry did not charge again');
+  // The proxy outlives the host: stop it the way an operator does, then read its audit log.
+  process.kill(proxy.pid, 'SIGTERM');
+  const stopped = await proxy.done();
+  assert.equal(stopped.code, 0, `idemgate mcp --listen exited ${stopped.code ?? stopped.signal}\n${proxy.output()}`);
+  const attempts = await readAudit(d.store, { tool: 'charge' });
+  assert.deepEqual(outcomes(attempts), { claimed: 1, executed: 1, replayed: 1 }, JSON.stringify(attempts));
+  for (const a of attempts) assert.match(a.detail ?? '', /x-codex-turn-metadata/, JSON.stringify(a));
+  t.diagnostic(`_meta over HTTP: ${JSON.stringify(assertMetaShape(d)[0])}`);
 });
