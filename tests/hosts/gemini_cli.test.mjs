@@ -10,10 +10,16 @@
 //   one key (the arguments, for the session window).
 // - A follow-up prompt is another run, `gemini --resume latest -p PROMPT` (the same
 //   conversation, a new process: a new MCP server and a new idemgate).
-// - Its stop (end of a -p run): SIGTERM to each stdio MCP server, its stdin closed ~100–150 ms
-//   later, then Gemini CLI exits without waiting for the server and never sends SIGKILL: a
-//   server that ignores SIGTERM lives on, orphaned (the "stop" test measures it with
-//   signal_server.mjs). So idemgate's own grace is the only bound on its stop.
+// - Its stop (end of a -p run): SIGTERM to each stdio MCP server, its stdin closed 76–372 ms
+//   later (three runs), then Gemini CLI exits (157–454 ms after the SIGTERM) without waiting for
+//   the server and never sends SIGKILL: a server that ignores SIGTERM lives on, orphaned (the
+//   "stop" test measures it with signal_server.mjs). So idemgate's own grace is the only bound on
+//   its stop.
+// - Measured once, not asserted here: without the prompt hook two prompts with the same charge
+//   gave 1 execution and 3 replays (the second prompt's charge answered from the first, by its
+//   arguments); a BeforeAgent hook that fails blocks the prompt ("Agent execution blocked: …")
+//   while `gemini -p` still exits 0. Hooks need no setting to run (hooksConfig.enabled defaults
+//   to true in its settings schema).
 // - Before the main request it asks its model router's classifier (…:generateContent, JSON with
 //   a complexity score); the scripted model answers it (models/gemini.mjs).
 import assert from 'node:assert/strict';
