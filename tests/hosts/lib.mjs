@@ -70,11 +70,35 @@ export function hasCommand(name) {
 // ---------------------------------------------------------------------------------------------
 // Per-test directories.
 
+/**
+ * Runs `fn` when the test ends, after everything deferred later (last in, first out), whatever
+ * the others throw: a host is killed before its dir is removed. (node:test runs t.after hooks
+ * first in, first out and skips the rest after one throws, which left a host running, and the
+ * test process with it, when removing its dir failed under it.)
+ */
+export function defer(t, fn) {
+  if (!t.deferred) {
+    t.deferred = [];
+    t.after(async () => {
+      const errors = [];
+      for (const f of t.deferred.reverse()) {
+        try {
+          await f();
+        } catch (e) {
+          errors.push(e);
+        }
+      }
+      if (errors.length) throw errors[0];
+    });
+  }
+  t.deferred.push(fn);
+}
+
 /** A fresh temp dir for one test, removed when the test ends (kept if KEEP_TMP is set). */
 export function tempDir(t, prefix = 'idemgate-hosts-') {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  t.after(() => {
-    if (!process.env.KEEP_TMP) fs.rmSync(dir, { recursive: true, force: true });
+  defer(t, () => {
+    if (!process.env.KEEP_TMP) fs.rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
     else process.stderr.write(`kept ${dir}\n`);
   });
   return dir;
@@ -111,7 +135,7 @@ export function labDirs(t, prefix) {
   };
   const ledger = path.join(dir, 'ledger.jsonl');
   const store = `sqlite:${path.join(dir, 'idem.db')}`;
-  t.after(() => {
+  defer(t, () => {
     for (const pid of readPids(ledger)) killPid(pid);
   });
   return { dir, home, project, env, store, ledger };
@@ -334,7 +358,7 @@ export function killGroup(pgid) {
  * done() resolves once the host exited AND every other process of its group (the MCP servers it
  * started: idemgate and the example server) is gone, with { code, signal, ms, stdout, stderr };
  * it rejects with the host's output when that takes longer than `timeoutMs` from the start,
- * after killing the group. The group is killed when the test ends in any case.
+ * after killing the group. The group is killed when the test ends in any case (defer).
  */
 export function startHost(t, command, args, { env, cwd, timeoutMs = HOST_TIMEOUT_MS } = {}) {
   const began = Date.now();
@@ -347,7 +371,10 @@ export function startHost(t, command, args, { env, cwd, timeoutMs = HOST_TIMEOUT
     child.on('error', reject);
     child.on('exit', (code, signal) => resolve({ code, signal, exitedAt: Date.now() }));
   });
-  t.after(() => killGroup(pid));
+  defer(t, async () => {
+    killGroup(pid);
+    for (let i = 0; i < 500 && groupMembers(pid).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
+  });
   const output = () => `--- stdout:\n${stdout.text.slice(-20000)}\n--- stderr:\n${stderr.text.slice(-20000)}`;
   const done = async () => {
     const left = () => timeoutMs - (Date.now() - began);
