@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Instructions per tools/call that `idemgate mcp` spends over stdio, under callgrind.
 
-    python3 bench/mcp/instructions.py BINARY [BINARY…] [--calls 2000] [--cases pass,replay,fresh]
+    python3 bench/mcp/instructions.py BINARY [BINARY…] [--calls 2000] [--cases pass,replay,fresh,hook]
                                       [--profile DIR]
 
 One client (this script) drives `valgrind --tool=callgrind BINARY mcp --store sqlite:… --
@@ -13,7 +13,11 @@ the machine's load, so two binaries compare on a busy machine.
 
 Cases: pass (read-only `list_charges`, passed through), replay (gated `charge`, the same turn
 and arguments every call: answered from the store), fresh (gated `charge`, a new turn each
-call: claim, execute, complete in SQLite). --profile DIR keeps each dump as
+call: claim, execute, complete in SQLite), hook (gated `charge` as Claude Code sends it, no
+turn in `_meta`: the turn is `hook:turn`, which `idemgate hook`, run by this script, the
+proxy's parent, recorded before; answered from the store, so `hook` - `replay` is what reading
+the turn file costs in user space; the open and read themselves are the kernel's, which
+callgrind does not count: `build/bench/host_turn_bench` times them). --profile DIR keeps each dump as
 DIR/<case>-<n>.out for callgrind_annotate --inclusive=yes.
 """
 import argparse
@@ -34,6 +38,10 @@ TURN = "dev.idemgate/turnId"
 def call_of(case, seq):
     if case == "pass":
         params = {"name": "list_charges", "arguments": {"customer": "cus_1"}}
+    elif case == "hook":
+        params = {"name": "charge",
+                  "arguments": {"customer": "cus_1", "amount_cents": 1250, "currency": "EUR"},
+                  "_meta": {"claudecode/toolUseId": f"toolu_{seq}", "progressToken": seq}}
     else:
         turn = "replay-turn" if case == "replay" else f"fresh-turn-{seq}"
         params = {"name": "charge",
@@ -44,9 +52,22 @@ def call_of(case, seq):
 
 def measure(binary, case, calls, tmp, profile, index):
     out_base = os.path.join(tmp, f"cg-{index}-{case}")
+    config = []
+    if case == "hook":
+        # The prompt hook, as Claude Code runs it: this process is the host of both.
+        path = os.path.join(tmp, f"{index}-hook.toml")
+        with open(path, "w") as f:
+            f.write(f'[mcp]\nhook_dir = "{tmp}/hooks-{index}"\n')
+        config = ["--config", path]
+        prompt = {"session_id": "bench", "prompt_id": "p1", "hook_event_name": "UserPromptSubmit",
+                  "prompt": "charge cus_1"}
+        hook = subprocess.run([binary, "hook", *config], input=json.dumps(prompt).encode(),
+                              capture_output=True)
+        if hook.returncode != 0 or hook.stdout or hook.stderr:
+            raise SystemExit(f"{binary} hook: {hook}")
     p = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out_base}.%p",
-         binary, "mcp", "--store", f"sqlite:{tmp}/{index}-{case}.db", "--", "node", ECHO],
+         binary, "mcp", "--store", f"sqlite:{tmp}/{index}-{case}.db", *config, "--", "node", ECHO],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def rpc(obj, answer=True):
@@ -69,7 +90,7 @@ def measure(binary, case, calls, tmp, profile, index):
     for i in range(calls):
         reply = rpc(call_of(case, i))
         replayed = reply["result"].get("_meta", {}).get("dev.idemgate/replayed") is True
-        if replayed != (case == "replay"):
+        if replayed != (case in ("replay", "hook")):
             raise SystemExit(f"{binary} {case}: replayed={replayed}: {reply}")
     control(p.pid, "-d")
     p.stdin.close()

@@ -272,6 +272,10 @@ function parseFault(value) {
   if (m) return { kind: 'delay', ms: Number(m[1]) };
   m = /^big:(\d+)$/.exec(value);
   if (m) return { kind: 'big', bytes: Number(m[1]) };
+  m = /^big500:(\d+)$/.exec(value);
+  if (m) return { kind: 'big500', bytes: Number(m[1]) };
+  m = /^refuse(-once)?:([1-5]\d\d)$/.exec(value);
+  if (m) return { kind: m[1] ? 'refuse-once' : 'refuse', status: Number(m[2]) };
   throw new Reject(400, `unknown X-Vendor-Fault: ${value}`);
 }
 
@@ -312,6 +316,17 @@ function readBody(req) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// The requests refuse-once has refused, by method, path, key and body: the next one with the
+// same four (a retry) is served.
+const refusedOnce = new Set();
+
+/** A refusal as vendors send it: STATUS, Retry-After, a Location for a redirect; no side effect. */
+function refuse(req, res, url, status) {
+  const headers = { 'retry-after': '1' };
+  if (status >= 300 && status < 400) headers.location = `${url.pathname}?moved=1`;
+  send(res, status, { error: `injected refusal: ${status}` }, headers);
+}
+
 async function handle(req, res) {
   const url = new URL(req.url, 'http://vendor');
   const raw = await readBody(req);
@@ -319,6 +334,14 @@ async function handle(req, res) {
   if (fault?.kind === 'drop-before') return req.socket.destroy();
   if (fault?.kind === '500-before') return send(res, 500, { error: 'injected fault: 500-before' });
   if (fault?.kind === '400') return send(res, 400, { error: 'injected fault: 400' });
+  if (fault?.kind === 'refuse') return refuse(req, res, url, fault.status);
+  if (fault?.kind === 'refuse-once') {
+    const id = `${req.method} ${url.pathname} ${req.headers[KEY_HEADER] ?? ''} ${raw}`;
+    if (!refusedOnce.has(id)) {
+      refusedOnce.add(id);
+      return refuse(req, res, url, fault.status);
+    }
+  }
 
   const streamed = STREAMED_ROUTES[`${req.method} ${url.pathname}`];
   if (streamed) return streamed(req, res, url);
@@ -352,6 +375,10 @@ async function handle(req, res) {
     case 'big': {
       const big = bigBody(out.body, fault.bytes);
       return send(res, out.status, big.data, { ...headers, 'content-type': big.type });
+    }
+    case 'big500': {
+      const big = bigBody({ error: 'injected fault: big500 (after the side effect)' }, fault.bytes);
+      return send(res, 500, big.data, { 'content-type': big.type });
     }
   }
   send(res, out.status, out.body, headers);

@@ -194,10 +194,15 @@ struct ListenConfig {
 //                         tool marks with x-mcp-header "TurnId", which the
 //                         client mirrors (MCP 2026-07-28, SEP-2243); never
 //                         present over stdio
+//   "hook:turn"           the turn the agent host's prompt hook (`idemgate
+//                         hook`) recorded last for the host that started
+//                         this proxy, read when the call is planned
+//                         (docs/hosts.md, "Prompt hook"); `turn` is the only
+//                         name
 struct IdSource {
-  enum class Kind { kMeta, kEnv, kHeader };
+  enum class Kind { kMeta, kEnv, kHeader, kHook };
   Kind kind = Kind::kMeta;
-  std::string name;     // the _meta member, the environment variable or the header
+  std::string name;     // the _meta member, the environment variable, the header or "turn"
   std::string pointer;  // kMeta: into the member's value; empty: the member itself
   std::string text;     // as written, for logs and the attempt log
   bool operator==(const IdSource&) const = default;
@@ -210,13 +215,16 @@ using SourceEnvironment = std::map<std::string, std::string, std::less<>>;
 // [mcp]: the MCP proxy (docs/DESIGN.md §6.1).
 struct McpConfig {
   // Where the turn id is read, first present wins (docs/hosts.md). Default:
-  // idemgate's own member, then what VS Code / Copilot chat and Codex send.
+  // idemgate's own member, then what VS Code / Copilot chat and Codex send,
+  // then the turn of the host's prompt hook (Claude Code, Gemini CLI), last
+  // so that a host's own turn id wins.
   // (`turn_id_meta = "NAME"`, the older form, is turn_id = ["meta:NAME"].)
   std::vector<IdSource> turn_id = {
       {IdSource::Kind::kMeta, "dev.idemgate/turnId", "", "meta:dev.idemgate/turnId"},
       {IdSource::Kind::kMeta, "vscode.requestId", "", "meta:vscode.requestId"},
       {IdSource::Kind::kMeta, "x-codex-turn-metadata", "/turn_id",
        "meta:x-codex-turn-metadata#/turn_id"},
+      {IdSource::Kind::kHook, "turn", "", "hook:turn"},
   };
   // Where a session id is read when no turn id came: the call is keyed
   // within the session, kept for `window` as a turn fallback, so the same
@@ -233,9 +241,14 @@ struct McpConfig {
   };
   // Where a per-call id is read: a request that repeats a call id the proxy
   // has seen is the same call (a transport re-send), whatever else changed.
-  // Default: Claude Code's tool-use id.
+  // A call id only ever joins two requests into one call; a new call id
+  // never makes a request a new call. Default: Claude Code's tool-use id,
+  // Codex's call id, Goose's tool-call request id.
   std::vector<IdSource> call_id = {
       {IdSource::Kind::kMeta, "claudecode/toolUseId", "", "meta:claudecode/toolUseId"},
+      {IdSource::Kind::kMeta, "callId", "", "meta:callId"},
+      {IdSource::Kind::kMeta, "agent-tool-call-request-id", "",
+       "meta:agent-tool-call-request-id"},
   };
   // Where a caller's own idempotency key is read, first present wins; it
   // wins over every derived key. Default idemgate's _meta member; add
@@ -246,6 +259,17 @@ struct McpConfig {
   };
   // Call ids remembered per session, oldest forgotten first. Default 4096.
   size_t max_call_ids = 4096;
+  // Where `idemgate hook` writes each host's current turn and `hook:turn`
+  // reads it (one small file per host process). Created mode 0700 if
+  // missing (its parent must exist); refused when it is a symbolic link,
+  // not owned by this user, or writable by group or others. Empty (the
+  // default): $XDG_RUNTIME_DIR/idemgate when XDG_RUNTIME_DIR is a
+  // directory, else /tmp/idemgate-UID.
+  std::string hook_dir;
+  // Most bytes of the host's JSON `idemgate hook` reads from stdin (it
+  // carries the prompt's text); the rest is read and discarded, and a cut
+  // input still starts a new turn, without a session. Default 1 MiB.
+  size_t hook_max_input_bytes = 1 << 20;
   // Gated calls one process runs at once, across its sessions; past it a
   // call is refused with a retryable error. Default 256.
   size_t max_in_flight = 256;

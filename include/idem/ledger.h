@@ -78,7 +78,7 @@ struct Execution {
   enum class Kind {
     kSuccess,    // stored and returned
     kToolError,  // the tool reported an error: stored (or released if errors = release)
-    kNotSent,    // failed before the request reached the upstream: released
+    kNotSent,    // the action did not happen (not sent, or refused before acting): released
     kMaybeSent,  // timeout / lost connection / 5xx after sending: marked unknown
     kInterim,    // not an outcome (MCP input_required): released
   };

@@ -54,8 +54,10 @@ void AddRecordCommands(CLI::App& app, Cli& cli);  // inspect, evict, resolve, pu
 void AddAuditCommands(CLI::App& app, Cli& cli);   // audit, stats
 void AddDemoCommand(CLI::App& app, Cli& cli);     // the quickstart's demo
 void AddMcpCommand(CLI::App& app, Cli& cli);      // the MCP proxy
+void AddHookCommand(CLI::App& app, Cli& cli);     // the hosts' prompt hook (hook:turn)
 void AddServeCommand(CLI::App& app, Cli& cli);    // the ledger API (idemgate serve)
 void AddHttpCommand(CLI::App& app, Cli& cli);     // the Idempotency-Key reverse proxy
+void AddInstallCommand(CLI::App& app, Cli& cli);  // sets a host up (idemgate install)
 
 // Prints "idemgate <command>: <message>" on stderr: a front's log line.
 void Say(std::string_view command, std::string_view message);

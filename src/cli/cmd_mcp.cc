@@ -32,6 +32,7 @@
 #include "idem/ledger.h"
 #include "listener_flags.h"  // ParsePositiveDuration
 #include "fronts/mcp/child_channel.h"
+#include "fronts/mcp/host_turn.h"
 #include "fronts/mcp/http_channels.h"
 #include "fronts/mcp/mcp_session.h"
 #include "fronts/mcp/reconcile.h"
@@ -309,6 +310,21 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     for (const IdSource& source : *sources) {
       if (source.kind != IdSource::Kind::kEnv) continue;
       if (const char* value = std::getenv(source.name.c_str())) options.env[source.name] = value;
+    }
+  }
+  // The turn file hook:turn reads: the one `idemgate hook` writes for the
+  // host that started this proxy (docs/hosts.md, "Prompt hook").
+  bool reads_hook = false;
+  for (const auto* sources : {&config->mcp.turn_id, &config->mcp.session_id, &config->mcp.call_id,
+                              &config->mcp.key}) {
+    for (const IdSource& source : *sources) reads_hook |= source.kind == IdSource::Kind::kHook;
+  }
+  if (reads_hook) {
+    if (auto file = mcp::LocateHostTurnFile(config->mcp.hook_dir)) {
+      options.hook_turn_file = file->path;
+      if (flags.verbose) LogMcp("hook:turn reads " + file->path);
+    } else {
+      LogMcp("hook:turn is off (turns come from the other sources): " + file.error().message);
     }
   }
   if (flags.verbose) {

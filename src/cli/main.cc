@@ -38,8 +38,10 @@ int main(int argc, char** argv) {
   AddAuditCommands(app, cli);
   AddDemoCommand(app, cli);
   AddMcpCommand(app, cli);
+  AddHookCommand(app, cli);
   AddServeCommand(app, cli);
   AddHttpCommand(app, cli);
+  AddInstallCommand(app, cli);
   // Each command's --help also names the options every command takes.
   for (CLI::App* cmd : app.get_subcommands([](CLI::App*) { return true; })) {
     std::string footer = cmd->get_footer();

@@ -147,8 +147,8 @@ Result<IdSource> ParseIdSource(std::string_view text) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "id source \"" + std::string(text.substr(0, 120)) + "\" " +
                          std::string(why) +
-                         "; write \"meta:NAME\", \"meta:NAME#/json/pointer\", \"env:VAR\" or "
-                         "\"header:NAME\"");
+                         "; write \"meta:NAME\", \"meta:NAME#/json/pointer\", \"env:VAR\", "
+                         "\"header:NAME\" or \"hook:turn\"");
   };
   IdSource source;
   source.text = std::string(text);
@@ -171,6 +171,12 @@ Result<IdSource> ParseIdSource(std::string_view text) {
              std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
     });
     if (!token) return refuse("names no HTTP header (letters, digits and !#$%&'*+-.^_`|~)");
+  } else if (text.starts_with("hook:")) {
+    source.kind = IdSource::Kind::kHook;
+    rest = text.substr(5);
+    if (rest != "turn") {
+      return refuse("names no value the prompt hook records (the only one is \"hook:turn\")");
+    }
   } else {
     return refuse("names no kind of source");
   }

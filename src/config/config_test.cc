@@ -47,12 +47,19 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c.alert.min_attempts, 20u);
   EXPECT_DOUBLE_EQ(c.alert.replay_ratio, 0.5);
   EXPECT_EQ(c.alert.webhook, "");
-  ASSERT_EQ(c.mcp.turn_id.size(), 3u);
+  ASSERT_EQ(c.mcp.turn_id.size(), 4u);
   EXPECT_EQ(c.mcp.turn_id[0].text, "meta:dev.idemgate/turnId");
   EXPECT_EQ(c.mcp.turn_id[1].text, "meta:vscode.requestId");
   EXPECT_EQ(c.mcp.turn_id[2], *ParseIdSource("meta:x-codex-turn-metadata#/turn_id"));
+  // The prompt hook's turn comes last: a host's own turn id wins.
+  EXPECT_EQ(c.mcp.turn_id[3], *ParseIdSource("hook:turn"));
   EXPECT_EQ(c.mcp.session_id.back(), *ParseIdSource("env:CLAUDE_CODE_SESSION_ID"));
-  EXPECT_EQ(c.mcp.call_id.front(), *ParseIdSource("meta:claudecode/toolUseId"));
+  ASSERT_EQ(c.mcp.call_id.size(), 3u);
+  EXPECT_EQ(c.mcp.call_id[0], *ParseIdSource("meta:claudecode/toolUseId"));
+  EXPECT_EQ(c.mcp.call_id[1], *ParseIdSource("meta:callId"));
+  EXPECT_EQ(c.mcp.call_id[2], *ParseIdSource("meta:agent-tool-call-request-id"));
+  EXPECT_EQ(c.mcp.hook_dir, "");
+  EXPECT_EQ(c.mcp.hook_max_input_bytes, size_t{1} << 20);
   EXPECT_EQ(c.mcp.repeat_nonce, "repeat_nonce");
   EXPECT_TRUE(c.mcp.replay_text);
   EXPECT_EQ(c.mcp.tenant, "default");
@@ -172,6 +179,36 @@ max_replan_pairs = 7
   auto both = ParseConfig("[mcp]\nturn_id = []\nturn_id_meta = \"x\"\n", "t.toml");
   ASSERT_FALSE(both);
   EXPECT_NE(both.error().message.find("not both"), std::string::npos);
+}
+
+TEST(ConfigTest, HookTurnIsTheOneHookSource) {
+  auto c = ParseConfig(
+      "[mcp]\nturn_id = [\"hook:turn\"]\nhook_dir = \"/run/me/idem\"\n"
+      "hook_max_input_bytes = \"64KiB\"\n",
+      "t.toml");
+  ASSERT_TRUE(c) << c.error().message;
+  ASSERT_EQ(c->mcp.turn_id.size(), 1u);
+  EXPECT_EQ(c->mcp.turn_id[0].kind, IdSource::Kind::kHook);
+  EXPECT_EQ(c->mcp.turn_id[0].name, "turn");
+  EXPECT_EQ(c->mcp.turn_id[0].text, "hook:turn");
+  EXPECT_EQ(c->mcp.hook_dir, "/run/me/idem");
+  EXPECT_EQ(c->mcp.hook_max_input_bytes, size_t{64} << 10);
+  for (const char* bad : {"hook:other", "hook:", "hook:Turn"}) {
+    auto r = ParseConfig(std::string("[mcp]\nturn_id = [\"") + bad + "\"]\n", "t.toml");
+    ASSERT_FALSE(r) << bad;
+    // Says what is wrong, where, and the one name there is.
+    EXPECT_NE(r.error().message.find(std::string("\"") + bad + "\""), std::string::npos)
+        << r.error().message;
+    EXPECT_NE(r.error().message.find("only one is \"hook:turn\""), std::string::npos)
+        << r.error().message;
+  }
+  // Every refusal lists the kinds, the hook's among them.
+  auto unknown = ParseIdSource("cookie:x");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("or \"hook:turn\""), std::string::npos)
+      << unknown.error().message;
+  EXPECT_FALSE(ParseConfig("[mcp]\nhook_dir = \"\"\n", "t.toml"));
+  EXPECT_FALSE(ParseConfig("[mcp]\nhook_max_input_bytes = 10\n", "t.toml"));
 }
 
 TEST(ConfigTest, DesignExampleParses) {

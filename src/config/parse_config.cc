@@ -91,7 +91,7 @@ const Section& McpSection() {
   static const Section s{"[mcp]",
                          {"turn_id", "session_id", "call_id", "max_call_ids", "turn_id_meta",
                           "repeat_nonce", "replay_text", "tenant", "scope", "key", "replan_window",
-                          "max_replan_pairs", "max_in_flight"}};
+                          "max_replan_pairs", "max_in_flight", "hook_dir", "hook_max_input_bytes"}};
   return s;
 }
 const Section& HttpSection() {
@@ -486,6 +486,15 @@ void ReadMcp(const toml::table& t, Diagnostics& diag, McpConfig& mcp) {
   }
   if (auto v = r.Integer("max_call_ids", 0, 1 << 20)) mcp.max_call_ids = static_cast<size_t>(*v);
   if (auto v = r.Integer("max_in_flight", 1, 1 << 20)) mcp.max_in_flight = static_cast<size_t>(*v);
+  if (auto v = r.String("hook_dir", /*allow_empty=*/false)) mcp.hook_dir = *v;
+  if (auto v = r.Size("hook_max_input_bytes")) {
+    if (*v < 1024) {
+      r.Error(*r.Find("hook_max_input_bytes"), "hook_max_input_bytes",
+              "must be at least 1KiB (the host's JSON without its prompt); got " +
+                  std::to_string(*v));
+    }
+    mcp.hook_max_input_bytes = *v;
+  }
   if (auto v = r.DurationValue("replan_window", /*allow_zero=*/true)) mcp.replan_window = *v;
   if (auto v = r.Integer("max_replan_pairs", 0, 1 << 20)) {
     mcp.max_replan_pairs = static_cast<size_t>(*v);

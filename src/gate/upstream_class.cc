@@ -15,8 +15,19 @@ Execution::Kind ClassOfJsonRpcError(int64_t code) {
 }
 
 Execution::Kind ClassOfHttpStatus(int status) {
-  if (status >= 200 && status < 300) return Execution::Kind::kSuccess;
+  if ((status >= 200 && status < 300) || status == 303) return Execution::Kind::kSuccess;
   if (status >= 500) return Execution::Kind::kMaybeSent;
+  switch (status) {
+    case 408:  // Request Timeout: the vendor gave up waiting for the request
+    case 409:  // Conflict: the key's first request still in progress (IETF Idempotency-Key)
+    case 423:  // Locked
+    case 425:  // Too Early
+    case 429:  // Too Many Requests
+      return Execution::Kind::kNotSent;
+    default:
+      break;
+  }
+  if (status < 400) return Execution::Kind::kNotSent;  // 1xx, a redirect
   return Execution::Kind::kToolError;
 }
 

@@ -25,9 +25,17 @@ namespace idem::gate {
 // the retry. The first caller still gets the server's error as it was.
 Execution::Kind ClassOfJsonRpcError(int64_t code);
 
-// An HTTP status answering a forwarded request: 2xx kSuccess, 5xx
-// kMaybeSent (the vendor may have acted before failing), any other status
-// (a 4xx) kToolError, a deterministic refusal that is stored and replayed.
+// An HTTP status answering a forwarded request:
+//   2xx, and 303 See Other (the action done, its result elsewhere): kSuccess;
+//   408, 409, 423, 425, 429 — the vendor did not act on this request (timed
+//   out waiting for it, a conflicting or in-progress request with the same
+//   key, locked, too early, rate limited) — and every other 1xx/3xx (a
+//   redirect: the action is elsewhere, not done here): kNotSent, released so
+//   that the next retry runs, the vendor's answer (Retry-After included)
+//   passed through; storing a 429 would replay it for the whole retention;
+//   5xx: kMaybeSent (the vendor may have acted before failing);
+//   any other 4xx: kToolError, a deterministic refusal, stored and replayed
+//   (released under errors = "release").
 Execution::Kind ClassOfHttpStatus(int status);
 
 // What a reconcile lookup (on_unknown = "reconcile") answered about an

@@ -28,6 +28,24 @@ TEST(ClassOfHttpStatus, SuccessRefusalAndServerError) {
   EXPECT_EQ(ClassOfHttpStatus(503), Execution::Kind::kMaybeSent);
 }
 
+// A vendor that rate-limits the first POST of a key answers 429 and
+// Retry-After; stored as a tool error, the 429 was replayed to every retry
+// for the record's whole retention and the charge never ran.
+TEST(ClassOfHttpStatus, AnswersThatSayTheVendorDidNotActAreReleased) {
+  for (int status : {408, 409, 423, 425, 429}) {
+    EXPECT_EQ(ClassOfHttpStatus(status), Execution::Kind::kNotSent) << status;
+  }
+}
+
+// 3xx is decided here once: 303 See Other means done (the result is
+// elsewhere); any other redirect means the action is elsewhere, not done.
+TEST(ClassOfHttpStatus, SeeOtherIsDoneOtherRedirectsAreNot) {
+  EXPECT_EQ(ClassOfHttpStatus(303), Execution::Kind::kSuccess);
+  for (int status : {300, 301, 302, 304, 307, 308}) {
+    EXPECT_EQ(ClassOfHttpStatus(status), Execution::Kind::kNotSent) << status;
+  }
+}
+
 TEST(LookupVerdictOfHttpStatus, OnlyAnExplicitAnswerIsFoundOrNotFound) {
   EXPECT_EQ(LookupVerdictOfHttpStatus(200), LookupVerdict::kFound);
   EXPECT_EQ(LookupVerdictOfHttpStatus(404), LookupVerdict::kNotFound);

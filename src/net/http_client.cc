@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
@@ -12,6 +13,8 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -63,7 +66,17 @@ struct Conn {
   // Beast reads at most the buffer's free space (at least 512 bytes), and a
   // parser that moves each body byte out keeps the buffer small: without
   // this reserve, a large answer came 512 bytes per recvmsg.
-  Conn() { buffer.reserve(64 * 1024); }
+  //
+  // The buffer holds at most a header block (header_limit, 64 KiB) and a
+  // read's worth more: Beast 1.81 bounds a chunk header line (its extensions)
+  // and a trailer by nothing but the buffer, so an upstream sending one with
+  // no line end fails the read (buffer_overflow) instead of growing it.
+  Conn() {
+    buffer.max_size(kHeaderLimit + kReadReserve);
+    buffer.reserve(kReadReserve);
+  }
+  static constexpr size_t kHeaderLimit = 64 * 1024;
+  static constexpr size_t kReadReserve = 64 * 1024;
 
   std::optional<boost::beast::tcp_stream> plain;
   std::optional<boost::beast::ssl_stream<boost::beast::tcp_stream>> tls;
@@ -182,6 +195,13 @@ struct HttpClient::Exchange {
   std::string body;
   bool keep_alive = true;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
+  // `parser`'s chunk headers: their extensions count against the header
+  // limit, and the last one marks where the header's fields end and Beast's
+  // merged trailer fields begin (never copied into the answer: idemgate
+  // relays and stores no trailers).
+  std::function<void(uint64_t, std::string_view, boost::beast::error_code&)> on_chunk_header;
+  size_t extension_bytes = 0;
+  size_t header_fields = SIZE_MAX;
   std::unique_ptr<Conn> conn;
   bool head = false;
   bool written = false;
@@ -386,8 +406,19 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
   void Read(const std::shared_ptr<Exchange>& ex) {
     if (ex->stream) return ReadStreamHeader(ex);
     ex->parser.emplace();
-    ex->parser->header_limit(64 * 1024);
+    ex->parser->header_limit(Conn::kHeaderLimit);
     ex->parser->body_limit(options.max_response_bytes);
+    ex->extension_bytes = 0;
+    ex->header_fields = SIZE_MAX;
+    ex->on_chunk_header = [x = ex.get()](uint64_t size, std::string_view extensions,
+                                         beast::error_code& ec) {
+      x->extension_bytes += extensions.size();
+      if (x->extension_bytes > Conn::kHeaderLimit) ec = bhttp::error::bad_chunk_extension;
+      const auto& fields = x->parser->get();
+      if (size == 0)
+        x->header_fields = static_cast<size_t>(std::distance(fields.begin(), fields.end()));
+    };
+    ex->parser->on_chunk_header(ex->on_chunk_header);
     if (ex->head) ex->parser->skip(true);
     ex->conn->With([&](auto& stream) {
       bhttp::async_read(
@@ -413,7 +444,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     bhttp::response<bhttp::string_body> res = ex->parser->release();
     HttpClientResult r;
     r.response.status = static_cast<int>(res.result_int());
-    CopyHeaders(res, r.response);
+    CopyHeaders(res, r.response, ex->header_fields);
     r.response.body = std::move(res.body());
     Finish(ex, std::move(r), reusable);
   }
@@ -439,7 +470,7 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
 
   void ReadStreamHeader(const std::shared_ptr<Exchange>& ex) {
     ex->stream_parser.emplace();
-    ex->stream_parser->header_limit(64 * 1024);
+    ex->stream_parser->header_limit(Conn::kHeaderLimit);
     ex->stream_parser->body_limit(boost::none);
     if (ex->head) ex->stream_parser->skip(true);
     ex->conn->With([&](auto& stream) {
@@ -570,11 +601,13 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     return true;
   }
 
-  static void CopyHeaders(const bhttp::response_header<>& res, http::Response& out) {
-    out.headers.reserve(out.headers.size() +
-                        static_cast<size_t>(std::distance(res.begin(), res.end())));
-    for (const auto& field : res) {
-      out.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+  // The first `count` fields of `res` (all by default) into `out`.
+  static void CopyHeaders(const bhttp::response_header<>& res, http::Response& out,
+                          size_t count = SIZE_MAX) {
+    count = std::min(count, static_cast<size_t>(std::distance(res.begin(), res.end())));
+    out.headers.reserve(out.headers.size() + count);
+    for (auto it = res.begin(); count > 0; ++it, --count) {
+      out.headers.push_back({std::string(it->name_string()), std::string(it->value())});
     }
   }
 

@@ -146,6 +146,24 @@ class TestServer {
         s.shutdown(tcp::socket::shutdown_both, ec);
         return;
       }
+      if (target == "/extension-flood") {  // a chunk header line that never ends
+        asio::write(s,
+                    asio::buffer(std::string_view(
+                        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;")),
+                    ec);
+        const std::string flood(64 * 1024, 'e');
+        for (int i = 0; i < 64 && !ec; ++i) asio::write(s, asio::buffer(flood), ec);  // 4 MiB
+        return;
+      }
+      if (target == "/trailer") {  // a chunked answer with a trailer field
+        asio::write(s,
+                    asio::buffer(std::string_view(
+                        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Head: 1\r\n\r\n"
+                        "2\r\nok\r\n0\r\nIdempotent-Replayed: true\r\n\r\n")),
+                    ec);
+        if (ec) return;
+        continue;
+      }
       if (target == "/hang") {
         char c;
         s.read_some(asio::buffer(&c, 1), ec);  // until the client or the test closes it
@@ -289,6 +307,36 @@ TEST(HttpClientTest, BodyOverTheLimitIsMaybeSentTooLargeWithItsStatus) {
   EXPECT_EQ(r.response.status, 201);
   // The pool still works.
   EXPECT_EQ(Exchange(*pool, "/ok").kind, HttpClientResult::Kind::kResponse);
+}
+
+// Boost 1.81's Beast bounds a chunk header line by nothing but the read
+// buffer: an upstream sending extensions with no line end grew the client's
+// memory without bound (security review, F1). Now the read fails, and the
+// request may have run: kMaybeSent.
+TEST(HttpClientTest, ChunkExtensionWithNoLineEndFailsTheReadInsteadOfGrowingIt) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  HttpClientResult r = Exchange(*pool, "/extension-flood");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent) << r.detail;
+  EXPECT_FALSE(r.timed_out) << "failed as the line grew, not after response_timeout: " << r.detail;
+  EXPECT_EQ(Exchange(*pool, "/ok").kind, HttpClientResult::Kind::kResponse);
+}
+
+// Beast merges trailer fields into the answer's header; idemgate stores and
+// relays none of them (a trailer could add a header the upstream never sent
+// in its header, such as Idempotent-Replayed).
+TEST(HttpClientTest, TrailerFieldsAreNotCopiedIntoTheAnswer) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  HttpClientResult r = Exchange(*pool, "/trailer");
+  ASSERT_EQ(r.kind, HttpClientResult::Kind::kResponse) << r.detail;
+  EXPECT_EQ(r.response.body, "ok");
+  bool head = false;
+  for (const auto& h : r.response.headers) {
+    EXPECT_NE(h.name, "Idempotent-Replayed");
+    head = head || h.name == "X-Head";
+  }
+  EXPECT_TRUE(head) << "the header's own fields are kept";
 }
 
 // 1xx answers are interim (RFC 9110 §15.2): the final answer is the one

@@ -294,6 +294,66 @@ TEST_P(HttpListenerTest, BodyOverTheLimitIs413ByContentLengthAndChunked) {
   }
 }
 
+// A chunk header is a line the parser must hold whole before it can read
+// it; Boost 1.81's Beast set no limit on it (1.91 does), so one connection
+// sending a chunk extension with no line end grew the server's memory
+// without bound, before any token was checked (security review, F1).
+TEST_P(HttpListenerTest, ChunkExtensionWithNoLineEndIsRefusedOnceItPassesTheHeaderLimit) {
+  ListenerOptions o;
+  o.max_header_bytes = 1024;
+  o.authenticate = [](std::string_view) -> std::optional<Principal> { return std::nullopt; };
+  Start(o);
+  Client c(address());
+  // 256 KiB of extension: past the header limit plus the read reserve.
+  c.Write("POST /v1/x HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+          std::string(256 * 1024, 'a'));
+  Reply r = c.Read();
+  EXPECT_EQ(r.status, 431) << "refused as it arrives, not after the read deadline";
+  EXPECT_NE(r.body.find("chunk"), std::string::npos) << r.body;
+}
+
+// Chunk extensions are ignored by every front, so their bytes across all
+// the chunks of one request count against max_header_bytes.
+TEST_P(HttpListenerTest, ChunkExtensionsAcrossChunksCountAgainstTheHeaderLimit) {
+  ListenerOptions o;
+  o.max_header_bytes = 1024;
+  Start(o);
+  Client c(address());
+  std::string body;
+  for (int i = 0; i < 8; ++i) body += "1;" + std::string(200, 'e') + "\r\nx\r\n";
+  c.Write("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" + body +
+          "0\r\n\r\n");
+  Reply r = c.Read();
+  EXPECT_EQ(r.status, 431);
+  EXPECT_NE(r.body.find("chunk extensions"), std::string::npos) << r.body;
+}
+
+// Beast merges a chunked body's trailer fields into the request's headers,
+// past the header checks: a trailer could add the Authorization (or an
+// Idempotency-Key) the headers did not have. No front reads trailers, so a
+// request that has them is refused.
+TEST_P(HttpListenerTest, TrailersAreRefusedNotMergedIntoTheHeaders) {
+  ListenerOptions o;
+  o.authenticate = [](std::string_view token) -> std::optional<Principal> {
+    if (token == "t-root") return Principal{"ops", true};
+    return std::nullopt;
+  };
+  Start(o);
+  Client c(address());
+  c.Write(
+      "POST /v1/x HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n0\r\nAuthorization: Bearer t-root\r\n\r\n");
+  Reply r = c.Read();
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("trailer"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("who=ops"), std::string::npos) << r.body;
+  Client d(address());  // without trailers the same request is served
+  d.Write(
+      "POST /v1/x HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+      "Authorization: Bearer t-root\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+  EXPECT_EQ(d.Read().status, 200);
+}
+
 TEST_P(HttpListenerTest, HeadersOverTheLimitAre431BySizeAndByCount) {
   ListenerOptions o;
   o.max_header_bytes = 1024;

@@ -1,9 +1,11 @@
 #include "net/http_server_io.h"
 
+#include <algorithm>
 #include <boost/asio/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <climits>
+#include <functional>
 
 namespace idem::net {
 
@@ -31,6 +33,13 @@ std::optional<Refusal> ReadRefusal(beast::error_code ec, const RequestLimits& li
                        std::to_string(limits.max_header_bytes) +
                        " bytes (max_header_bytes): send smaller headers"};
   }
+  if (ec == http::error::buffer_overflow) {  // ReadBufferLimit: a line that never ends
+    return Refusal{431, "headers-too-large", "Request header fields too large",
+                   "idemgate: a chunk header (its size and extensions) or trailer line of the "
+                   "request is longer than " +
+                       std::to_string(limits.max_header_bytes) +
+                       " bytes (max_header_bytes): send chunks without extensions"};
+  }
   if (ec == http::error::end_of_stream) return std::nullopt;  // the client left
   if (ec.category() == beast::error_code(http::error::end_of_stream).category()) {
     return Refusal{400, "malformed-request", "Malformed HTTP request",
@@ -40,6 +49,30 @@ std::optional<Refusal> ReadRefusal(beast::error_code ec, const RequestLimits& li
 }
 
 constexpr size_t kReadReserve = 16 * 1024;
+
+// The most a connection's read buffer holds of bytes the parser has not yet
+// consumed: a whole header block, a chunk header line, or a trailer. Beast
+// 1.81 bounds the header by header_limit and the body by body_limit, but a
+// chunk header line (its extensions) and the trailer by nothing but the
+// buffer: past this, the read fails with buffer_overflow (ReadRefusal: 431).
+size_t ReadBufferLimit(const RequestLimits& limits) {
+  return std::max(limits.max_header_bytes, kReadReserve) + kReadReserve;
+}
+
+Refusal TooManyChunkExtensions(const RequestLimits& limits) {
+  return Refusal{431, "headers-too-large", "Request header fields too large",
+                 "idemgate: the request's chunk extensions add up to more than " +
+                     std::to_string(limits.max_header_bytes) +
+                     " bytes (max_header_bytes); idemgate reads none of them: send chunks "
+                     "without extensions"};
+}
+
+Refusal TrailerRefused() {
+  return Refusal{400, "malformed-request", "Trailer fields are not accepted",
+                 "idemgate: the chunked request ends with trailer fields; idemgate reads no "
+                 "trailers (one could add a header the header checks never saw): send every "
+                 "field in the header"};
+}
 
 Refusal SlowRequest(const RequestLimits& limits) {
   return Refusal{408, "request-timeout", "Request timeout",
@@ -54,19 +87,33 @@ void ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer, RequestP
   namespace http = beast::http;
   parser.header_limit(static_cast<uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
   parser.body_limit(limits.max_body_bytes);
+  buffer.max_size(ReadBufferLimit(limits));
   // Beast reads at most the buffer's free space (at least 512 bytes), and the
   // parser moves each body byte out: unreserved, a 1 MB body took 1 959 reads
   // (67 now; strace -c of `idemgate http`).
   buffer.reserve(kReadReserve);
   // The deadline cancels the read; a request cut short by it is answered 408,
-  // an idle connection just closes.
+  // an idle connection just closes. The chunk-extension budget lives here too:
+  // the parser keeps a reference to `on_chunk_header`, and this state outlives
+  // every read into `parser` (a new request gets a new parser).
   struct Deadline {
     explicit Deadline(const boost::asio::any_io_executor& ex) : timer(ex) {}
     boost::asio::steady_timer timer;
     bool finished = false;
     bool expired = false;
+    size_t extension_bytes = 0;  // of every chunk header so far
+    bool extensions_over = false;
+    std::function<void(uint64_t, std::string_view, beast::error_code&)> on_chunk_header;
   };
   auto deadline = std::make_shared<Deadline>(stream.get_executor());
+  deadline->on_chunk_header = [state = deadline.get(), budget = limits.max_header_bytes](
+                                  uint64_t, std::string_view extensions, beast::error_code& ec) {
+    state->extension_bytes += extensions.size();
+    if (state->extension_bytes <= budget) return;
+    state->extensions_over = true;
+    ec = http::error::bad_chunk_extension;
+  };
+  parser.on_chunk_header(deadline->on_chunk_header);
   deadline->timer.expires_after(limits.read_timeout);
   deadline->timer.async_wait([deadline, &stream, owner](beast::error_code ec) {
     if (ec || deadline->finished) return;
@@ -78,6 +125,7 @@ void ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer, RequestP
                                                            std::optional<Refusal> refusal) {
     deadline->finished = true;
     deadline->timer.cancel();
+    if (ec && !refusal && deadline->extensions_over) refusal = TooManyChunkExtensions(limits);
     if (ec && !refusal) {
       const bool cut_short = deadline->expired && (buffer.size() > 0 || parser.got_some());
       refusal = cut_short ? SlowRequest(limits) : ReadRefusal(ec, limits);
@@ -91,10 +139,17 @@ void ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer, RequestP
         const auto& req = parser.get();
         const size_t count = static_cast<size_t>(std::distance(req.begin(), req.end()));
         if (auto refusal = TooManyHeaders(count, limits)) return finish({}, std::move(refusal));
-        auto body = [&stream, &buffer, &parser, owner, finish] {
-          http::async_read(stream, buffer, parser, [owner, finish](beast::error_code ec, size_t) {
-            finish(ec, std::nullopt);
-          });
+        auto body = [&stream, &buffer, &parser, owner, finish, count] {
+          http::async_read(stream, buffer, parser,
+                           [&parser, owner, finish, count](beast::error_code ec, size_t) {
+                             // Beast adds trailer fields to the header's.
+                             const auto& fields = parser.get();
+                             const auto now = std::distance(fields.begin(), fields.end());
+                             if (!ec && static_cast<size_t>(now) != count) {
+                               return finish({}, TrailerRefused());
+                             }
+                             finish(ec, std::nullopt);
+                           });
         };
         if (!beast::iequals(req[http::field::expect], "100-continue")) return body();
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";

@@ -534,6 +534,46 @@ class HttpFront(Front):
         self.case("1000 headers of 200 bytes",
                   lambda: check(request(self.base, "POST", path, body, flood), "431"))
 
+    def chunk_cases(self, path, headers, check):
+        """A chunk extension that never ends its line (64 MB of it, sent while the server reads,
+        stopped as soon as it answers: the server's peak memory must not grow to hold it), and a
+        chunked request whose trailer carries an Authorization the header did not have;
+        `check(answer, status, fragment)`. Boost 1.81's Beast buffered both without limit, and
+        merged trailers into the header (security review, F1)."""
+        host, port = host_port(self.base)
+        head = "POST %s HTTP/1.1\r\nHost: %s:%d\r\n" % (path, host, port)
+        head += "".join("%s: %s\r\n" % h for h in headers.items())
+        head += "Transfer-Encoding: chunked\r\n\r\n"
+
+        def flood():
+            def send():
+                sock = socket.create_connection((host, port), timeout=DEADLINE)
+                try:
+                    sock.sendall(head.encode() + b"1;")
+                    for _ in range(64):
+                        if select.select([sock], [], [], 0)[0]:
+                            break  # answered: stop sending
+                        try:
+                            sock.sendall(b"e" * MIB)
+                        except (BrokenPipeError, ConnectionResetError):
+                            break
+                    self.flood_answer = read_response(sock)
+                finally:
+                    sock.close()
+            self.measure(self.proc.proc.pid, "a 64 MB chunk extension", send)
+            check(self.flood_answer, 431, "chunk")
+        self.case("a 64 MB chunk extension with no line end", flood)
+
+        def trailer():
+            sock = socket.create_connection((host, port), timeout=DEADLINE)
+            try:
+                sock.sendall(head.encode() + b"2\r\n{}\r\n0\r\n"
+                             b"Authorization: Bearer forged\r\nIdempotency-Key: forged\r\n\r\n")
+                check(read_response(sock), 400, "trailer")
+            finally:
+                sock.close()
+        self.case("trailer fields after a chunked body", trailer)
+
     def slow_client_case(self, path, check_cut):
         """A client sending one byte a second is cut off by the read timeout, and a gated call on
         another connection completes while it is still trickling; `check_cut(answer)` gets what
@@ -660,6 +700,9 @@ class HttpMcpTest(McpFront, HttpFront):
         self.header_cases("/mcp", b'{"jsonrpc":"2.0","id":4001,"method":"ping"}',
                           lambda answer, fragment: self.assert_refused(
                               answer, 431, -32600, *([fragment] if fragment != "431" else [])))
+        self.chunk_cases("/mcp", dict(self.headers(), **{"Content-Type": "application/json"}),
+                         lambda answer, status, fragment: self.assert_refused(
+                             answer, status, -32600, fragment))
         self.case("MCP-Protocol-Version 1999-01-01", lambda: self.assert_refused(
             self.post(b'{"jsonrpc":"2.0","id":5001,"method":"ping"}',
                       {"MCP-Protocol-Version": "1999-01-01"}), 400, -32022,
@@ -709,6 +752,9 @@ class ProblemFront(HttpFront):
         self.header_cases(path, b"{}", lambda answer, fragment: self.assert_problem(
             answer, 431, *({"header fields": ["max_header_count"],
                             "16384 bytes": ["max_header_bytes"]}.get(fragment, []))))
+        self.chunk_cases(path, dict(headers, **{"Content-Type": "application/json"}),
+                         lambda answer, status, fragment: self.assert_problem(
+                             answer, status, fragment))
         self.slow_client_case(path, lambda answer: self.assert_problem(
             answer, 408, "read_timeout"))
 

@@ -5,6 +5,7 @@
 #include "core/fault_point.h"
 #include "fronts/http_proxy/stored_response.h"
 #include "gate/answer.h"
+#include "gate/upstream_class.h"
 #include "json/json_text.h"
 
 namespace idem::proxy {
@@ -49,11 +50,30 @@ http::Response StoreUnavailable(const Error& e) {
   return r;
 }
 
-// An answer the outcome of which is stored (then relayed): status below 500
-// and not released by errors = release.
+// What the upstream's answer says about the action (gate::ClassOfHttpStatus,
+// the table every front uses), with errors = "release" turning a tool error
+// into a release.
+Execution::Kind ClassOfAnswer(int status, const Call& call) {
+  const Execution::Kind kind = gate::ClassOfHttpStatus(status);
+  if (kind == Execution::Kind::kToolError && call.policy.errors == ErrorPolicy::kRelease) {
+    return Execution::Kind::kNotSent;
+  }
+  return kind;
+}
+
+// An answer the outcome of which is stored (then relayed).
 bool IsAnswerToStore(const net::HttpClientResult& r, const Call& call) {
-  if (r.kind != net::HttpClientResult::Kind::kResponse || r.response.status >= 500) return false;
-  return r.response.status < 400 || call.policy.errors != ErrorPolicy::kRelease;
+  if (r.kind != net::HttpClientResult::Kind::kResponse) return false;
+  const Execution::Kind kind = ClassOfAnswer(r.response.status, call);
+  return kind == Execution::Kind::kSuccess || kind == Execution::Kind::kToolError;
+}
+
+// Why an answer was released, for the verbose log.
+std::string ReleasedNote(int status, const Call& call) {
+  return "released: HTTP " + std::to_string(status) +
+         (gate::ClassOfHttpStatus(status) == Execution::Kind::kToolError
+              ? " (errors = release)"
+              : " (the upstream did not act: a retry runs)");
 }
 
 // The upstream's answer as it is relayed and as it is stored: a too-large
@@ -408,7 +428,26 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult
       note = "released: not sent: " + result.detail;
       break;
     case net::HttpClientResult::Kind::kMaybeSent:
-      if (result.too_large) {
+      // An answer over max_response_bytes is judged by its status first: a
+      // 5xx is unknown, a 429 released, like the same answer within the limit.
+      if (result.too_large &&
+          ClassOfAnswer(result.response.status, call) == Execution::Kind::kNotSent) {
+        if (auto r = ledger_.Release(call, d); !r) {
+          Log("could not release " + call.id.key + ": " + r.error().ToString());
+        }
+        g->Reply(http::Problem(
+            502, "upstream-answer-too-large", "Upstream answer too large",
+            result.detail + "; the upstream answered HTTP " +
+                std::to_string(result.response.status) +
+                (gate::ClassOfHttpStatus(result.response.status) == Execution::Kind::kToolError
+                     ? ", a refusal that errors = \"release\" does not keep, so a retry runs again"
+                     : ", which means it did not act, so a retry runs again"),
+            KeyMember(call) + ",\"upstream_status\":" + std::to_string(result.response.status)));
+        note = ReleasedNote(result.response.status, call) + ", answer too large";
+        break;
+      }
+      if (result.too_large &&
+          ClassOfAnswer(result.response.status, call) != Execution::Kind::kMaybeSent) {
         const std::string connection(Connection(result.response.headers));
         StoredResponse marker{result.response.status,
                               EndToEndHeaders(std::move(result.response.headers), connection),
@@ -425,7 +464,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult
         }
         break;
       }
-      mark_unknown();
+      mark_unknown();  // a 5xx over the limit too
       g->Reply(http::Problem(
           result.timed_out ? 504 : 502, "outcome-unknown", "Outcome unknown",
           result.detail +
@@ -437,7 +476,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult
       break;
     case net::HttpClientResult::Kind::kResponse: {
       const int status = result.response.status;
-      if (status >= 500) {
+      if (ClassOfAnswer(status, call) == Execution::Kind::kMaybeSent) {
         mark_unknown();
         g->Reply(http::Problem(
             502, "outcome-unknown", "Outcome unknown",
@@ -450,13 +489,14 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult
         note = "outcome unknown: HTTP " + std::to_string(status);
         break;
       }
-      // A tool error under errors = release (an answer to store went to
-      // StoreAnswer instead).
+      // The upstream did not act (429, a redirect…), or a tool error under
+      // errors = release; an answer to store went to StoreAnswer instead. The
+      // upstream's answer goes to the client as it is, Retry-After included.
       if (auto r = ledger_.Release(call, d); !r) {
         Log("could not release " + call.id.key + ": " + r.error().ToString());
       }
       g->Reply(Relayed(std::move(result.response)));
-      note = "released: HTTP " + std::to_string(status) + " (errors = release)";
+      note = ReleasedNote(status, call);
       break;
     }
   }

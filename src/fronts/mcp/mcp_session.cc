@@ -156,6 +156,7 @@ void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
   }
   PlanContext context{tenant_, options_.scope, &options_.env, host, nullptr,
                       headers ? &*headers : nullptr};
+  if (!options_.hook_turn_file.empty()) context.hook_turn_file = &options_.hook_turn_file;
   if (config_.mcp.max_call_ids > 0) {
     context.key_of_call = [this](std::string_view call_id, std::string_view tool) {
       std::lock_guard g(mu_);

@@ -89,6 +89,11 @@ struct SessionOptions {
   // The environment `env:` id sources of [mcp] turn_id, session_id and
   // call_id read. The CLI passes the process's; empty: none.
   SourceEnvironment env;
+  // The turn file a hook:turn id source reads (host_turn.h: the prompt
+  // hook's file for the host that started the proxy). The CLI sets it when
+  // [mcp] turn_id has hook:turn and the hook directory is safe; empty:
+  // hook:turn is never present.
+  std::string hook_turn_file;
   // Gated calls in flight at once, past which a call is refused with a
   // retryable JSON-RPC error. Null: a budget of 256 for this session alone.
   std::shared_ptr<CallBudget> budget;

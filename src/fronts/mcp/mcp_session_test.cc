@@ -11,10 +11,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
+#include "fronts/mcp/host_turn.h"
 #include "fronts/mcp/json_rpc.h"
 #include "fronts/mcp/reconcile.h"
 #include "fronts/mcp/tool_gate.h"
@@ -549,10 +552,11 @@ TEST_F(McpSessionTest, TheGatingOfEachListedToolIsAnnounced) {
   std::lock_guard g(mu);
   EXPECT_EQ(lines, (std::vector<std::string>{
                        "ids: turn from meta:dev.idemgate/turnId, meta:vscode.requestId, "
-                       "meta:x-codex-turn-metadata#/turn_id; session from "
+                       "meta:x-codex-turn-metadata#/turn_id, hook:turn; session from "
                        "meta:vscode.conversationId, meta:x-codex-turn-metadata#/thread_id, "
                        "meta:threadId, meta:ai.opencode/sessionID, env:CLAUDE_CODE_SESSION_ID; "
-                       "call id from meta:claudecode/toolUseId; a caller's key from "
+                       "call id from meta:claudecode/toolUseId, meta:callId, "
+                       "meta:agent-tool-call-request-id; a caller's key from "
                        "meta:dev.idemgate/idempotencyKey",
                        "gates charge: mode turn, scoped by the turn id (else the session id, kept "
                        "1h; else none), results kept 24h",
@@ -1133,6 +1137,54 @@ TEST_F(McpSessionTest, TheTurnIsReadFromTheFirstSourcePresent) {
     EXPECT_TRUE(record->has_value()) << meta << " was not keyed by turn " << turn;
   }
   EXPECT_EQ(server_.executions("charge"), 6);
+}
+
+// hook:turn (docs/hosts.md, "Prompt hook"): the turn the prompt hook wrote
+// last, read for each call; after the host's own turn id, before the
+// session; no file, or a malformed one, falls back to the session, and the
+// attempt log says which source scoped each call.
+TEST_F(McpSessionTest, TheHookTurnIsReadPerCallAfterTheHostsOwnTurn) {
+  const std::string dir = ::testing::TempDir() + "idem-hook-turn-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  SessionOptions options;
+  options.env = {{"CLAUDE_CODE_SESSION_ID", "s-env"}};
+  options.hook_turn_file = TurnFilePath(dir, "1-1");
+  StartSession(nullptr, options);
+  auto call = [](int id, std::string_view meta) {
+    return R"({"jsonrpc":"2.0","id":)" + std::to_string(id) +
+           R"(,"method":"tools/call","params":{"name":"charge","arguments":{"a":1},"_meta":)" +
+           std::string(meta) + "}}";
+  };
+  auto prompt = [&](const std::string& turn) {
+    ASSERT_TRUE(WriteTurnFile(dir, "1-1", HookTurn{"claude-code", "s", turn, 1}));
+  };
+  auto keyed_by = [&](int id, std::string_view meta, const std::string& turn) {
+    Request(call(id, meta));
+    auto record = store_->Get(RecordId{"default", KeyOf("charge", R"({"a":1})", turn)});
+    ASSERT_TRUE(record);
+    EXPECT_TRUE(record->has_value()) << "call " << id << " was not keyed by " << turn;
+  };
+  prompt("s/p1");
+  keyed_by(1, R"({"claudecode/toolUseId":"toolu_1"})", "s/p1");
+  keyed_by(2, R"({"vscode.requestId":"v-1"})", "v-1");  // a host's own turn id wins
+  prompt("s/p2");
+  keyed_by(3, R"({"claudecode/toolUseId":"toolu_2"})", "s/p2");
+  std::filesystem::remove(options.hook_turn_file);
+  keyed_by(4, R"({"progressToken":4})", "s-env");
+  EXPECT_EQ(server_.executions("charge"), 4);
+
+  ledger_->Flush();
+  auto attempts = store_->QueryAttempts(AttemptFilter{.tool = "charge"});
+  ASSERT_TRUE(attempts);
+  std::set<std::string> details;
+  for (const auto& a : *attempts) details.insert(a.detail);
+  EXPECT_EQ(details, (std::set<std::string>{
+                         "session: env:CLAUDE_CODE_SESSION_ID (no turn id)",
+                         "turn: hook:turn (claude-code prompt hook); call id: "
+                         "meta:claudecode/toolUseId",
+                         "turn: meta:vscode.requestId",
+                     }));
+  std::filesystem::remove_all(dir);
 }
 
 // Observe mode (observe = true): every call runs; the attempt log says what

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "idem/canonical_json.h"
+#include "fronts/mcp/host_turn.h"
 #include "fronts/mcp/http_protocol.h"
 #include "json/json_text.h"
 
@@ -59,8 +60,15 @@ std::optional<std::string> HeaderValue(const RequestHeaders& headers, std::strin
 }
 
 std::optional<std::string> ReadIdSource(const IdSource& source, const json::object* meta,
-                                        const SourceEnvironment* env,
-                                        const RequestHeaders* headers) {
+                                        const PlanContext& context) {
+  const SourceEnvironment* env = context.env;
+  const RequestHeaders* headers = context.headers;
+  if (source.kind == IdSource::Kind::kHook) {
+    if (context.hook_turn_file == nullptr) return std::nullopt;
+    std::optional<HookTurn> turn = ReadTurnFile(*context.hook_turn_file);
+    if (!turn) return std::nullopt;
+    return std::move(turn->turn_id);
+  }
   if (source.kind == IdSource::Kind::kHeader) {
     if (headers == nullptr) return std::nullopt;
     std::optional<std::string> value = HeaderValue(*headers, source.name);
@@ -97,15 +105,29 @@ std::optional<std::string> ReadIdSource(const IdSource& source, const json::obje
 struct FoundId {
   std::string value;
   const IdSource* source = nullptr;
+  std::string note;  // for the attempt's detail: "claude-code prompt hook"; empty: none
 };
 std::optional<FoundId> FirstId(const std::vector<IdSource>& sources, const json::object* meta,
                                const PlanContext& context) {
   for (const IdSource& source : sources) {
-    if (auto value = ReadIdSource(source, meta, context.env, context.headers)) {
-      return FoundId{std::move(*value), &source};
+    if (source.kind == IdSource::Kind::kHook) {
+      // Read only here, once earlier sources gave nothing: one small file.
+      if (context.hook_turn_file == nullptr) continue;
+      if (std::optional<HookTurn> turn = ReadTurnFile(*context.hook_turn_file)) {
+        return FoundId{std::move(turn->turn_id), &source, turn->host + " prompt hook"};
+      }
+      continue;
+    }
+    if (auto value = ReadIdSource(source, meta, context)) {
+      return FoundId{std::move(*value), &source, ""};
     }
   }
   return std::nullopt;
+}
+
+// "hook:turn (claude-code prompt hook)", "meta:vscode.requestId".
+std::string SourceText(const FoundId& found) {
+  return found.note.empty() ? found.source->text : found.source->text + " (" + found.note + ")";
 }
 
 // "arguments.a.b" for a mirrored parameter's path, for messages.
@@ -439,9 +461,9 @@ std::string ScopeDetail(bool explicit_key, bool call_seen, const std::optional<F
   if (call_seen) return "call id seen: " + call->source->text;
   std::string detail;
   if (turn) {
-    detail = "turn: " + turn->source->text;
+    detail = "turn: " + SourceText(*turn);
   } else if (session) {
-    detail = "session: " + session->source->text + " (no turn id)";
+    detail = "session: " + SourceText(*session) + " (no turn id)";
   } else if (turn_fallback) {
     detail = "turn fallback: no turn id";
   }
@@ -600,7 +622,7 @@ CallPlan PlanToolCall(std::string_view request, const Message& parsed, const Con
         explicit_key = std::string(k->get_string());
         break;
       }
-    } else if (auto value = ReadIdSource(source, meta, context.env, context.headers)) {
+    } else if (auto value = ReadIdSource(source, meta, context)) {
       explicit_key = std::move(*value);
       break;
     }

@@ -142,6 +142,10 @@ struct PlanContext {
   // The request headers of a call over Streamable HTTP (TakeRequestHeaders),
   // for header: id sources and SEP-2243's checks. Null: none (stdio).
   const RequestHeaders* headers = nullptr;
+  // The turn file of the host that started this proxy (host_turn.h), which
+  // a hook:turn source reads when the call is planned. Null: hook:turn is
+  // never present.
+  const std::string* hook_turn_file = nullptr;
 };
 
 // The agent host's name in an initialize request's params.clientInfo.name,

@@ -270,6 +270,33 @@ class BasicTest(ProxyTest):
         self.assertEqual(header(again[1], "Idempotent-Replayed"), "true")
         self.assertEqual(self.inspect("e-1")["outcome_class"], "tool_error")
 
+    def test_429_is_passed_through_released_and_the_retry_runs(self):
+        # The vendor rate-limits the first POST of the key. Stored as a tool error, that 429 was
+        # replayed with Idempotent-Replayed: true to every retry for a day, and the charge never
+        # ran.
+        fault = {"X-Vendor-Fault": "refuse-once:429"}
+        first = self.post("/v1/charges", CHARGE, key="rl-1", headers=fault)
+        self.assertEqual(first[0], 429, first[2])
+        self.assertEqual(header(first[1], "Retry-After"), "1")
+        self.assertIsNone(header(first[1], "Idempotent-Replayed"))
+        self.assertIsNone(self.inspect("rl-1"), "released: no record")
+        self.assertEqual(self.ledger_lines(), [])
+        again = self.post("/v1/charges", CHARGE, key="rl-1", headers=fault)
+        self.assertEqual(again[0], 201, again[2])
+        self.assertIsNone(header(again[1], "Idempotent-Replayed"), "it ran, not replayed")
+        self.assertEqual(len(self.ledger_lines()), 1)
+        self.assertEqual(header(self.post("/v1/charges", CHARGE, key="rl-1", headers=fault)[1],
+                                "Idempotent-Replayed"), "true")
+
+    def test_answers_that_say_the_vendor_did_not_act_are_released(self):
+        for status in (408, 409, 423, 425, 307):
+            key = "na-%d" % status
+            answer = self.post("/v1/tickets", {"title": "x"}, key=key,
+                               headers={"X-Vendor-Fault": "refuse:%d" % status})
+            self.assertEqual(answer[0], status, answer[2])
+            self.assertIsNone(self.inspect(key), "HTTP %d released" % status)
+        self.assertEqual(self.ledger_lines(), [])
+
     def test_5xx_after_the_side_effect_leaves_the_outcome_unknown(self):
         answer = self.post("/v1/tickets", {"title": "x"}, key="u-500",
                            headers={"X-Vendor-Fault": "500"})
@@ -380,6 +407,13 @@ max_response_bytes = "64KiB"
         self.assertEqual(problem["upstream_status"], 201)
         self.assertEqual(self.inspect("big-res")["outcome_class"], "too_large")
         self.assertEqual(len(self.ledger_lines()), 1)
+
+    def test_5xx_over_max_response_bytes_is_unknown_not_executed(self):
+        # Judged by its status first: an over-limit 5xx was stored as "executed".
+        answer = self.post("/v1/tickets", {"title": "x"}, key="big-500",
+                           headers={"X-Vendor-Fault": "big500:%d" % (2 << 20)})
+        self.assertProblem(answer, 502, "outcome-unknown")
+        self.assertEqual(self.inspect("big-500")["state"], "unknown")
 
     def test_answer_over_max_response_bytes_is_502_and_not_run_again(self):
         fault = {"X-Vendor-Fault": "big:100000"}

@@ -106,6 +106,40 @@ test('Codex: x-codex-turn-metadata.turn_id is the turn, whatever else the object
   await h.hasDetail('turn: meta:x-codex-turn-metadata#/turn_id');
 });
 
+test('Codex: a repeated callId joins two requests; new call ids never split a turn', async (t) => {
+  const h = await host(t, tempDir(t));
+  const meta = (callId) => ({
+    'x-codex-turn-metadata': { thread_id: 'th-1', turn_id: 'turn-c', turn_started_at_unix_ms: 1 },
+    threadId: 'th-1',
+    callId,
+  });
+  const first = await h.charge(meta('call_1'));
+  assert.ok(!first.isError && !isReplay(first), JSON.stringify(first));
+  // The same call id with other arguments: the same call (a re-send), the first one's answer.
+  const resent = await h.charge(meta('call_1'), { ...ARGS, amount_cents: 991 });
+  assert.ok(isReplay(resent), `a repeated callId replays: ${JSON.stringify(resent)}`);
+  assert.deepEqual(resent.structuredContent, first.structuredContent, 'the first call\'s answer');
+  // Another call id with the same turn and arguments: still the turn's retry, never a new call.
+  const retried = await h.charge(meta('call_2'));
+  assert.ok(isReplay(retried), `a new callId does not split the turn's retry: ${JSON.stringify(retried)}`);
+  assert.equal(h.executions(), 1);
+  await h.hasDetail('call id seen: meta:callId');
+  await h.hasDetail('turn: meta:x-codex-turn-metadata#/turn_id; call id: meta:callId');
+});
+
+test('Goose: a repeated agent-tool-call-request-id is the same call', async (t) => {
+  const h = await host(t, tempDir(t));
+  const id = 'agent-tool-call-request-id';
+  const first = await h.charge({ [id]: 'req_1' });
+  const resent = await h.charge({ [id]: 'req_1' }, { ...ARGS, currency: 'USD' });
+  assert.ok(!isReplay(first) && isReplay(resent), JSON.stringify(resent));
+  assert.deepEqual(resent.structuredContent, first.structuredContent);
+  // Another request id, the same arguments: one call all the same (no turn: args mode).
+  assert.ok(isReplay(await h.charge({ [id]: 'req_2' })));
+  assert.equal(h.executions(), 1);
+  await h.hasDetail('call id seen: meta:agent-tool-call-request-id');
+});
+
 test('Claude Code: a re-sent toolUseId is the same call; the session scopes model retries', async (t) => {
   const dir = tempDir(t);
   const h = await host(t, dir, { env: { CLAUDE_CODE_SESSION_ID: 'session-A', CLAUDECODE: '1' } });
