@@ -33,6 +33,7 @@ import {
   REPLAY_SENTENCE,
   alive,
   chargeScript,
+  defer,
   executions,
   hostMeta,
   labDirs,
@@ -69,7 +70,7 @@ async function setUp(t, { decide = chargeScript(), serverOpts = {} } = {}) {
   requireIdemgate();
   const d = labDirs(t, 'idemgate-agents-');
   const model = await startModel(decide);
-  t.after(() => model.close());
+  defer(t, () => model.close());
   const server = new MCPServerStdio({
     name: 'example',
     command: IDEMGATE,
@@ -79,7 +80,7 @@ async function setUp(t, { decide = chargeScript(), serverOpts = {} } = {}) {
     ...serverOpts,
   });
   await server.connect();
-  t.after(() => server.close());
+  defer(t, () => server.close());
   return { d, model, server, agent: labAgent(model, server) };
 }
 

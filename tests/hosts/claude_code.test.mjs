@@ -1,8 +1,9 @@
 // The real Claude Code (@anthropic-ai/claude-code, version pinned in package.json), driven by the
 // scripted Anthropic Messages API (models/anthropic.mjs) on loopback, through the real idemgate
-// binary in front of the example MCP server, set up by installHost('claude-code') (what
-// `idemgate install claude-code` writes: the server wrapped in ~/.claude.json, the
-// UserPromptSubmit hook in ~/.claude/settings.json, under a temp HOME).
+// binary in front of the example MCP server, set up by the real `idemgate install claude-code`
+// (lib.mjs installHost: the server written into ~/.claude.json under a temp HOME as a user has
+// it, then wrapped, and the UserPromptSubmit hook added to ~/.claude/settings.json, by the
+// install command).
 //
 // Measured with 2.1.328 (this file's tests assert each; `tests/hosts/run.sh claude_code.test.mjs`):
 // - `_meta` of tools/call: {"progressToken": N, "claudecode/toolUseId": "<the model's tool_use
@@ -28,6 +29,7 @@ import {
   HERE,
   IDEMGATE,
   REPLAY_SENTENCE,
+  assertInstalled,
   chargeScript,
   defer,
   executions,
@@ -130,8 +132,10 @@ function assertMetaShape(d) {
 /** The charge ids the model saw, one per tool result (Claude Code hands it structuredContent). */
 const chargeIds = (model) => model.toolResults.map((r) => JSON.parse(r.text).id);
 
-test('Claude Code: a model retry within a prompt runs once, and the retry is logged as replayed', async (t) => {
+test('Claude Code: set up by idemgate install, a model retry within a prompt runs once, and the retry is logged as replayed', async (t) => {
   const { d, model } = await setUp(t);
+  // The settings Claude Code ran with are the install command's work: the server wrapped, the hook.
+  assertInstalled('claude-code', d, 'idem', exampleServer(d));
   await session(t, d, model, ['Please charge the customer.']);
   assert.equal(executions(d.ledger), 1, 'the retry did not charge again');
   // Read right after Claude Code stopped idemgate: nothing may be missing.

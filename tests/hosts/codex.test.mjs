@@ -1,8 +1,9 @@
 // The real Codex CLI (@openai/codex, version pinned in package.json: its native binary from the
 // platform package), driven by the scripted OpenAI Responses API (models/openai_responses.mjs) on
-// loopback, through the real idemgate binary in front of the example MCP server, set up by
-// installHost('codex') (what `idemgate install codex` writes: the server wrapped in
-// $CODEX_HOME/config.toml under a temp HOME; Codex needs no hook, it sends its turn id).
+// loopback, through the real idemgate binary in front of the example MCP server, set up by the
+// real `idemgate install codex` (lib.mjs installHost: the server written into
+// $CODEX_HOME/config.toml under a temp HOME as a user has it, then wrapped by the install
+// command; Codex needs no hook, it sends its turn id).
 //
 // Measured with 0.169.0 (this file's tests assert each):
 // - `_meta` of tools/call: {"callId": "<the model's call_id>", "x-codex-turn-metadata": {turn_id,
@@ -19,7 +20,8 @@
 //   to settle and flush, and its upstream is being stopped at the same time.
 // - It starts MCP servers in the background: without `required = true` in the server's table
 //   its first model request sometimes goes out before the server's tools are listed (1 run of 2
-//   by hand), so the setup adds it.
+//   by hand). That is Codex's behaviour, not idemgate's: the lab's server entry has
+//   `required = true` as a user's would, and `idemgate install` keeps it.
 // - It hands the model an MCP result's structuredContent, when there is one, instead of its text
 //   content ("Wall time: …\nOutput:\n{…json…}").
 import assert from 'node:assert/strict';
@@ -31,7 +33,9 @@ import {
   HERE,
   IDEMGATE,
   REPLAY_SENTENCE,
+  assertInstalled,
   chargeScript,
+  defer,
   executions,
   exampleServer,
   hostMeta,
@@ -73,48 +77,15 @@ function writeProvider(d, model) {
   );
 }
 
-/**
- * Adds `key = value` lines to the [mcp_servers.NAME] table of config.toml (Codex starts servers
- * in the background unless one is `required`; see the header).
- */
-function addToServerTable(d, name, lines) {
-  const text = fs.readFileSync(configFile(d), 'utf8');
-  const header = `[mcp_servers.${name}]\n`;
-  assert.ok(text.includes(header), `no ${header.trim()} in ${configFile(d)}:\n${text}`);
-  fs.writeFileSync(configFile(d), text.replace(header, header + lines.join('\n') + '\n'));
-}
-
-/**
- * Keeps only the last [mcp_servers.NAME] table of each name: lib.mjs's hand-written install
- * appends the wrapped table after the unwrapped one it wrote for `idemgate install` to find,
- * and Codex refuses a duplicate table. A no-op once the file has one table per server.
- */
-function dropRepeatedServerTables(d) {
-  const text = fs.readFileSync(configFile(d), 'utf8');
-  const tables = text.split(/(?=^\[)/m);
-  const last = new Map();
-  tables.forEach((tbl, i) => {
-    const m = tbl.match(/^\[mcp_servers\.([^\]]+)\]/);
-    if (m) last.set(m[1], i);
-  });
-  const kept = tables.filter((tbl, i) => {
-    const m = tbl.match(/^\[mcp_servers\.([^\]]+)\]/);
-    return !m || last.get(m[1]) === i;
-  });
-  fs.writeFileSync(configFile(d), kept.join(''));
-}
-
 /** A lab dir with the example server installed behind idemgate, and a scripted model. */
 async function setUp(t, decide = chargeScript(), more = () => '') {
   requireIdemgate();
   const d = labDirs(t, 'idemgate-codex-');
   killLeftoversAfter(t, d.dir);
   const model = await startModel(decide);
-  t.after(() => model.close());
+  defer(t, () => model.close());
   writeProvider(d, model);
-  await installHost('codex', d, { example: exampleServer(d) });
-  dropRepeatedServerTables(d);
-  addToServerTable(d, 'example', ['required = true']);
+  await installHost('codex', d, { example: { ...exampleServer(d), required: true } });
   fs.appendFileSync(configFile(d), more(d)); // servers not behind idemgate
   return { d, model };
 }
@@ -163,8 +134,11 @@ function assertMetaShape(d) {
 /** Which of the model's tool results carried idemgate's replay sentence. */
 const replays = (model) => model.toolResults.map((r) => r.text.includes(REPLAY_SENTENCE));
 
-test('Codex: a model retry within a prompt runs once, and the retry is logged as replayed', async (t) => {
+test('Codex: set up by idemgate install, a model retry within a prompt runs once, and the retry is logged as replayed', async (t) => {
   const { d, model } = await setUp(t);
+  // The config Codex ran with is the install command's work: the server wrapped, the rest kept.
+  const config = assertInstalled('codex', d, 'example', exampleServer(d));
+  assert.match(config, /^required = true$/m, 'install kept the entry’s other keys');
   await exec(t, d, 'Please charge the customer.');
   assert.equal(executions(d.ledger), 1, 'the retry did not charge again');
   // Read right after Codex stopped idemgate: nothing may be missing.
@@ -257,11 +231,9 @@ test('Codex over Streamable HTTP (url) to idemgate mcp --listen: a retry replays
   });
   const [, url] = await proxy.stderr.waitFor(/idemgate: listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/, 15000);
   const model = await startModel(chargeScript());
-  t.after(() => model.close());
+  defer(t, () => model.close());
   writeProvider(d, model);
-  await installHost('codex', d, { example: { url } });
-  dropRepeatedServerTables(d);
-  addToServerTable(d, 'example', ['required = true']);
+  await installHost('codex', d, { example: { url, required: true } });
 
   await exec(t, d, 'Please charge the customer.', { ownServers: false });
   assert.equal(executions(d.ledger), 1, 'the retry did not charge again');

@@ -1,8 +1,8 @@
 // The real Gemini CLI (@google/gemini-cli, version pinned in package.json), driven by the scripted
 // Gemini API (models/gemini.mjs: streamGenerateContent SSE) on loopback, through the real
-// idemgate binary in front of the example MCP server, set up by installHost('gemini-cli') (what
-// `idemgate install gemini-cli` writes: the server wrapped and the BeforeAgent hook, both in
-// ~/.gemini/settings.json under a temp HOME).
+// idemgate binary in front of the example MCP server, set up by the real `idemgate install
+// gemini-cli` (lib.mjs installHost: the server written into ~/.gemini/settings.json under a temp
+// HOME as a user has it, then wrapped, and the BeforeAgent hook added, by the install command).
 //
 // Measured with 0.61.0 (this file's tests assert each):
 // - `_meta` of tools/call: {"progressToken": "<a random UUID per call>"} and nothing else: no
@@ -31,7 +31,9 @@ import {
   IDEMGATE,
   REPLAY_SENTENCE,
   alive,
+  assertInstalled,
   chargeScript,
+  defer,
   executions,
   exampleServer,
   hasCommand,
@@ -70,7 +72,7 @@ async function setUp(t, decide = chargeScript(), more = () => ({})) {
   const d = labDirs(t, 'idemgate-gemini-');
   killLeftoversAfter(t, d.dir);
   const model = await startModel(decide);
-  t.after(() => model.close());
+  defer(t, () => model.close());
   writeSettings(d);
   await installHost('gemini-cli', d, { example: exampleServer(d) });
   // Servers not behind idemgate.
@@ -119,8 +121,10 @@ function assertMetaShape(d) {
 
 const replays = (model) => model.toolResults.map((r) => r.text.includes(REPLAY_SENTENCE));
 
-test('Gemini CLI: a model retry within a prompt runs once, and the retry is logged as replayed', async (t) => {
+test('Gemini CLI: set up by idemgate install, a model retry within a prompt runs once, and the retry is logged as replayed', async (t) => {
   const { d, model } = await setUp(t);
+  // The settings Gemini CLI ran with are the install command's work: the server wrapped, the hook.
+  assertInstalled('gemini-cli', d, 'example', exampleServer(d));
   await prompt(t, d, model, 'Please charge the customer.');
   assert.equal(executions(d.ledger), 1, 'the retry did not charge again');
   // Read right after Gemini CLI and its servers are gone: nothing may be missing.

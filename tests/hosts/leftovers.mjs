@@ -4,7 +4,7 @@
 // "idemgate is gone": these find a test's processes by its temp dir instead, which every one
 // of them has in its environment (HOME, or EXAMPLE_LEDGER/SIGNAL_LOG) or command line (the store).
 import fs from 'node:fs';
-import { alive, killPid } from './lib.mjs';
+import { alive, defer, killPid } from './lib.mjs';
 
 /** Pids (other than this process) whose command line or environment names `dir`. */
 export function processesNaming(dir) {
@@ -32,7 +32,7 @@ function commandLine(pid) {
 
 /**
  * Resolves once no process names `dir` any more; rejects after `ms` with the pids left (which
- * the caller's t.after kills: see killLeftovers).
+ * killLeftoversAfter kills when the test ends).
  */
 export async function leftoversGone(dir, ms = 10000) {
   const deadline = Date.now() + ms;
@@ -49,7 +49,7 @@ export async function leftoversGone(dir, ms = 10000) {
 
 /** Kills, when the test ends, every process that still names `dir` (by pid). */
 export function killLeftoversAfter(t, dir) {
-  t.after(() => {
+  defer(t, () => {
     for (const pid of processesNaming(dir)) killPid(pid);
   });
 }

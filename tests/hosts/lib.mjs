@@ -150,48 +150,61 @@ export function exampleServer({ ledger }) {
 }
 
 /**
- * Sets `host` ('claude-code' | 'gemini-cli' | 'codex') up the way `idemgate install HOST`
- * does (/work/briefs/install-contract.md): the stdio `servers` ({ NAME: { command, args, env } },
- * unwrapped) wrapped in `idemgate mcp --store STORE --`, and the prompt hook added (claude-code,
- * gemini-cli) when the binary has `idemgate hook`. User scope under `home`, or project scope in
- * `project` (scope: 'project'); for claude-code `mcpConfig: FILE` puts the servers in FILE.
- * HTTP servers ({ type: 'http', url } / { url } / { httpUrl }) are written as they are.
- *
- * Uses `idemgate install` when the binary has it (LAB_INSTALL=hand forces the hand-written
- * settings); the hand-written ones follow the contract exactly, so either way the host sees the
- * same files. Returns the list of files written.
+ * Sets `host` ('claude-code' | 'gemini-cli' | 'codex') up the way a user does: its settings file
+ * gets `servers` as a user has them ({ NAME: { command, args, env, … } } for stdio, { type:
+ * 'http', url } / { url } / { httpUrl } for HTTP; extra keys such as Codex's `required` are
+ * written too), then the real `idemgate install HOST --store STORE` wraps the stdio ones in
+ * `idemgate mcp --store STORE --` and (claude-code, gemini-cli) adds the prompt hook. The lab
+ * writes nothing of idemgate's own: what the host runs is what the install command made. User
+ * scope under `home`, or project scope in `project` (scope: 'project'); for claude-code
+ * `mcpConfig: FILE` puts the servers in FILE. Returns { files, output } (the settings files and
+ * the install command's stdout, its diff).
  */
 export async function installHost(host, { home, project, env, store }, servers, opts = {}) {
   const { scope = 'user', mcpConfig } = opts;
-  const byCommand = process.env.LAB_INSTALL !== 'hand' && hasCommand('install');
-  const stdio = Object.entries(servers).filter(([, s]) => s.command);
-  const remote = Object.fromEntries(Object.entries(servers).filter(([, s]) => !s.command));
+  assert.ok(hasCommand('install'), `${IDEMGATE} has no \`idemgate install\` (issue 35 item 3): the lab sets every host up with it`);
   const files = settingsFiles(host, { home, project, scope, mcpConfig });
-
-  // HTTP servers are never wrapped: both ways write them by hand.
-  writeServers(host, files.servers, Object.fromEntries([...stdio, ...Object.entries(remote)]));
-  if (byCommand) {
-    const args = ['install', host, '--scope', scope, '--store', store];
-    if (scope === 'project') args.push('--project', project);
-    if (mcpConfig) args.push('--mcp-config', mcpConfig);
-    for (const [name] of stdio) args.push('--server', name);
-    if (stdio.length === 0 && host === 'codex') return Object.values(files);
-    try {
-      await run(IDEMGATE, args, { env, cwd: project });
-    } catch (e) {
-      throw new Error(`idemgate ${args.join(' ')} failed (${e.code}):\n${e.stdout}${e.stderr}`);
-    }
-    return [...new Set(Object.values(files))];
+  writeServers(host, files.servers, servers);
+  const args = ['install', host, '--scope', scope, '--store', store];
+  if (scope === 'project') args.push('--project', project);
+  if (mcpConfig) args.push('--mcp-config', mcpConfig);
+  let stdout;
+  try {
+    ({ stdout } = await run(IDEMGATE, args, { env, cwd: project }));
+  } catch (e) {
+    throw new Error(`idemgate ${args.join(' ')} failed (${e.code}):\n${e.stdout}${e.stderr}`);
   }
-  const wrapped = Object.fromEntries(
-    stdio.map(([name, s]) => [
-      name,
-      { ...s, command: IDEMGATE, args: ['mcp', '--store', store, '--', s.command, ...(s.args ?? [])] },
-    ]),
-  );
-  writeServers(host, files.servers, { ...wrapped, ...remote });
-  if (host !== 'codex' && hasCommand('hook')) addHook(host, files.hooks, `${IDEMGATE} hook --store ${store}`);
-  return [...new Set(Object.values(files))];
+  return { files: [...new Set(Object.values(files))], output: stdout };
+}
+
+/**
+ * Asserts that `idemgate install` set `host` up in the lab dir `d` (user scope): the stdio server
+ * `name` runs `idemgate mcp --store STORE -- COMMAND ARGS…` (the binary's absolute path, as
+ * install writes it) and, for claude-code and gemini-cli, the prompt hook runs `idemgate hook`.
+ * `server` is the entry as the user had it (exampleServer(d)). Returns the settings' text.
+ */
+export function assertInstalled(host, d, name, server) {
+  const files = settingsFiles(host, { home: d.home, project: d.project, scope: 'user' });
+  const binary = fs.realpathSync(IDEMGATE);
+  const wrapped = { command: binary, args: ['mcp', '--store', d.store, '--', server.command, ...(server.args ?? [])] };
+  const hook = `${binary} hook --store ${d.store}`;
+  const text = fs.readFileSync(files.servers, 'utf8');
+  if (host === 'codex') {
+    const table = text.split(/(?=^\[)/m).find((tbl) => tbl.startsWith(`[mcp_servers.${name}]`));
+    assert.ok(table, `no [mcp_servers.${name}] in ${files.servers}:\n${text}`);
+    assert.ok(table.includes(`command = ${JSON.stringify(wrapped.command)}\n`), `${name} runs idemgate:\n${table}`);
+    const args = `args = [${wrapped.args.map((a) => JSON.stringify(a)).join(', ')}]\n`;
+    assert.ok(table.includes(args), `${name}'s args are idemgate mcp's, then the server's (${args.trim()}):\n${table}`);
+    return text;
+  }
+  const entry = JSON.parse(text).mcpServers?.[name];
+  assert.deepEqual({ command: entry?.command, args: entry?.args }, wrapped, `${name} in ${files.servers}`);
+  assert.deepEqual(entry.env, server.env, 'the rest of the entry is kept');
+  const settings = JSON.parse(fs.readFileSync(files.hooks, 'utf8'));
+  const hooks = host === 'claude-code' ? settings.hooks?.UserPromptSubmit : settings.hooks?.BeforeAgent;
+  const commands = (hooks ?? []).flatMap((h) => h.hooks ?? []).map((h) => h.command);
+  assert.deepEqual(commands, [hook], `the prompt hook in ${files.hooks}: ${JSON.stringify(settings.hooks)}`);
+  return text;
 }
 
 /** Where `idemgate install` puts servers and the hook for each host and scope. */
@@ -208,7 +221,7 @@ function settingsFiles(host, { home, project, scope, mcpConfig }) {
       return { servers: f, hooks: f };
     }
     case 'codex':
-      return { servers: path.join(scope === 'project' ? path.join(project, '.codex') : home + '/.codex', 'config.toml') };
+      return { servers: path.join(root, '.codex/config.toml') };
     default:
       throw new Error(`installHost: unknown host ${host}`);
   }
@@ -223,46 +236,30 @@ function readJson(file) {
   }
 }
 
-function writeJson(file, value) {
-  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
-  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n', { mode: 0o600 });
+/** A TOML value for a server entry's string, number, boolean, array or (inline) table. */
+function tomlValue(v) {
+  if (Array.isArray(v)) return `[${v.map(tomlValue).join(', ')}]`;
+  if (v && typeof v === 'object') return `{ ${Object.entries(v).map(([k, x]) => `${k} = ${tomlValue(x)}`).join(', ')} }`;
+  return typeof v === 'string' ? JSON.stringify(v) : String(v);
 }
 
+/** Adds `servers` to the host's settings file as a user writes them (nothing of idemgate's). */
 function writeServers(host, file, servers) {
+  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
   if (host === 'codex') {
-    // [mcp_servers.NAME] tables appended to whatever config.toml holds (B's Codex test writes
-    // its model provider first).
+    // [mcp_servers.NAME] tables after whatever config.toml holds (the Codex test writes its
+    // model provider first).
     let text = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
     for (const [name, s] of Object.entries(servers)) {
       text += `\n[mcp_servers.${name}]\n`;
-      if (s.command) {
-        text += `command = ${JSON.stringify(s.command)}\nargs = ${JSON.stringify(s.args ?? [])}\n`;
-        if (s.env) text += `env = { ${Object.entries(s.env).map(([k, v]) => `${k} = ${JSON.stringify(v)}`).join(', ')} }\n`;
-      } else {
-        text += `url = ${JSON.stringify(s.url)}\n`;
-      }
+      for (const [k, v] of Object.entries(s)) text += `${k} = ${tomlValue(v)}\n`;
     }
-    fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
     fs.writeFileSync(file, text, { mode: 0o600 });
     return;
   }
   const settings = readJson(file);
   settings.mcpServers = { ...(settings.mcpServers ?? {}), ...servers };
-  writeJson(file, settings);
-}
-
-function addHook(host, file, command) {
-  const settings = readJson(file);
-  settings.hooks ??= {};
-  if (host === 'claude-code') {
-    (settings.hooks.UserPromptSubmit ??= []).push({ hooks: [{ type: 'command', command }] });
-  } else {
-    (settings.hooks.BeforeAgent ??= []).push({
-      matcher: '*',
-      hooks: [{ name: 'idemgate', type: 'command', command }],
-    });
-  }
-  writeJson(file, settings);
+  fs.writeFileSync(file, JSON.stringify(settings, null, 2) + '\n', { mode: 0o600 });
 }
 
 // ---------------------------------------------------------------------------------------------
