@@ -95,8 +95,11 @@ function sideAnswer(body) {
 
 export async function startModel(decide) {
   const toolResults = [];
-  // Each request repeats the conversation; a functionResponse carries no id of its own, so it
-  // is known by the conversation up to it (a hash of that prefix).
+  // Each request repeats the conversation. Gemini CLI 0.61 gives every functionResponse the id
+  // of its functionCall, and a resumed conversation (`--resume`) repeats the history re-shaped
+  // (the responses of two calls merged into one content, thought signatures dropped): a result
+  // is known by that id. One without an id is known by the conversation up to it (a hash of
+  // that prefix).
   const seen = new Set();
   const newResults = (body) => {
     const fresh = [];
@@ -105,7 +108,9 @@ export async function startModel(decide) {
       (c.parts ?? []).forEach((p, j) => {
         if (!p.functionResponse) return;
         const prefix = JSON.stringify([contents.slice(0, i), c.parts.slice(0, j + 1)]);
-        const key = createHash('sha256').update(prefix).digest('hex');
+        const key = p.functionResponse.id
+          ? `id:${p.functionResponse.id}`
+          : createHash('sha256').update(prefix).digest('hex');
         if (seen.has(key)) return;
         seen.add(key);
         const { name, response } = p.functionResponse;
