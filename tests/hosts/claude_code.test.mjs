@@ -75,6 +75,26 @@ const resultLines = (text) =>
     .map((l) => JSON.parse(l));
 
 /**
+ * Claude Code's own log of each MCP server (under XDG_CACHE_HOME: connection, calls, the
+ * server's stderr, why it failed), for a failing test's message.
+ */
+function mcpLogs(d) {
+  const root = path.join(d.env.XDG_CACHE_HOME, 'claude-cli-nodejs');
+  const lines = [];
+  for (const project of fs.existsSync(root) ? fs.readdirSync(root) : []) {
+    for (const dir of fs.readdirSync(path.join(root, project)).filter((n) => n.startsWith('mcp-logs-'))) {
+      for (const file of fs.readdirSync(path.join(root, project, dir))) {
+        for (const line of fs.readFileSync(path.join(root, project, dir, file), 'utf8').split('\n').filter(Boolean)) {
+          const e = JSON.parse(line);
+          lines.push(`${e.timestamp} ${dir.slice('mcp-logs-'.length)}: ${e.debug ?? e.error ?? line}`);
+        }
+      }
+    }
+  }
+  return `--- Claude Code's MCP server logs:\n${lines.sort().join('\n')}`;
+}
+
+/**
  * Runs one Claude Code process over `prompts`: each written once the previous one's result line
  * came, then stdin closed, which ends the run. Resolves once Claude Code and every MCP server it
  * started are gone: { run, results } (run: lib.mjs startHost().done()).
@@ -92,7 +112,7 @@ async function session(t, d, model, prompts) {
     try {
       await host.stdout.waitFor((s) => resultLines(s).length > i);
     } catch (e) {
-      e.message += `\n${host.output()}`;
+      e.message += `\n${host.output()}\n${mcpLogs(d)}`;
       throw e;
     }
     // A prompt hook that fails blocks the prompt: Claude Code answers without asking the model.

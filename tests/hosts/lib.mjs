@@ -311,6 +311,15 @@ export function alive(pid) {
   }
 }
 
+/** Resolves once `pid` is gone (or a zombie); rejects after `ms`. */
+export async function pidGone(pid, ms = 10000) {
+  const deadline = Date.now() + ms;
+  while (alive(pid)) {
+    if (Date.now() > deadline) throw new Error(`process ${pid} still running after ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 /** SIGKILLs a pid if it is still there (never by name). */
 export function killPid(pid) {
   if (pid && alive(pid)) {
