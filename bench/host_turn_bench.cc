@@ -4,7 +4,7 @@
 // kernel's share is in these times; callgrind's counts (bench/mcp/instructions.py --cases
 // replay,hook) leave it out.
 //
-//   host_turn_bench [--benchmark_min_time=1s] [--benchmark_repetitions=5]
+//   host_turn_bench [--benchmark_min_time=1] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 

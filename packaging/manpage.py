@@ -26,6 +26,11 @@ TRAILER = r"""
 The default store, without \fB\-\-store\fR or a config's \fBstore\fR:
 \fIsqlite:$XDG_STATE_HOME/idemgate/idemgate.db\fR, else
 \fIsqlite:~/.local/state/idemgate/idemgate.db\fR.
+.TP
+.B XDG_RUNTIME_DIR
+The hook directory of \fBidemgate hook\fR and the \fBhook:turn\fR source of
+\fBidemgate mcp\fR, without \fB[mcp] hook_dir\fR: \fI$XDG_RUNTIME_DIR/idemgate\fR, else
+\fI/tmp/idemgate\-UID\fR (mode 0700; one \fIturn\-PID\-STARTTIME.json\fR per agent host process).
 .SH FILES
 .TP
 .I /etc/idemgate/idemgate.toml

@@ -273,6 +273,13 @@ struct McpConfig {
   // Gated calls one process runs at once, across its sessions; past it a
   // call is refused with a retryable error. Default 256.
   size_t max_in_flight = 256;
+  // Once the proxy stops (SIGINT, SIGTERM, SIGHUP, or the client's end of
+  // input), how long the calls in flight have to settle; one still running
+  // after it is marked outcome unknown. Shorter than the hosts wait before
+  // they kill their MCP servers: Claude Code sends SIGKILL 500 ms after its
+  // SIGINT, Codex 2 s after its SIGTERM (docs/hosts.md). Default 300 ms;
+  // zero: none.
+  Duration stop_grace{300};
   // A gated call in turn mode whose turn (or session) called the same tool
   // with other arguments at most this long before is a re-planned retry:
   // it runs, and its attempt is logged executed_again naming the earlier
@@ -316,8 +323,10 @@ struct HttpConfig {
   Duration upstream_connect_timeout{5'000};
   // Sending a request and receiving its whole answer; after that the outcome
   // is unknown (504). A pass-through answer, streamed: its header, then each
-  // piece of its body. Default 60 s.
-  Duration upstream_timeout{60'000};
+  // piece of its body. With upstream_connect_timeout, it must stay below
+  // every route's lease (`idemgate http` refuses to start otherwise), so a
+  // lease never runs out while the vendor may still act. Default 20 s.
+  Duration upstream_timeout{20'000};
   // An idle upstream connection is not reused after this long (the server
   // may be closing it). Default 2 s.
   Duration upstream_idle_timeout{2'000};

@@ -40,6 +40,13 @@ class StoreClock final : public Clock {
   // clock gives zero.
   Result<Duration> Sync(Store& store, int samples = 3);
 
+  // The first sync, before anything decides a lease by this clock: up to
+  // `attempts` Syncs, the first pause `pause` and each next one twice the
+  // last (a store failing over answers again within a few seconds). Returns
+  // the last error if none succeeded; the caller must then not judge leases
+  // by this clock, whose offset would be this machine's guess (zero).
+  Result<Duration> SyncFirst(Store& store, int attempts, Duration pause);
+
   // Syncs again every `every` on a thread of its own until this clock is
   // destroyed or Stop() is called, so that a drifting or stepped clock on
   // either side is followed. A failed sync keeps the last offset. `store`

@@ -55,7 +55,21 @@ Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const 
     return MakeError(store.error().code, "cannot open store " + net::WithoutPassword(url) + ": " +
                                              store.error().message);
   }
-  (void)StoreTime().Sync(**store);
+  // Leases are judged by the store's clock. Until one read of it succeeds
+  // the offset is a guess (zero), and a host whose clock runs ahead would
+  // take over calls still running elsewhere: refuse rather than guess.
+  Result<Duration> synced = StoreTime().SyncFirst(**store, kFirstClockSyncAttempts,
+                                                  kFirstClockSyncPause);
+  if (!synced) {
+    return MakeError(synced.error().code,
+                     "cannot read the clock of store " + net::WithoutPassword(url) + " (" +
+                         synced.error().message + ", " +
+                         std::to_string(kFirstClockSyncAttempts) +
+                         " tries): idemgate judges leases by the store's clock and does not "
+                         "start without it; check that the store answers (Redis: TIME on the "
+                         "node of the audit stream, a Redis Cluster with a master for every "
+                         "slot; PostgreSQL: SELECT clock_timestamp()), then start again");
+  }
   return store;
 }
 
@@ -312,21 +326,6 @@ std::string Table::str() const {
   print(header_);
   for (const auto& row : rows_) print(row);
   return out;
-}
-
-sigset_t BlockStopSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
-const char* WaitForStopSignal(const sigset_t& signals) {
-  int sig = 0;
-  sigwait(&signals, &sig);
-  return sig == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
 }  // namespace idem::cli

@@ -8,8 +8,6 @@
 // parsing succeeded, so a usage error never half-runs a command.
 #pragma once
 
-#include <signal.h>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,9 +73,18 @@ std::string StoreUrlFor(const GlobalOptions& globals, const Config& config);
 // store server's (StoreClock), synced by OpenStoreFor. Everything that judges
 // a lease or an expiry uses it; the store it was synced to is the one open.
 StoreClock& StoreTime();
-// Opens the store on StoreTime() and syncs that clock to the store's (a store
-// that cannot be read leaves it uncorrected: its operations fail anyway); the
-// error names the URL.
+// The first read of the store's clock, retried this many times with pauses
+// of 250 ms doubling (about 4 s in all): long enough for a Redis Cluster
+// slot or a PostgreSQL primary to come back from a failover, short enough
+// that a store that never answers is reported at once.
+inline constexpr int kFirstClockSyncAttempts = 5;
+inline constexpr Duration kFirstClockSyncPause{250};
+// Opens the store on StoreTime() and syncs that clock to the store's. A store
+// whose clock cannot be read (kFirstClockSyncAttempts) is an error, not an
+// uncorrected clock: its records might still be read (a Redis Cluster whose
+// audit-stream node fails over while the others answer), and leases judged
+// by this machine's clock would let a host that runs ahead take over live
+// calls (docs/DESIGN.md §4). The error names the URL.
 Result<std::unique_ptr<Store>> OpenStoreFor(const GlobalOptions& globals, const Config& config,
                                             const StoreOptions& options = {});
 
@@ -96,13 +103,6 @@ Result<std::string> ReadFileBytes(const std::string& path, size_t limit);
 // Writes bytes to stdout exactly; kUnavailable if stdout is closed.
 Result<void> WriteStdout(std::string_view bytes);
 
-// The long-running commands stop on SIGINT or SIGTERM taken by sigwait.
-// BlockStopSignals blocks both in the calling thread and returns the set; call
-// it before any thread starts (threads inherit the mask), or the kernel may
-// hand the signal to a thread whose default action kills the process without
-// a clean stop. WaitForStopSignal then waits for one and returns its name.
-sigset_t BlockStopSignals();
-const char* WaitForStopSignal(const sigset_t& signals);
 bool StdoutIsTerminal();
 bool StdinIsTerminal();
 bool StderrIsTerminal();

@@ -6,9 +6,10 @@
 //   idemgate http --upstream URL [--listen HOST:PORT] [--store URL] [--config FILE]
 //                 [--insecure-no-auth] [listener limits…] [-v]
 //
-// Runs until SIGINT or SIGTERM, then stops gracefully: no new connections;
-// requests in flight get their answers and their outcomes stored (up to
-// --drain-timeout); buffered audit lines are written.
+// Runs until SIGINT, SIGTERM or SIGHUP (stop_signals.h), then stops
+// gracefully: no new connections; requests in flight get their answers and
+// their outcomes stored (up to --drain-timeout); buffered audit lines are
+// written; exit status 0.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "fronts/http_proxy/route_summary.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"
+#include "stop_signals.h"
 #include "net/http_client.h"
 #include "net/http_listener.h"
 #include "net/io_threads.h"
@@ -57,6 +59,9 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   if (!config) return Fail("http", config.error());
   Result<ListenerSetup> setup = ListenerSetupFor(flags.listener, *config, "http", kHttpListen);
   if (!setup) return UsageError("http", setup.error().message);
+  if (Result<void> leases = proxy::CheckLeasesOutliveRequests(*config); !leases) {
+    return UsageError("http", leases.error().message);
+  }
   // What is gated, where each key goes, and the vendors' windows.
   for (const std::string& line : proxy::DescribeRoutes(*config)) LogHttp(line);
   const Duration drain = setup->drain_timeout;

@@ -5,9 +5,26 @@
 //
 // The agent host starts this instead of CMD. The client side is our own
 // stdio; the upstream is CMD as a child process whose stderr is ours. stdout
-// carries only MCP messages (logs go to stderr). The proxy exits when the
-// client closes stdin, once the child has exited (it gets EOF on its stdin;
-// one that lingers is killed) and every call it was running is stored.
+// carries only MCP messages (logs go to stderr).
+//
+// The stop (docs/DESIGN.md §6.1): on SIGINT, SIGTERM or SIGHUP, or when the
+// client closes stdin, the proxy takes no new tool calls, gives the calls in
+// flight [mcp] stop_grace to settle (one still running then is marked
+// outcome unknown), stops the child (EOF after the client's EOF; EOF and
+// SIGTERM after a signal), writes the audit log, closes the store and exits
+// 0. The hosts wait only briefly before they kill their MCP servers, so the
+// grace is short and the audit log is written first of all:
+//  - Claude Code 2.1.328: SIGINT, SIGTERM 100 ms later, SIGKILL at 500 ms
+//    (its stdio cleanup, "Sending SIGINT to MCP server process");
+//  - Codex 0.169.0: SIGTERM to the server's process group (ours and the
+//    child's), SIGKILL 2 s later (codex-rs/rmcp-client
+//    stdio_server_launcher.rs, ProcessGroupGuard, PROCESS_GROUP_TERM_GRACE_PERIOD);
+//  - Gemini CLI 0.61.0: SIGTERM (its bundled MCP SDK's StdioClientTransport
+//    close() aborts the spawn signal), no SIGKILL;
+//  - the MCP TypeScript SDK 2.x StdioClientTransport.close(): EOF, SIGTERM
+//    2 s later, SIGKILL 2 s after that.
+// docs/hosts.md has the citations. A second signal changes nothing (Claude
+// Code's SIGTERM comes inside the grace).
 //
 // --listen HOST:PORT (Streamable HTTP clients) and --upstream-url URL (a
 // Streamable HTTP upstream) use the transports of mcp/http_channels.h.
@@ -31,6 +48,7 @@
 #include "idem/key.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"  // ParsePositiveDuration
+#include "stop_signals.h"
 #include "fronts/mcp/child_channel.h"
 #include "fronts/mcp/host_turn.h"
 #include "fronts/mcp/http_channels.h"
@@ -52,6 +70,13 @@ struct McpFlags {
 
 // Writes one log line to stderr (never stdout: it carries MCP messages).
 void LogMcp(std::string_view line) { Say("mcp", line); }
+
+// What the proxy says when a stop signal arrives.
+std::string StoppingLine(const char* signal, const Config& config) {
+  return fmt::format(
+      "stopping on {}: no new tool calls; calls in flight have {} ([mcp] stop_grace) to settle",
+      signal, FormatDuration(config.mcp.stop_grace));
+}
 
 // Prints what idemgate gates once the upstream's tools are known
 // (SessionOptions::on_tools_listed), once per distinct list: every session
@@ -99,7 +124,7 @@ class HttpSessions {
   ~HttpSessions() {
     {
       std::lock_guard g(mu_);
-      stopping_ = true;
+      state_ = State::kDestroying;
     }
     cv_.notify_all();
     janitor_.join();
@@ -107,6 +132,13 @@ class HttpSessions {
 
   // HttpSessionFactory: runs on the new client session's thread.
   void Open(std::shared_ptr<mcp::Channel> client, const mcp::HttpSessionInfo& info) {
+    {
+      std::lock_guard g(mu_);
+      if (state_ != State::kServing) {
+        client->Close();  // stopping: no new session
+        return;
+      }
+    }
     auto upstream = make_upstream_();
     if (!upstream) {
       LogMcp("cannot open an upstream for a new client session: " + upstream.error().message);
@@ -124,11 +156,22 @@ class HttpSessions {
     };
     entry->session = std::make_unique<mcp::McpSession>(*entry->client, *entry->upstream, ledger_,
                                                        config_, options);
-    {
-      std::lock_guard g(mu_);
-      entries_.push_back(entry);
+    std::lock_guard g(mu_);
+    if (state_ != State::kServing) {
+      entry->client->Close();  // StopAll came while the upstream started
+      return;
     }
+    entries_.push_back(entry);
+    // Under mu_, so StopAll never finds a session it cannot stop yet.
     entry->session->Start();
+  }
+
+  // Stops every session (McpSession::Stop) and refuses new ones; returns at
+  // once (AwaitAllEnded then waits).
+  void StopAll() {
+    std::lock_guard g(mu_);
+    state_ = State::kStopping;
+    for (const auto& entry : entries_) entry->session->Stop();
   }
 
   // Blocks until every session has ended and been destroyed.
@@ -163,7 +206,7 @@ class HttpSessions {
         cv_.notify_all();
         continue;
       }
-      if (stopping_ && entries_.empty()) return;
+      if (state_ == State::kDestroying && entries_.empty()) return;
       cv_.wait(g);
     }
   }
@@ -175,18 +218,21 @@ class HttpSessions {
   std::mutex mu_;
   std::condition_variable cv_;
   std::list<std::shared_ptr<Entry>> entries_;
-  bool stopping_ = false;
+  enum class State {
+    kServing,     // sessions open as clients come
+    kStopping,    // StopAll: sessions stop, no new one opens
+    kDestroying,  // the janitor returns once every session is gone
+  };
+  State state_ = State::kServing;  // under mu_
   std::thread janitor_;
 };
 
-// Serves Streamable HTTP clients until SIGINT or SIGTERM, with /readyz
+// Serves Streamable HTTP clients until a stop signal, with /readyz
 // (`probe`) and /metrics (`metrics`) beside /mcp.
 int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger,
                     const Config& config, mcp::SessionOptions options,
-                    UpstreamFactory make_upstream, GatewayMetrics& metrics, StoreProbe& probe) {
-  // The set RunMcp blocked before any thread started; blocking again is a no-op.
-  const sigset_t stop_signals = BlockStopSignals();
-
+                    UpstreamFactory make_upstream, GatewayMetrics& metrics, StoreProbe& probe,
+                    const sigset_t& stop_signals) {
   HttpSessions sessions(ledger, config, std::move(options), std::move(make_upstream));
   mcp::HttpServerOptions server_options;
   server_options.listen = flags.listen;
@@ -225,16 +271,21 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
         sessions.Open(std::move(client), info);
       });
   if (!server) return Fail("mcp", server.error());
-  LogMcp(fmt::format("stopping on {}", WaitForStopSignal(stop_signals)));
-  (*server)->Stop();  // every client session ends; their upstreams are closed
+  const char* signal = WaitForStopSignal(stop_signals);
+  // Each session drains (its calls in flight have [mcp] stop_grace) and
+  // terminates its upstream; a session that ends closes its client session.
+  sessions.StopAll();
+  LogMcp(StoppingLine(signal, config));
+  ledger.Flush();  // what was already answered is logged now, not in the next batch
   sessions.AwaitAllEnded();
+  (*server)->Stop();
   return kExitOk;
 }
 
-// One session between our stdio and `upstream`, until the client leaves or
-// the upstream goes away.
+// One session between our stdio and `upstream`, until the client leaves, a
+// stop signal comes, or the upstream goes away.
 int RunStdio(Ledger& ledger, const Config& config, const mcp::SessionOptions& options,
-             std::shared_ptr<mcp::Channel> upstream) {
+             std::shared_ptr<mcp::Channel> upstream, const sigset_t& stop_signals) {
   mcp::StdioOptions stdio;
   stdio.max_message_bytes = config.limits.max_body_bytes;
   mcp::StdioChannel client(stdio);
@@ -242,6 +293,17 @@ int RunStdio(Ledger& ledger, const Config& config, const mcp::SessionOptions& op
   {
     mcp::McpSession session(client, *upstream, ledger, config, options);
     session.Start();
+    StopSignalWatcher watcher(stop_signals, [&](const char* name, bool first) {
+      if (!first) {
+        LogMcp(fmt::format("{} while stopping: the stop goes on as it began", name));
+        return;
+      }
+      session.Stop();  // returns at once: from now on no call is taken
+      LogMcp(StoppingLine(name, config));
+      // What was already answered (a replay, say) is logged now, not in the
+      // next batch: the host may kill us soon.
+      ledger.Flush();
+    });
     end = session.Wait();
   }
   if (end.upstream_closed_first) {
@@ -267,14 +329,12 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   // children are reaped by their channel.
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGCHLD, SIG_DFL);
-  if (!flags.listen.empty()) {
-    // The listener stops on SIGINT/SIGTERM through sigwait. Block them before
-    // the store and the ledger start their threads (threads inherit the
-    // mask), or the kernel may hand the signal to one of those threads and
-    // its default action would kill the process without a clean stop.
-    // Children reset their mask (ChildChannel).
-    BlockStopSignals();
-  }
+  // The stop signals are taken by sigwait (--listen) or a StopSignalWatcher
+  // (stdio). Blocked before the store and the ledger start their threads
+  // (threads inherit the mask), or the kernel may hand one to such a thread
+  // and its default action would kill the process with the audit batch
+  // unwritten. Children reset their mask (ChildChannel).
+  const sigset_t stop_signals = BlockStopSignals();
 
   Result<Config> config = LoadConfigFor(globals);
   if (!config) return Fail("mcp", config.error());
@@ -313,13 +373,17 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     }
   }
   // The turn file hook:turn reads: the one `idemgate hook` writes for the
-  // host that started this proxy (docs/hosts.md, "Prompt hook").
+  // host that started this proxy (docs/hosts.md, "Prompt hook"). Not with
+  // --listen: its clients are not children of this proxy's parent, and the
+  // turn of whatever started it would scope every client's calls.
   bool reads_hook = false;
   for (const auto* sources : {&config->mcp.turn_id, &config->mcp.session_id, &config->mcp.call_id,
                               &config->mcp.key}) {
     for (const IdSource& source : *sources) reads_hook |= source.kind == IdSource::Kind::kHook;
   }
-  if (reads_hook) {
+  if (reads_hook && !flags.listen.empty()) {
+    if (flags.verbose) LogMcp("hook:turn is not read with --listen: its clients are not its host's");
+  } else if (reads_hook) {
     if (auto file = mcp::LocateHostTurnFile(config->mcp.hook_dir)) {
       options.hook_turn_file = file->path;
       if (flags.verbose) LogMcp("hook:turn reads " + file->path);
@@ -348,14 +412,14 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   }
   if (!flags.listen.empty()) {
     int code = RunHttpListener(flags, *read_timeout, ledger, *config, options, make_upstream,
-                               *(*core)->metrics, *(*core)->probe);
+                               *(*core)->metrics, *(*core)->probe, stop_signals);
     ledger.Flush();
     return code;
   }
 
   auto upstream = make_upstream();
   if (!upstream) return Fail("mcp", upstream.error());
-  int code = RunStdio(ledger, *config, options, std::move(*upstream));
+  int code = RunStdio(ledger, *config, options, std::move(*upstream), stop_signals);
   ledger.Flush();
   return code;
 }
@@ -373,7 +437,10 @@ void AddMcpCommand(CLI::App& app, Cli& cli) {
       "Tools that are not read-only are gated: a repeated call with the same arguments in the\n"
       "same turn (_meta \"dev.idemgate/turnId\") returns the first call's stored result. stdout\n"
       "carries only MCP messages; the server's stderr and idemgate's logs go to stderr.\n"
-      "Exit status: 0 the client closed stdin, 1 the server could not be started or went away.");
+      "It stops on SIGINT, SIGTERM, SIGHUP or the end of stdin: calls in flight get\n"
+      "[mcp] stop_grace (300ms) to settle, then the server is stopped and the audit log written.\n"
+      "Exit status: 0 stopped (stdin closed, or a signal), 1 the server could not be started or\n"
+      "went away.");
   cmd->add_option("command", flags->command,
                   "The MCP server to run and its arguments, after -- (stdio transport)");
   cmd->add_option("--listen", flags->listen,

@@ -4,9 +4,9 @@
 //
 //   idemgate serve [--listen HOST:PORT] [--store URL] [--config FILE] [--insecure-no-auth]
 //
-// Runs until SIGINT or SIGTERM, then stops gracefully: no new connections,
-// requests in flight get their answers (up to --drain-timeout), buffered
-// audit lines are written.
+// Runs until SIGINT, SIGTERM or SIGHUP (stop_signals.h), then stops
+// gracefully: no new connections, requests in flight get their answers (up
+// to --drain-timeout), buffered audit lines are written; exit status 0.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -22,6 +22,7 @@
 #include "fronts/ledger_api/ledger_api.h"
 #include "idem/ledger.h"
 #include "listener_flags.h"
+#include "stop_signals.h"
 #include "net/http_listener.h"
 #include "net/io_threads.h"
 

@@ -153,6 +153,7 @@ max_call_ids = 10
 max_in_flight = 7
 replan_window = "90s"
 max_replan_pairs = 7
+stop_grace = "1s500ms"
 )",
                        "t.toml");
   ASSERT_TRUE(c) << c.error().message;
@@ -170,6 +171,8 @@ max_replan_pairs = 7
   EXPECT_EQ(c->mcp.replan_window, Duration(90'000));
   EXPECT_EQ(c->mcp.max_replan_pairs, 7u);
   EXPECT_EQ(Config{}.mcp.replan_window, Duration(5 * 60'000));
+  EXPECT_EQ(c->mcp.stop_grace, Duration(1'500));
+  EXPECT_EQ(Config{}.mcp.stop_grace, Duration(300));
   for (const char* bad : {"cookie:x", "header:", "header:a b", "meta:", "env:", "meta:a#b"}) {
     auto r = ParseConfig(std::string("[mcp]\nturn_id = [\"") + bad + "\"]\n", "t.toml");
     ASSERT_FALSE(r) << bad;

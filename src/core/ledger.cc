@@ -439,37 +439,45 @@ Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
   const Policy& p = call.policy;
   // Marks the record owned with `fence` unknown and answers so.
   auto unknown = [&](uint64_t fence) -> Result<Decision> {
-    auto marked = store_.MarkUnknown(call.id, fence, KeptRetention(call, record));
-    if (!marked) return std::unexpected(marked.error());
     Decision u;
     u.kind = Decision::Kind::kUnknown;
-    u.record = std::move(*marked);
+    if (record.state == RecordState::kUnknown) {
+      u.record = record;  // already unknown at that fence (reconcile asked again): nothing to write
+    } else {
+      auto marked = store_.MarkUnknown(call.id, fence, KeptRetention(call, record));
+      if (!marked) return std::unexpected(marked.error());
+      u.record = std::move(*marked);
+    }
     u.started_at = started_at;
     return Finish(call, std::move(u), AttemptOutcome::kUnknown);
   };
   if (p.on_unknown == OnUnknown::kFail) return unknown(record.fence);
-  auto taken = store_.TakeOver(call.id, record.fence, p.lease);
-  if (!taken) return std::unexpected(taken.error());
-  Decision d;
-  d.kind = Decision::Kind::kExecute;
-  d.fence = taken->fence;
-  d.took_over = true;
-  d.started_at = started_at;
-  d.record = std::move(*taken);
-  if (p.on_unknown == OnUnknown::kRetry) return d;
-  // Asked to reconcile with no hook to ask, or the lookup could not tell:
-  // the safe answer is unknown.
-  if (!options_.reconcile) return unknown(d.fence);
-  // The lookup may take longer than a lease (an HTTP lookup waits up to the
-  // upstream timeout): the new fence is kept alive while it runs, so no
-  // other instance takes the call over meanwhile.
-  Result<std::optional<Outcome>> found = [&] {
-    LeaseGuard alive = KeepAlive(call, d.fence);
-    return options_.reconcile(call);
-  }();
-  if (!found) return unknown(d.fence);
-  if (!found->has_value()) return d;  // it never happened: execute under the new fence
-  auto completed = store_.Complete(call.id, d.fence, **found, KeptRetention(call, d.record));
+  // Takes the record over under a new fence, to execute the call again.
+  auto take_over = [&]() -> Result<Decision> {
+    auto taken = store_.TakeOver(call.id, record.fence, p.lease);
+    if (!taken) return std::unexpected(taken.error());
+    Decision d;
+    d.kind = Decision::Kind::kExecute;
+    d.fence = taken->fence;
+    d.took_over = true;
+    d.started_at = started_at;
+    d.record = std::move(*taken);
+    return d;
+  };
+  if (p.on_unknown == OnUnknown::kRetry) return take_over();
+  // Reconcile: ask before taking anything over, so that until the lookup
+  // says "never happened" the record keeps its owner's fence. An owner cut
+  // off from the store for a lease is not necessarily dead: when the lookup
+  // cannot tell (or there is no hook to ask) the record turns unknown at
+  // that fence, and the owner's late outcome is still stored (guarantees
+  // review F3); a found outcome is stored at it too, and a concurrent
+  // retry's lookup or the owner's own completion loses the race cleanly
+  // (LostRace: re-read, replay).
+  if (!options_.reconcile) return unknown(record.fence);
+  Result<std::optional<Outcome>> found = options_.reconcile(call);
+  if (!found) return unknown(record.fence);
+  if (!found->has_value()) return take_over();  // it never happened: execute under a new fence
+  auto completed = store_.Complete(call.id, record.fence, **found, KeptRetention(call, record));
   if (!completed) return std::unexpected(completed.error());
   Decision r;
   r.kind = Decision::Kind::kReplay;

@@ -226,6 +226,29 @@ TEST_F(ReconcileTest, LookupFailureLeavesUnknown) {
   EXPECT_EQ(r->record.state, RecordState::kUnknown);
 }
 
+// The owner's lease lapsed but the owner lives (cut off from the store while
+// its upstream request was open). A lookup that cannot tell leaves the record
+// unknown at the owner's fence, so the owner's late, true outcome is stored
+// rather than refused (guarantees review F3).
+TEST_F(ReconcileTest, CannotTellKeepsTheLiveOwnersLateOutcome) {
+  Call call = MakeCall();
+  call.policy.on_unknown = OnUnknown::kReconcile;
+  auto owner = reconciling_.Begin(call);
+  ASSERT_EQ(owner->kind, Kind::kExecute);
+  clock_.Advance(call.policy.lease + 1s);
+  answer_ = Result<std::optional<Outcome>>(MakeError(ErrorCode::kUnavailable, "lookup timed out"));
+  auto retry = reconciling_.Begin(call);
+  ASSERT_TRUE(retry);
+  EXPECT_EQ(retry->kind, Kind::kUnknown);
+  auto late = reconciling_.Complete(call, *owner, Outcome{OutcomeClass::kSuccess, "late but true"});
+  ASSERT_TRUE(late) << late.error().ToString();
+  EXPECT_EQ(late->state, RecordState::kCompleted);
+  auto after = reconciling_.Begin(call);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->kind, Kind::kReplay);
+  EXPECT_EQ(after->record.outcome->body, "late but true");
+}
+
 TEST_F(LedgerTest, ReconcileWithoutHookIsUnknownNeverExecutes) {
   Call call = MakeCall();
   call.policy.on_unknown = OnUnknown::kReconcile;

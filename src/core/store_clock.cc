@@ -31,6 +31,20 @@ Result<Duration> StoreClock::Sync(Store& store, int samples) {
   return *best;
 }
 
+Result<Duration> StoreClock::SyncFirst(Store& store, int attempts, Duration pause) {
+  Result<Duration> synced = Sync(store);
+  for (int i = 1; i < attempts && !synced; ++i) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::unique_lock g(mu);
+    const TimePoint until = base_.Now() + pause;
+    while (base_.Now() < until) base_.WaitUntil(cv, g, until);
+    pause *= 2;
+    synced = Sync(store);
+  }
+  return synced;
+}
+
 void StoreClock::KeepInSync(Store& store, Duration every) {
   Stop();
   {

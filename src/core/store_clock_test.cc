@@ -28,7 +28,7 @@ class ServerClockStore final : public ForwardingStore {
     std::lock_guard g(mu_);
     const size_t i = reads_++;
     cv_.notify_all();
-    if (fail_) return MakeError(ErrorCode::kUnavailable, "server down");
+    if (fail_ || i < failing_reads_) return MakeError(ErrorCode::kUnavailable, "server down");
     const Duration trip = i < round_trips_.size() ? round_trips_[i] : Duration(0);
     host_.Advance(trip / 2);
     const TimePoint server = host_.Now() + ahead_;
@@ -44,6 +44,11 @@ class ServerClockStore final : public ForwardingStore {
   void set_failing(bool f) {
     std::lock_guard g(mu_);
     fail_ = f;
+  }
+  // The first `n` reads fail, as a store failing over answers nothing at first.
+  void set_failing_reads(size_t n) {
+    std::lock_guard g(mu_);
+    failing_reads_ = n;
   }
   void AwaitReads(size_t n) {
     std::unique_lock g(mu_);
@@ -61,6 +66,7 @@ class ServerClockStore final : public ForwardingStore {
   Duration ahead_;
   std::vector<Duration> round_trips_;
   size_t reads_ = 0;
+  size_t failing_reads_ = 0;
   bool fail_ = false;
 };
 
@@ -109,6 +115,49 @@ TEST(StoreClockTest, AFailedSyncKeepsTheLastOffset) {
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().code, ErrorCode::kUnavailable);
   EXPECT_EQ(clock.offset(), Duration(10s));
+}
+
+// The first sync decides whether leases may be judged at all (guarantees
+// review F2): a store that does not answer its first clock read is asked
+// again, after a pause that doubles, until it answers.
+TEST(StoreClockTest, TheFirstSyncIsRetriedUntilTheStoreAnswers) {
+  FakeClock host;
+  ServerClockStore store(host, 25s);
+  store.set_failing_reads(2);
+  StoreClock clock(host);
+  Result<Duration> synced = MakeError(ErrorCode::kInternal, "not run");
+  std::thread first([&] { synced = clock.SyncFirst(store, 4, 250ms); });
+  host.AwaitWaiters(1);
+  host.Advance(250ms);
+  store.AwaitReads(2);
+  host.AwaitWaiters(1);
+  host.Advance(500ms);  // the pause doubled
+  first.join();
+  ASSERT_TRUE(synced) << synced.error().ToString();
+  EXPECT_EQ(*synced, Duration(25s));
+  EXPECT_EQ(clock.offset(), Duration(25s));
+}
+
+// A store whose clock never answers: the error comes back after the last
+// attempt, and the offset is still this machine's guess, never trusted.
+TEST(StoreClockTest, TheFirstSyncGivesUpAfterItsAttempts) {
+  FakeClock host;
+  ServerClockStore store(host, 25s);
+  store.set_failing(true);
+  StoreClock clock(host);
+  const TimePoint start = host.Now();
+  Result<Duration> synced = Duration(0);
+  std::thread first([&] { synced = clock.SyncFirst(store, 3, 100ms); });
+  for (size_t reads = 1; reads < 3; ++reads) {
+    store.AwaitReads(reads);
+    host.AwaitWaiters(1);
+    host.Advance(100ms * (1 << (reads - 1)));
+  }
+  first.join();
+  ASSERT_FALSE(synced);
+  EXPECT_EQ(synced.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(host.Now() - start, Duration(300ms));
+  EXPECT_EQ(clock.offset(), Duration(0));
 }
 
 // A server clock stepped while the front runs is followed at the next sync.

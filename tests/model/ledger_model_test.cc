@@ -653,6 +653,11 @@ ExpectedBegin PredictBegin(KeyState& k, const Call& call, TimePoint now, OpSim& 
   }
   // The owner is gone (§4 step 4).
   auto mark_unknown = [&]() -> ExpectedBegin {
+    if (r.state == RecordState::kUnknown) {  // reconcile could not tell again: nothing written
+      e.kind = DKind::kUnknown;
+      e.took_over = false;
+      return e;
+    }
     auto op = sim.Next("MarkUnknown");
     if (op.applied) {
       r.state = RecordState::kUnknown;
@@ -664,24 +669,30 @@ ExpectedBegin PredictBegin(KeyState& k, const Call& call, TimePoint now, OpSim& 
     return e;
   };
   if (p.on_unknown == OnUnknown::kFail) return mark_unknown();
-  auto take = sim.Next("TakeOver");
-  if (take.applied) {
-    r.state = RecordState::kInProgress;
-    r.gen = ++k.gens;
-    r.lease_expires_at = now + p.lease;
-    r.expires_at = std::max(r.expires_at, r.lease_expires_at);
-  }
-  if (take.failed) return failed();
-  e.kind = DKind::kExecute;
-  e.took_over = true;
-  if (p.on_unknown == OnUnknown::kRetry) {
-    if (k.justified.empty()) k.justified = "on_unknown=retry took it over";
+  auto take_over = [&]() -> ExpectedBegin {
+    auto take = sim.Next("TakeOver");
+    if (take.applied) {
+      r.state = RecordState::kInProgress;
+      r.gen = ++k.gens;
+      r.lease_expires_at = now + p.lease;
+      r.expires_at = std::max(r.expires_at, r.lease_expires_at);
+    }
+    if (take.failed) return failed();
+    e.kind = DKind::kExecute;
+    e.took_over = true;
     return e;
+  };
+  if (p.on_unknown == OnUnknown::kRetry) {
+    auto taken = take_over();
+    if (!taken.error && k.justified.empty()) k.justified = "on_unknown=retry took it over";
+    return taken;
   }
+  // Reconcile asks first and keeps the owner's fence unless the lookup says
+  // "never happened" (guarantees F3).
   e.hook_called = true;
   auto found = HookAnswer(k, hook);
   if (!found) return mark_unknown();
-  if (!found->has_value()) return e;
+  if (!found->has_value()) return take_over();
   auto complete = sim.Next("Complete");
   if (complete.applied) {
     r.state = RecordState::kCompleted;

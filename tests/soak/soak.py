@@ -49,11 +49,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 POSTGRES_SH = os.path.join(ROOT, "tests", "servers", "postgres.sh")
 START_DEADLINE = 60.0  # seconds: a safety net for a process to come up, never a timing assumption
-REQUEST_TIMEOUT = 10.0  # > wait (2 s) + upstream_timeout (2 s) + a loaded machine's slack
+REQUEST_TIMEOUT = 10.0  # > wait (2 s) + upstream timeouts (0.9 s) + a loaded machine's slack
 SETTLE_DEADLINE = 90.0
 
 # Short lease and wait so dead owners are found within the run; a short upstream timeout so
-# some vendor delays end as 504 "outcome unknown".
+# some vendor delays end as 504 "outcome unknown" (connect + upstream timeout below the lease, as
+# `idemgate http` requires: no lease runs out while the vendor may still act).
 CONFIG = """
 [defaults]
 lease = "1s"
@@ -71,8 +72,8 @@ mode = "explicit"
 on_unknown = "fail"
 
 [http]
-upstream_connect_timeout = "1s"
-upstream_timeout = "2s"
+upstream_connect_timeout = "200ms"
+upstream_timeout = "700ms"
 """
 
 # Vendor faults (X-Vendor-Fault, not part of the request fingerprint, so they may change from
@@ -420,7 +421,7 @@ class Soak:
         if rng.random() >= self.args.fault_rate:
             return None
         kind = rng.choices([f for f, _ in FAULTS], [w for _, w in FAULTS])[0]
-        return "delay:%d" % rng.randint(50, 3000) if kind == "delay" else kind
+        return "delay:%d" % rng.randint(50, 1200) if kind == "delay" else kind
 
     def client(self, index):
         rng = random.Random("%s/client/%d" % (self.args.seed, index))

@@ -69,7 +69,7 @@ bool IsAnswerToStore(const net::HttpClientResult& r, const Call& call) {
 }
 
 // Why an answer was released, for the verbose log.
-std::string ReleasedNote(int status, const Call& call) {
+std::string ReleasedNote(int status) {
   return "released: HTTP " + std::to_string(status) +
          (gate::ClassOfHttpStatus(status) == Execution::Kind::kToolError
               ? " (errors = release)"
@@ -443,7 +443,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult
                      ? ", a refusal that errors = \"release\" does not keep, so a retry runs again"
                      : ", which means it did not act, so a retry runs again"),
             KeyMember(call) + ",\"upstream_status\":" + std::to_string(result.response.status)));
-        note = ReleasedNote(result.response.status, call) + ", answer too large";
+        note = ReleasedNote(result.response.status) + ", answer too large";
         break;
       }
       if (result.too_large &&
@@ -496,7 +496,7 @@ void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult
         Log("could not release " + call.id.key + ": " + r.error().ToString());
       }
       g->Reply(Relayed(std::move(result.response)));
-      note = ReleasedNote(status, call);
+      note = ReleasedNote(status);
       break;
     }
   }

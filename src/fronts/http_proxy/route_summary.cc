@@ -89,4 +89,27 @@ std::vector<std::string> DescribeRoutes(const Config& config) {
   return lines;
 }
 
+Result<void> CheckLeasesOutliveRequests(const Config& config) {
+  const Duration open_for = config.http.upstream_connect_timeout + config.http.upstream_timeout;
+  auto check = [&](const Policy& policy, const std::string& where) -> Result<void> {
+    if (policy.lease > open_for) return {};
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        where + " has lease = \"" + FormatDuration(policy.lease) +
+            "\", not longer than a request to the vendor can stay open (upstream_connect_timeout " +
+            FormatDuration(config.http.upstream_connect_timeout) + " + upstream_timeout " +
+            FormatDuration(config.http.upstream_timeout) +
+            "): an instance cut off from the store would lose the lease while the vendor may "
+            "still act, and a retry would run the call again; set lease above " +
+            FormatDuration(open_for) + " or lower upstream_timeout in [http]");
+  };
+  if (auto ok = check(config.defaults, "[defaults]"); !ok) return ok;
+  for (const RouteRule& rule : config.routes) {
+    if (auto ok = check(rule.overrides.ApplyTo(config.defaults), "route " + rule.match); !ok) {
+      return ok;
+    }
+  }
+  return {};
+}
+
 }  // namespace idem::proxy

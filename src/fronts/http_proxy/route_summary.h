@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "idem/config.h"
+#include "idem/error.h"
 
 namespace idem::proxy {
 
@@ -18,5 +19,15 @@ namespace idem::proxy {
 // forwards again), and a "note: " line for a profile whose vendor publishes
 // no window. Lines without a newline.
 std::vector<std::string> DescribeRoutes(const Config& config);
+
+// Refuses a config where a gated request's lease could run out while the
+// request is still open at the vendor: every route's lease (and [defaults]'
+// for the requests no route matches) must be longer than
+// upstream_connect_timeout + upstream_timeout, the longest a request can be
+// open after its claim. Otherwise an owner cut off from the store loses its
+// lease mid-request and a retry runs or looks the call up while the vendor
+// may still act on the first (guarantees review F3, docs/DESIGN.md §4). The
+// error names the route, both figures and what to change.
+Result<void> CheckLeasesOutliveRequests(const Config& config);
 
 }  // namespace idem::proxy

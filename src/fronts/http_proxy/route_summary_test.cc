@@ -68,5 +68,39 @@ ttl = "2h"
   EXPECT_NE(notes[0].find("Square publishes no period"), std::string::npos) << notes[0];
 }
 
+// A lease that can run out while the vendor may still act on the request is
+// refused (guarantees review F3): the defaults pass; a route whose lease is
+// not longer than connect + upstream timeout is named with both figures.
+TEST(RouteSummaryTest, ALeaseNotLongerThanARequestCanStayOpenIsRefused) {
+  EXPECT_TRUE(CheckLeasesOutliveRequests(Parse("")));
+  Config c = Parse(R"([http]
+upstream_timeout = "60s"
+[[route]]
+match = "/v1/slow"
+lease = "2m"
+[[route]]
+match = "/v1/charges"
+)");
+  Result<void> refused = CheckLeasesOutliveRequests(c);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("[defaults] has lease = \"30s\""), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("upstream_timeout 1m"), std::string::npos)
+      << refused.error().message;
+  c = Parse(R"([defaults]
+lease = "70s"
+[http]
+upstream_timeout = "60s"
+[[route]]
+match = "/v1/charges"
+lease = "30s"
+)");
+  refused = CheckLeasesOutliveRequests(c);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("route /v1/charges has lease"), std::string::npos)
+      << refused.error().message;
+}
+
 }  // namespace
 }  // namespace idem::proxy

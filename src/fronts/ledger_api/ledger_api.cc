@@ -94,13 +94,17 @@ Response FromError(const Error& e, std::string_view key) {
   return Problem(500, "internal", "Internal error", "idemgate: " + e.ToString(), extra);
 }
 
-// A step (complete, release, mark_unknown, heartbeat) that names an unknown
-// record: whoever holds its fence, settling it is an admin's act, through
-// resolve (docs/DESIGN.md §8). A tenant token could otherwise read the fence
-// from GET /v1/records/{key} and release the record, and the next retry
-// would run the action again.
-std::optional<Response> RefusedOnUnknown(const Record& r) {
-  if (r.state != RecordState::kUnknown) return std::nullopt;
+// A step (release, mark_unknown, heartbeat) that names an unknown record:
+// settling it is an admin's act, through resolve (docs/DESIGN.md §8). A
+// tenant token could otherwise read the fence from GET /v1/records/{key} and
+// release the record, and the next retry would run the action again. One
+// step is let through: the owner's own `complete` at the record's fence
+// (`stores_at_fence`), which stores what the action did. A retry marks a
+// record unknown when the owner's lease lapsed, not when the owner died; the
+// owner's late outcome is the truth the record lacks, and refusing it lost
+// the action's result (guarantees review F6). It cannot cause a second run.
+std::optional<Response> RefusedOnUnknown(const Record& r, bool stores_at_fence = false) {
+  if (r.state != RecordState::kUnknown || stores_at_fence) return std::nullopt;
   return Problem(409, "outcome-unknown", "Outcome unknown",
                  "idemgate: the record's outcome is unknown (the action may have happened), so "
                  "only an admin settles it: POST /v1/records/{key}/resolve with an admin "
@@ -544,11 +548,14 @@ bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
       id, [this, id, fence, outcome, answer, respond](Result<std::optional<Record>> got) {
         if (!got) return answer(FromError(got.error(), id.key));
         if (!*got) return answer(FromError(Error{ErrorCode::kNotFound, "no record"}, id.key));
-        if (auto refused = RefusedOnUnknown(**got)) return answer(std::move(*refused));
         // Alive until CompleteAsync's callback has run.
         auto call = std::make_shared<const Call>(CallOf(**got, config_));
+        const bool releases = ReleasesOn(*call, outcome->cls);
+        if (auto refused = RefusedOnUnknown(**got, !releases && (*got)->fence == fence)) {
+          return answer(std::move(*refused));
+        }
         const Decision d = ExecutionOf(**got, fence);
-        if (ReleasesOn(*call, outcome->cls)) {
+        if (releases) {
           // Rare, and Release may block: a worker's.
           if (!pool_.Submit([this, call, d, id, answer] {
                 answer(ReleaseAnswer(id, ledger_.Release(*call, d)));
@@ -670,8 +677,11 @@ Response LedgerApi::SettleStep(std::string_view step, const RecordId& id, uint64
   auto got = ledger_.Read(id);
   if (!got) return FromError(got.error(), id.key);
   if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
-  if (auto refused = RefusedOnUnknown(**got)) return std::move(*refused);
   const Call call = CallOf(**got, config_);
+  const bool stores = step == "complete" && !ReleasesOn(call, outcome->cls);
+  if (auto refused = RefusedOnUnknown(**got, stores && (*got)->fence == fence)) {
+    return std::move(*refused);
+  }
   const Decision d = ExecutionOf(**got, fence);
   json::object o;
   o["key"] = id.key;

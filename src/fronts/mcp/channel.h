@@ -23,6 +23,9 @@ class Channel {
   virtual bool Send(std::string message) = 0;
   // Closes our sending side (EOF to a child's stdin, end of an HTTP session). Idempotent.
   virtual void Close() = 0;
+  // Close(), and the peer is not given time to finish on its own: its host
+  // is stopping everything (ChildChannel: SIGTERM at once). Default: Close().
+  virtual void CloseNow() { Close(); }
 };
 
 }  // namespace idem::mcp

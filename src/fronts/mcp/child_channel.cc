@@ -194,15 +194,39 @@ void ChildChannel::StartKillTimer() {
   killer_ = std::thread([this] { KillAfterGrace(); });
 }
 
+void ChildChannel::CloseNow() {
+  writer_->Close();
+  {
+    std::lock_guard g(mu_);
+    if (stopping_ || exited_ || sigterm_sent_) return;
+    ::kill(pid_, SIGTERM);  // exited_ is false under mu_: the PID is still the child's
+    sigterm_sent_ = true;
+  }
+  cv_.notify_all();  // a kill timer started by Close() goes on to SIGKILL
+  StartKillTimer();
+}
+
 void ChildChannel::KillAfterGrace() {
   std::unique_lock g(mu_);
-  for (int sig : {SIGTERM, SIGKILL}) {
-    cv_.wait_for(g, options_.kill_grace, [&] { return exited_ || stopping_; });
-    if (exited_ || stopping_) return;
+  auto gone = [&] { return exited_ || stopping_; };
+  auto say = [&](int sig) {
     Log("the upstream `" + name_ + "` (pid " + std::to_string(pid_) + ") did not exit within " +
         std::to_string(options_.kill_grace.count()) + " ms; sending " + SignalName(sig));
-    ::kill(pid_, sig);  // exited_ is false under mu_: the PID is still the child's
+  };
+  // EOF first (Close), SIGTERM after kill_grace unless CloseNow sent it.
+  if (!sigterm_sent_) {
+    cv_.wait_for(g, options_.kill_grace, [&] { return gone() || sigterm_sent_; });
+    if (gone()) return;
+    if (!sigterm_sent_) {
+      say(SIGTERM);
+      ::kill(pid_, SIGTERM);  // exited_ is false under mu_: the PID is still the child's
+      sigterm_sent_ = true;
+    }
   }
+  cv_.wait_for(g, options_.kill_grace, gone);
+  if (gone()) return;
+  say(SIGKILL);
+  ::kill(pid_, SIGKILL);
 }
 
 }  // namespace idem::mcp

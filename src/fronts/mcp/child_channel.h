@@ -5,7 +5,8 @@
 // pass through. Close() closes the child's stdin (EOF: MCP servers exit on
 // it); a child that has not exited `kill_grace` later gets SIGTERM, and
 // SIGKILL after another `kill_grace`. The same happens when the child closes
-// its stdout. The child is reaped and on_closed reports how it ended
+// its stdout. CloseNow() (idemgate is stopping) sends SIGTERM at once, the
+// signal its host would have stopped it with, and SIGKILL `kill_grace` later. The child is reaped and on_closed reports how it ended
 // ("upstream `node` exited with status 1"). Signals go to the child's own
 // PID only, and never after it has been reaped.
 //
@@ -60,6 +61,7 @@ class ChildChannel final : public Channel {
              std::function<void(std::string reason)> on_closed) override;
   bool Send(std::string message) override;
   void Close() override;
+  void CloseNow() override;
 
  private:
   ChildChannel(pid_t pid, int stdin_fd, int stdout_fd, std::string name, ChildOptions options);
@@ -83,6 +85,7 @@ class ChildChannel final : public Channel {
   bool reaped_ = false;
   bool stopping_ = false;  // destructor
   bool kill_timer_ = false;
+  bool sigterm_sent_ = false;  // by CloseNow or the kill timer
   std::thread reader_;
   std::thread killer_;
 };

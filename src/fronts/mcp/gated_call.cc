@@ -26,7 +26,6 @@ class SessionLookup final : public ReconcileLookup {
 
 void McpSession::Core::FinishCall(const std::shared_ptr<GatedCall>& gc, bool holds_budget,
                                   bool on_channel_thread) {
-  DoneForwarding(*gc);
   bool close_client;
   {
     std::lock_guard g(mu_);
@@ -34,7 +33,7 @@ void McpSession::Core::FinishCall(const std::shared_ptr<GatedCall>& gc, bool hol
       auto it = pending_.find(gc->id_key);
       if (it != pending_.end() && it->second.call == gc) pending_.erase(it);
     }
-    --active_calls_;
+    if (--active_calls_ == 0) drain_cv_.notify_all();
     close_client = MaybeFinishLocked();
   }
   if (holds_budget) budget_->Release();
@@ -149,17 +148,21 @@ std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
     std::unique_lock g(mu_);
     std::string why;
     const bool gone = upstream_closed_ || detached_;
+    const bool stopped = phase_ >= SessionPhase::kClosing;
     if (gc.cancelled) {
       why = "cancelled by the client before it was sent";
     } else if (gone) {
       why = "the upstream is gone";
+    } else if (stopped) {
+      why = "idemgate is stopping";
     }
     if (!why.empty()) {
-      const bool answer = gone && !gc.cancelled;
-      std::string reason = upstream_reason_;
+      const bool answer = (gone || stopped) && !gc.cancelled;
+      std::string refusal =
+          gone ? UpstreamGone(gc.id_text, upstream_reason_, false) : StoppingError(gc.id_text);
       g.unlock();
       ReleaseQuietly(call, d);
-      if (answer) client_.Send(UpstreamGone(gc.id_text, reason, false));
+      if (answer) client_.Send(std::move(refusal));
       return "released: " + why;
     }
     gc.forwarded = true;
@@ -169,7 +172,6 @@ std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
   if (claimed) lease = ledger_.KeepAlive(call, d.fence);
   const bool sent = upstream_.Send(gc.prepared.forward);
   if (sent) FaultPoint("after_send");
-  DoneForwarding(gc);
   if (!sent) {
     lease = Ledger::LeaseGuard();
     ReleaseQuietly(call, d);
@@ -179,12 +181,12 @@ std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
 
   std::optional<std::string> response;
   std::optional<Message> response_msg;
-  bool cancelled, gone;
+  bool cancelled, gone, stopped;
   std::string reason;
   {
     std::unique_lock g(mu_);
     Clock& clock = ledger_.clock();
-    while (!gc.response && !upstream_closed_ && !detached_) {
+    while (!gc.response && !upstream_closed_ && !detached_ && !gc.cut_off) {
       if (gc.cancelled) {
         const TimePoint deadline = gc.cancelled_at + options_.cancel_grace;
         if (clock.Now() >= deadline) break;
@@ -198,8 +200,9 @@ std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
     gc.response.reset();
     cancelled = gc.cancelled;
     gone = upstream_closed_ || detached_;
+    stopped = gc.cut_off;
     reason = upstream_reason_.empty() ? "the proxy is shutting down" : upstream_reason_;
-    if (!response && !gone) {  // cancelled and no answer within the grace
+    if (!response && !gone) {  // no answer within the cancel grace or the stop grace
       gc.abandoned = true;
       gc.decision = d;
     }
@@ -208,6 +211,12 @@ std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
   if (response) FaultPoint("after_answer");
 
   if (!response) {
+    if (stopped && !cancelled) {
+      MarkUnknown(gc, d,
+                  "idemgate stopped before the tool answered (it waited [mcp] stop_grace for it)",
+                  true);
+      return "outcome unknown: still running when the stop grace ran out";
+    }
     MarkUnknown(gc, d, "the tool server went away before answering (" + reason + ")", !cancelled);
     return gone ? "outcome unknown: " + reason
                 : "outcome unknown: cancelled and no answer within the grace period";
@@ -293,7 +302,7 @@ void McpSession::Core::SettleLate(const std::shared_ptr<GatedCall>& gc, std::str
                                   Message msg) {
   std::string note = Settle(*gc, gc->decision, std::move(response), msg, false);
   Log("tools/call " + gc->prepared.call.tool + " key=" + gc->prepared.call.id.key +
-      ": a late answer after cancellation settled the record (" + note + ")");
+      ": a late answer, after the call was given up, settled the record (" + note + ")");
   FinishCall(gc, false);
 }
 
@@ -328,7 +337,8 @@ Result<std::optional<Outcome>> McpSession::Core::Reconcile(const PreparedCall& p
     std::unique_lock g(mu_);
     Clock& clock = ledger_.clock();
     const TimePoint deadline = clock.Now() + options_.reconcile_timeout;
-    while (!request->response && !upstream_closed_ && !detached_ && clock.Now() < deadline) {
+    while (!request->response && !upstream_closed_ && !detached_ &&
+           phase_ < SessionPhase::kClosing && clock.Now() < deadline) {
       clock.WaitUntil(request->cv, g, deadline);
     }
     response = std::move(request->response);

@@ -99,15 +99,22 @@ class ShellChain {
     ::close(stdout_);
   }
   pid_t pid() const { return pid_; }
-  // The number on the script's first line.
+  // The number on the script's first line, once the process it names runs
+  // cat: a line sent to stdin comes back (no sleep; the exec is done).
   pid_t ReadPid() {
-    std::string line;
-    char c;
-    while (::read(stdout_, &c, 1) == 1 && c != '\n') line += c;
-    return static_cast<pid_t>(std::stol(line));
+    const pid_t pid = static_cast<pid_t>(std::stol(ReadLine()));
+    if (::write(stdin_, "ready\n", 6) != 6 || ReadLine() != "ready") std::abort();
+    return pid;
   }
 
  private:
+  std::string ReadLine() {
+    std::string line;
+    char c;
+    while (::read(stdout_, &c, 1) == 1 && c != '\n') line += c;
+    return line;
+  }
+
   pid_t pid_ = 0;
   int stdin_ = -1;
   int stdout_ = -1;

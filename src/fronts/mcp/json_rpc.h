@@ -41,6 +41,9 @@ enum RpcErrorCode : int {
   kRpcUpstreamUnavailable = -32004,
   // Too many gated tool calls at once; retry later.
   kRpcOverloaded = -32005,
+  // idemgate is stopping (a stop signal, or the client's end of input): the
+  // tool call was not executed; retry once the server is back.
+  kRpcStopping = -32006,
 };
 
 // Default limit on one framed message: 64 MiB. MCP results carry base64

@@ -138,6 +138,14 @@ void McpSession::Core::ForwardRequest(std::string text, const Message& msg, Pend
 }
 
 void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
+  {
+    std::unique_lock g(mu_);
+    if (phase_ != SessionPhase::kOpen) {
+      g.unlock();
+      client_.Send(StoppingError(msg.id_text));
+      return;
+    }
+  }
   // What the HTTP front carried in from the request's headers, out of the
   // bytes before anything is forwarded.
   const std::optional<RequestHeaders> headers = TakeRequestHeaders(text, msg);
@@ -192,6 +200,8 @@ void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
     std::optional<std::string> refusal;
     if (upstream_closed_ || detached_) {
       refusal = UpstreamGone(msg.id_text, upstream_reason_, false);
+    } else if (phase_ != SessionPhase::kOpen) {  // the stop began since the check above
+      refusal = StoppingError(msg.id_text);
     } else if (IdInUse(msg.id_key)) {
       refusal = IdInUseError(msg);
     }
@@ -208,7 +218,6 @@ void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
                           config_.mcp.max_call_ids);
     }
     ++active_calls_;
-    ++unforwarded_;
   }
   // A retry of a finished call whose record the replay cache holds is
   // answered here, on the client channel's thread: it needs no I/O and no
@@ -260,32 +269,15 @@ bool McpSession::Core::HandleCancel(std::string_view text) {
 }
 
 void McpSession::Core::OnClientClosed(std::string reason) {
-  bool close_now;
   {
     std::lock_guard g(mu_);
     client_closed_ = true;
     client_reason_ = std::move(reason);
-    close_now = unforwarded_ == 0;
-    upstream_close_due_ = !close_now;
   }
-  // EOF to the upstream; calls it is running still finish and are stored,
-  // and answered if the client still reads.
-  if (close_now) upstream_.Close();
-}
-
-void McpSession::Core::DoneForwarding(GatedCall& gc) {
-  bool close_now = false;
-  {
-    std::lock_guard g(mu_);
-    if (!gc.awaiting_forward) return;
-    gc.awaiting_forward = false;
-    --unforwarded_;
-    if (upstream_close_due_ && unforwarded_ == 0) {
-      upstream_close_due_ = false;
-      close_now = true;
-    }
-  }
-  if (close_now) upstream_.Close();
+  // The calls in flight are forwarded and get the stop grace to settle
+  // (stored, and answered if the client still reads); then EOF to the
+  // upstream.
+  Stop(StopCause::kClientLeft);
 }
 
 // ---------------------------------------------------------------------------
@@ -414,8 +406,11 @@ void McpSession::Core::OnUpstreamClosed(std::string reason) {
     if (upstream_closed_) return;
     upstream_closed_ = true;
     upstream_reason_ = reason;
-    client_there = !client_closed_;
+    // Closed first only while the session was open: once it stops, the
+    // upstream closing is what the stop asked for.
+    client_there = phase_ == SessionPhase::kOpen;
     upstream_first_ = client_there;
+    drain_cv_.notify_all();
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.kind == Pending::Kind::kGatedCall) {
         it->second.call->cv.notify_all();  // its worker answers it
@@ -442,8 +437,8 @@ void McpSession::Core::OnUpstreamClosed(std::string reason) {
 // the end of the session
 
 bool McpSession::Core::MaybeFinishLocked() {
-  if (finishing_ || !upstream_closed_ || active_calls_ > 0) return false;
-  finishing_ = true;
+  if (phase_ >= SessionPhase::kFinishing || !upstream_closed_ || active_calls_ > 0) return false;
+  phase_ = SessionPhase::kFinishing;
   return true;
 }
 
@@ -451,10 +446,73 @@ void McpSession::Core::Finish() {
   client_.Close();
   {
     std::lock_guard g(mu_);
-    finished_ = true;
+    phase_ = SessionPhase::kFinished;
     done_cv_.notify_all();
   }
   if (options_.on_ended) options_.on_ended();
+}
+
+void McpSession::Core::Stop(StopCause cause) {
+  bool drain = false;
+  bool terminate_now = false;
+  {
+    std::lock_guard g(mu_);
+    if (cause > stop_cause_) stop_cause_ = cause;
+    if (phase_ == SessionPhase::kOpen) {
+      phase_ = SessionPhase::kDraining;
+      drain = true;
+    } else if (phase_ == SessionPhase::kClosing && cause == StopCause::kStopped &&
+               !upstream_closed_) {
+      terminate_now = true;  // the drain gave it EOF after the client left
+    }
+  }
+  // On a worker: the grace is waited for there, never on a channel's thread.
+  // The pool refuses only once the session is detached: nothing to stop then.
+  if (drain) pool_.Submit([self = shared_from_this()] { self->Drain(); });
+  if (terminate_now) upstream_.CloseNow();
+}
+
+void McpSession::Core::Drain() {
+  std::unique_lock g(mu_);
+  Clock& clock = ledger_.clock();
+  const Duration grace = config_.mcp.stop_grace;
+  const TimePoint deadline = clock.Now() + grace;
+  while (active_calls_ > 0 && !upstream_closed_ && !detached_ && clock.Now() < deadline) {
+    clock.WaitUntil(drain_cv_, g, deadline);
+  }
+  // The upstream may have closed and the last call finished meanwhile: the
+  // session is then ending already, and the phase never moves back.
+  if (detached_ || phase_ >= SessionPhase::kFinishing) return;
+  phase_ = SessionPhase::kClosing;
+  const int running = upstream_closed_ ? 0 : active_calls_;
+  for (auto& [id, p] : pending_) {
+    if (!p.call) continue;
+    // Its worker gives it up now; one not yet forwarded never will be.
+    if (!upstream_closed_ && p.call->forwarded && !p.call->response) p.call->cut_off = true;
+    p.call->cv.notify_all();
+  }
+  for (auto& [id, r] : proxy_) r->cv.notify_all();
+  const bool terminate = stop_cause_ == StopCause::kStopped;
+  g.unlock();
+  if (running > 0) {
+    Log(std::to_string(running) + " tool call(s) still running after the stop grace of " +
+        std::to_string(grace.count()) +
+        " ms ([mcp] stop_grace): each is marked outcome unknown, so a retry is answered "
+        "\"outcome unknown\" and does not run it again (if idemgate cannot write that, the "
+        "record's lease runs out and a retry finds it unknown all the same)");
+  }
+  if (terminate) {
+    upstream_.CloseNow();
+  } else {
+    upstream_.Close();
+  }
+}
+
+std::string McpSession::Core::StoppingError(std::string_view id_text) const {
+  return ErrorResponse(id_text, kRpcStopping,
+                       "idemgate is stopping (its host is shutting the MCP server down), so this "
+                       "tool call was not executed. Retry it once the server is back.",
+                       RetryableData("stopping"));
 }
 
 // ---------------------------------------------------------------------------
@@ -466,6 +524,8 @@ McpSession::McpSession(Channel& client, Channel& upstream, Ledger& ledger, const
 McpSession::~McpSession() { core_->Detach(); }
 
 void McpSession::Start() { core_->Start(); }
+
+void McpSession::Stop() { core_->Stop(StopCause::kStopped); }
 
 SessionEnd McpSession::Wait() { return core_->Wait(); }
 

@@ -24,10 +24,17 @@
 // methods are thread-safe.
 //
 // Life cycle: construct, Start(), Wait(), destroy. The session ends when the
-// upstream has closed and every gated call has settled; after the client
-// leaves it closes the upstream's sending side and waits for the upstream to
-// close (so an upstream Channel must call on_closed eventually after Close(),
-// as ChildChannel does by killing a child that lingers). When the upstream
+// upstream has closed and every gated call has settled. It stops when the
+// client leaves (end of input) or Stop() is called (a stop signal): from
+// then on a tools/call is refused (kRpcStopping, retryable, nothing ran) and
+// the calls in flight have [mcp] stop_grace, by the ledger's clock, to
+// settle; a call still running after it is abandoned: its record is marked
+// unknown (a late answer, before the upstream is gone, still settles it) and
+// its client told outcome unknown. Then the upstream is closed: Close()
+// after the client left (EOF, as without the proxy), CloseNow() after Stop()
+// (its host is about to kill); the session waits for it to close (so an
+// upstream Channel must call on_closed eventually after Close(), as
+// ChildChannel does by killing a child that lingers). When the upstream
 // closes first, the session answers what is pending and closes the client
 // channel. Destroy the session before its channels, its Ledger and its
 // Config, and never from inside one of its channels' callbacks: the
@@ -140,6 +147,10 @@ class McpSession {
 
   // Starts both channels. Call once.
   void Start();
+  // Stops the session (see the life cycle above); returns at once, Wait()
+  // then returns when it has ended. Idempotent; after the client left, it
+  // makes the upstream's close a CloseNow().
+  void Stop();
   // Blocks until the session has ended (see the life cycle above).
   SessionEnd Wait();
   // True once the session has ended; Wait() would not block.

@@ -103,6 +103,14 @@ class FakeChannel final : public Channel {
     if (close_reason) InjectClose(*close_reason);
   }
 
+  void CloseNow() override {
+    {
+      std::lock_guard g(mu_);
+      closed_now_ = true;
+    }
+    Close();
+  }
+
   // ---- the test's side
   void Inject(std::string message) {
     {
@@ -169,6 +177,16 @@ class FakeChannel final : public Channel {
     std::lock_guard g(mu_);
     return closed_;
   }
+  // Waits until the session closed this channel.
+  void AwaitClosed() {
+    std::unique_lock g(mu_);
+    ASSERT_TRUE(cv_.wait_for(g, kTestTimeout, [&] { return closed_; }));
+  }
+  // Closed with CloseNow (a child would have got SIGTERM), not Close alone.
+  bool closed_now() {
+    std::lock_guard g(mu_);
+    return closed_now_;
+  }
 
  private:
   struct Item {
@@ -186,6 +204,7 @@ class FakeChannel final : public Channel {
   bool busy_ = false;
   bool stop_ = false;
   bool closed_ = false;
+  bool closed_now_ = false;
   bool peer_closed_ = false;
   std::thread thread_;
 };
@@ -941,7 +960,7 @@ TEST_F(McpSessionTest, CancelledCallBecomesUnknownAndALateAnswerSettlesIt) {
   EXPECT_EQ((*record)->state, RecordState::kUnknown);
 
   server_.Answer("1", R"({"content":[{"type":"text","text":"done late"}]})");
-  AwaitLog("a late answer after cancellation settled the record");
+  AwaitLog("a late answer, after the call was given up, settled the record");
   record = store_->Get(id);
   ASSERT_TRUE(record && record->has_value());
   EXPECT_EQ((*record)->state, RecordState::kCompleted);
@@ -1391,6 +1410,104 @@ TEST_F(McpSessionTest, CallsSentJustBeforeTheClientLeftAreForwardedThenTheUpstre
   EXPECT_EQ(Text(answer, 0), "ticket #1");
   EXPECT_EQ(server_.executions("create_ticket"), 1);
   EXPECT_TRUE(upstream_.closed());
+}
+
+// ---- the stop (McpSession::Stop: a stop signal)
+
+TEST_F(McpSessionTest, AStopWithNothingInFlightTerminatesTheUpstreamAndEnds) {
+  StartSession();
+  Request(ToolCall(1, "create_ticket", "{}"));
+  session_->Stop();
+  SessionEnd end = session_->Wait();
+  EXPECT_FALSE(end.upstream_closed_first) << "the upstream closing is what the stop asked for";
+  EXPECT_TRUE(upstream_.closed_now());
+  EXPECT_TRUE(client_.closed());
+  session_->Stop();  // idempotent, also once ended
+}
+
+TEST_F(McpSessionTest, AStopRefusesNewToolCallsAndLetsTheCallsInFlightSettle) {
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", R"({"s":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  session_->Stop();
+  // A call that comes once the stop began is refused, retryably, and never
+  // reaches the upstream; a read-only one too (the upstream is going away).
+  json::value refused = Request(ToolCall(2, "create_ticket", R"({"s":2})"));
+  EXPECT_EQ(refused.at("error").at("code").as_int64(), kRpcStopping);
+  EXPECT_EQ(refused.at("error").at("data").at("retryable"), true);
+  EXPECT_NE(std::string(refused.at("error").at("message").as_string()).find("not executed"),
+            std::string::npos);
+  json::value search = Request(ToolCall(3, "search", "{}"));
+  EXPECT_EQ(search.at("error").at("code").as_int64(), kRpcStopping);
+  // Other requests still pass while the call in flight runs.
+  client_.Inject(R"({"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"a"}})");
+  upstream_.Await(IsCall("resources/read", 4));
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+  EXPECT_EQ(server_.executions("search"), 0);
+  EXPECT_FALSE(upstream_.closed()) << "the upstream stays up for the call in flight";
+
+  server_.Answer("1", R"({"content":[{"type":"text","text":"settled in time"}]})");
+  json::value answer = json::parse(client_.Await(HasId(1)));
+  EXPECT_EQ(Text(answer, 0), "settled in time");
+  SessionEnd end = session_->Wait();
+  EXPECT_FALSE(end.upstream_closed_first);
+  EXPECT_TRUE(upstream_.closed_now());
+  auto record = store_->Get(RecordId{"default", KeyOf("slow_tool", R"({"s":1})", "turn-1")});
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kCompleted);
+}
+
+TEST_F(McpSessionTest, ACallStillRunningWhenTheStopGraceRunsOutBecomesUnknown) {
+  config_.mcp.stop_grace = Duration(2'000);
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", R"({"g":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  session_->Stop();
+  clock_.AwaitWaiters(2);  // the lease keeper, and the stop waiting out its grace
+  clock_.Advance(Duration(1'999));
+  EXPECT_FALSE(upstream_.closed()) << "still within the grace";
+  clock_.Advance(Duration(1));
+  AwaitLog("1 tool call(s) still running after the stop grace of 2000 ms");
+  json::value answer = json::parse(client_.Await(HasId(1)));
+  EXPECT_EQ(answer.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown");
+  EXPECT_NE(Text(answer, 0).find("idemgate stopped before the tool answered"), std::string::npos)
+      << Text(answer, 0);
+  session_->Wait();
+  EXPECT_TRUE(upstream_.closed_now());
+  auto record = store_->Get(RecordId{"default", KeyOf("slow_tool", R"({"g":1})", "turn-1")});
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kUnknown);
+}
+
+TEST_F(McpSessionTest, AnAnswerAfterTheStopGraceButBeforeTheUpstreamIsGoneStillSettles) {
+  config_.mcp.stop_grace = Duration(0);
+  upstream_.CloseAnswer(std::nullopt);  // the child takes a moment to exit
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", R"({"l":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  session_->Stop();
+  AwaitLog("outcome unknown: still running when the stop grace ran out");
+  server_.Answer("1", R"({"content":[{"type":"text","text":"done just before exiting"}]})");
+  AwaitLog("a late answer, after the call was given up, settled the record");
+  upstream_.InjectClose("upstream was killed by SIGTERM");
+  SessionEnd end = session_->Wait();
+  EXPECT_FALSE(end.upstream_closed_first);
+  auto record = store_->Get(RecordId{"default", KeyOf("slow_tool", R"({"l":1})", "turn-1")});
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kCompleted);
+}
+
+TEST_F(McpSessionTest, TheClientLeavingGivesTheUpstreamEofAndAStopThenTerminatesIt) {
+  upstream_.CloseAnswer(std::nullopt);  // a server that does not exit on EOF
+  StartSession();
+  Request(ToolCall(1, "create_ticket", "{}"));
+  client_.InjectClose("client closed stdin");
+  upstream_.AwaitClosed();  // by the drain, on a worker
+  EXPECT_FALSE(upstream_.closed_now()) << "end of input: EOF, as without the proxy";
+  session_->Stop();  // the host's signal follows (the MCP SDK's close: EOF, then SIGTERM)
+  EXPECT_TRUE(upstream_.closed_now());
+  upstream_.InjectClose("upstream was killed by SIGTERM");
+  EXPECT_FALSE(session_->Wait().upstream_closed_first);
 }
 
 TEST_F(McpSessionTest, BatchWithAToolCallIsSplitAndGated) {

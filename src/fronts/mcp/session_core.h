@@ -28,15 +28,16 @@ struct GatedCall {
   std::string id_text;
   std::string id_key;
   PreparedCall prepared;
-  std::condition_variable cv;    // signalled on answer, cancel, upstream gone
-  bool forwarded = false;        // sent upstream (a cancel is then forwarded too)
-  bool awaiting_forward = true;  // counted in Core::unforwarded_
-  bool cancelled = false;        // the client sent notifications/cancelled for it
+  std::condition_variable cv;  // signalled on answer, cancel, upstream gone, the stop's cut-off
+  bool forwarded = false;      // sent upstream (a cancel is then forwarded too)
+  bool cancelled = false;      // the client sent notifications/cancelled for it
+  bool cut_off = false;        // forwarded and unanswered when the stop grace ran out (Drain)
   TimePoint cancelled_at{};
   std::optional<std::string> response;  // the upstream's answer, as received
   std::optional<Message> response_msg;
-  // The worker gave up after the cancel grace and marked the record
-  // unknown; a late answer still settles it with `decision`'s fence.
+  // The worker gave up (the cancel grace, or the stop grace, ran out) and
+  // marked the record unknown; a late answer still settles it with
+  // `decision`'s fence.
   bool abandoned = false;
   Decision decision;
 };
@@ -133,6 +134,29 @@ inline std::string ConditionData(std::string_view condition, std::string_view ke
          json_text::Quote(kMetaKey) + ":" + json_text::Quote(key) + R"(,"retryable":false})";
 }
 
+// Where a session is in its life. It only moves forward; kOpen may skip to
+// kFinishing (the upstream closed first). Guarded by the session's mutex.
+enum class SessionPhase {
+  kOpen,       // taking calls
+  kDraining,   // stopping (Stop(), or the client's end of input): no new
+               // tools/call; calls in flight have [mcp] stop_grace to settle
+  kClosing,    // every call settled, or the grace ran out: calls still running
+               // are abandoned (outcome unknown) and the upstream is closed
+  kFinishing,  // the upstream has closed and no call is left: Finish() runs
+  kFinished,   // Wait() returns
+};
+
+// Why a session stops, which decides how its upstream is closed. A later
+// cause outranks an earlier one (a stop signal while draining after the
+// client left terminates the upstream too).
+enum class StopCause {
+  kNone,
+  kClientLeft,  // end of input: the upstream gets EOF, as it would without
+                // idemgate, and time (ChildOptions::kill_grace) to exit
+  kStopped,     // McpSession::Stop (a stop signal): the upstream is
+                // terminated (Channel::CloseNow), its host is about to kill
+};
+
 // The session itself: the channels' callbacks run on the channels' threads
 // (Enter/Exit count them, so Detach can wait for them), gated calls on the
 // worker pool. Thread-safe: everything below `mu_` is guarded by it, and
@@ -157,14 +181,19 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
 
   SessionEnd Wait() {
     std::unique_lock g(mu_);
-    done_cv_.wait(g, [&] { return finished_; });
+    done_cv_.wait(g, [&] { return phase_ == SessionPhase::kFinished; });
     return SessionEnd{upstream_first_, upstream_reason_, client_reason_};
   }
 
   bool ended() {
     std::lock_guard g(mu_);
-    return finished_;
+    return phase_ == SessionPhase::kFinished;
   }
+
+  // McpSession::Stop, and the client's end of input: starts the drain (a
+  // pool task, Drain) if the session is open; a stop signal that comes after
+  // the drain closed the upstream with EOF terminates it now.
+  void Stop(StopCause cause);
 
   // Stops using the channels: wakes every waiting worker (they settle as if
   // the upstream were gone), waits for running callbacks and workers.
@@ -172,6 +201,7 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
     {
       std::unique_lock g(mu_);
       detached_ = true;
+      drain_cv_.notify_all();
       for (auto& [id, p] : pending_) {
         if (p.call) p.call->cv.notify_all();
       }
@@ -240,9 +270,6 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
                      bool answer);
   void SettleLate(const std::shared_ptr<GatedCall>& gc, std::string response, Message msg);
   void Answer(GatedCall& gc, std::string response);
-  // `gc` is forwarded or will never be: closes the upstream if the client
-  // left and nothing else is waiting to be forwarded.
-  void DoneForwarding(GatedCall& gc);
   // The answer may have happened: the record becomes unknown (if this call
   // claimed one) and, if `answer`, the client hears why.
   void MarkUnknown(GatedCall& gc, const Decision& d, std::string_view why, bool answer);
@@ -257,6 +284,13 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   bool MaybeFinishLocked();
   // Closes the client channel, then lets Wait() return.
   void Finish();
+  // The stop's pool task: waits (by the ledger's clock) until no gated call
+  // is in flight or [mcp] stop_grace has passed, abandons the calls still
+  // running (kClosing wakes their workers, which mark them unknown) and
+  // closes the upstream as `stop_cause_` says.
+  void Drain();
+  // The answer to a tools/call that comes once the session is stopping.
+  std::string StoppingError(std::string_view id_text) const;
 
   std::string UpstreamGone(std::string_view id_text, std::string_view reason, bool sent) const;
 
@@ -270,6 +304,7 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
 
   std::mutex mu_;
   std::condition_variable done_cv_;
+  std::condition_variable drain_cv_;  // a gated call finished, the upstream closed, detached
   std::condition_variable callbacks_cv_;
   // Whether a request in flight holds `id_key`: a client request of any
   // kind, or one idemgate sent itself. JSON-RPC ids are unique among
@@ -290,19 +325,18 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   std::map<std::string, ToolInfo> tools_;  // what tools/list said, by tool name
   std::string host_;  // the client's clientInfo.name from initialize, for the metrics
   uint64_t next_proxy_id_ = 1;
-  int active_calls_ = 0;  // gated calls and late settlements not finished
-  // Gated calls admitted but not yet forwarded or settled: the upstream's
-  // stdin is closed only after them, so everything the client sent before
-  // leaving reaches the upstream first, as it would without the proxy.
-  int unforwarded_ = 0;
-  bool upstream_close_due_ = false;  // the client left; close the upstream when unforwarded_ is 0
+  // Gated calls and late settlements not finished. A stop closes the
+  // upstream only once this is 0 (or the grace ran out), so everything the
+  // client sent before it left reaches the upstream first, as it would
+  // without the proxy.
+  int active_calls_ = 0;
   int callbacks_ = 0;
-  bool client_closed_ = false;
-  bool upstream_closed_ = false;
-  bool upstream_first_ = false;
-  bool detached_ = false;
-  bool finishing_ = false;
-  bool finished_ = false;
+  SessionPhase phase_ = SessionPhase::kOpen;
+  StopCause stop_cause_ = StopCause::kNone;
+  bool client_closed_ = false;    // the client channel reported on_closed
+  bool upstream_closed_ = false;  // the upstream channel reported on_closed
+  bool upstream_first_ = false;   // ... while the session was open
+  bool detached_ = false;         // the destructor runs: channels are no longer used
   std::string client_reason_;
   std::string upstream_reason_;
 

@@ -48,7 +48,9 @@ SETTLE_DEADLINE = 20.0  # seconds: a safety net; a case settles once the 1 s lea
 RUN = uuid.uuid4().hex[:8]  # a namespace of this run in the shared Redis and PostgreSQL
 
 # A short lease so that a dead owner's record turns unknown within the test; fail on unknown.
-CONFIG = '[defaults]\nlease = "1s"\nwait = "200ms"\non_unknown = "fail"\n'
+# The upstream timeouts stay below the lease, as `idemgate http` requires (guarantees F3).
+CONFIG = ('[defaults]\nlease = "1s"\nwait = "200ms"\non_unknown = "fail"\n'
+          '[http]\nupstream_connect_timeout = "200ms"\nupstream_timeout = "700ms"\n')
 
 HTTP_POINTS = ["after_claim", "after_send", "after_answer", "after_persist", "before_reply"]
 # The ledger API: (IDEMGATE_FAULT_POINT, the step it kills). before_reply's first passage is

@@ -76,9 +76,9 @@ class Process:
         if watched:
             self.lines.put(None)
 
-    def stop(self):
+    def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout=DEADLINE)
             except subprocess.TimeoutExpired:
@@ -336,6 +336,27 @@ class BasicTest(ProxyTest):
         self.assertEqual(self.proxy.stop(), 0)
         self.assertIn("stopping on SIGTERM", "".join(self.proxy.log))
 
+    def test_each_stop_signal_right_after_a_replay_exits_0_with_the_replay_logged(self):
+        # The audit log is written in batches; a stop must write what is
+        # buffered (a host or a terminal stops with any of these).
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with self.subTest(signal=sig.name):
+                store = "sqlite:" + os.path.join(self.dir, "stop-%s.db" % sig.name)
+                proxy = self.start_proxy(self.vendor.url, store=store)
+                key = "stop-" + sig.name
+                self.assertEqual(self.post("/v1/tickets", {"title": key}, key=key,
+                                           proxy=proxy)[0], 201)
+                again = self.post("/v1/tickets", {"title": key}, key=key, proxy=proxy)
+                self.assertEqual(header(again[1], "Idempotent-Replayed"), "true")
+                self.assertEqual(proxy.stop(sig), 0, "".join(proxy.log))
+                self.assertIn("stopping on " + sig.name, "".join(proxy.log))
+                audit = subprocess.run([BINARY, "audit", "--json", "--store", store],
+                                       capture_output=True, timeout=DEADLINE)
+                self.assertEqual(audit.returncode, 0, audit.stderr)
+                outcomes = sorted(json.loads(line)["outcome"]
+                                  for line in audit.stdout.decode().splitlines())
+                self.assertEqual([o for o in outcomes if o != "claimed"], ["executed", "replayed"])
+
     def test_admin_endpoints(self):
         self.assertEqual(request(self.proxy.url, "GET", "/healthz")[0], 200)
         self.assertEqual(request(self.proxy.url, "GET", "/readyz")[0], 200)
@@ -509,6 +530,27 @@ reconcile = "/v1/charges?idempotency_key={key}"
         again = self.post("/v1/charges", CHARGE, key="rc-2")
         self.assertEqual(again[0], 201, again[2])
         self.assertEqual(len(self.ledger_lines()), 1)
+
+
+class LeaseOutlivesRequestTest(ProxyTest):
+    """A lease must outlive the longest a request to the vendor can stay open (connect +
+    upstream timeout), or an instance cut off from the store loses it while the vendor may still
+    act, and a retry runs the call again (guarantees F3): refused at start, exit 2."""
+
+    VENDOR_ARGS = None
+
+    def test_a_lease_shorter_than_the_upstream_timeout_is_refused_at_start(self):
+        path = os.path.join(self.dir, "short-lease.toml")
+        with open(path, "w") as f:
+            f.write('[defaults]\nlease = "2m"\n\n[http]\nupstream_timeout = "60s"\n\n'
+                    '[[route]]\nmatch = "/v1/charges"\nlease = "30s"\n')
+        proc = subprocess.run([BINARY, "http", "--listen", "127.0.0.1:0", "--upstream",
+                               "http://127.0.0.1:9", "--store", self.store, "--config", path],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        err = proc.stderr.decode()
+        self.assertEqual(proc.returncode, 2, err)
+        self.assertIn("route /v1/charges has lease = \"30s\"", err)
+        self.assertIn("set lease above 1m5s", err)
 
 
 class ExplicitRouteTest(ProxyTest):

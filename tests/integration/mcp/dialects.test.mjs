@@ -11,13 +11,13 @@
 // the same, apart from idemgate's documented tools/list rewrites and replay markers.
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import readline from 'node:readline';
 import { test } from 'node:test';
 import {
   EXAMPLE_SERVER,
   IDEMGATE,
   META,
   RAW_SERVER_2026,
+  RawPeer,
   TURN,
   assertReplayMarkers,
   assertToolsListTransparent,
@@ -27,60 +27,9 @@ import {
   mcpArgs,
   readLedger,
   requireIdemgate,
-  start,
   stripReplay,
   tempDir,
 } from './helpers.mjs';
-
-/** A raw JSON-RPC peer over a child's stdio: one JSON object per line, nothing else. */
-class RawPeer {
-  constructor(t, command, args, env) {
-    const { child, stderr } = start(t, command, args, { env });
-    this.child = child;
-    this.stderr = stderr;
-    this.pending = new Map();
-    this.notifications = [];
-    this.nonJson = [];
-    readline.createInterface({ input: child.stdout }).on('line', (line) => {
-      let msg;
-      try {
-        msg = JSON.parse(line);
-      } catch {
-        this.nonJson.push(line); // stdout must carry only MCP messages (§6.1)
-        return;
-      }
-      if (msg.id !== undefined && this.pending.has(msg.id) && !msg.method) {
-        this.pending.get(msg.id)(msg);
-        this.pending.delete(msg.id);
-      } else {
-        this.notifications.push(msg);
-      }
-    });
-  }
-
-  /** Sends a request and resolves with the whole response message. */
-  request(id, method, params) {
-    const msg = { jsonrpc: '2.0', id, method };
-    if (params !== undefined) msg.params = params;
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`no answer to ${method} (${id}); stderr:\n${this.stderr.text}`)),
-        15000,
-      );
-      this.pending.set(id, (m) => {
-        clearTimeout(timer);
-        resolve(m);
-      });
-      this.child.stdin.write(JSON.stringify(msg) + '\n');
-    });
-  }
-
-  notify(method, params) {
-    const msg = { jsonrpc: '2.0', method };
-    if (params !== undefined) msg.params = params;
-    this.child.stdin.write(JSON.stringify(msg) + '\n');
-  }
-}
 
 // --- 2026-07-28 ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -222,6 +223,57 @@ export async function startIdemgateListen(t, dir, args, env = {}) {
   const listening = /idemgate: listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/;
   const m = await waitForLine(proc, listening, 'idemgate');
   return { url: m[1], ...proc };
+}
+
+/** A raw JSON-RPC peer over a child's stdio: one JSON object per line, nothing else. */
+export class RawPeer {
+  constructor(t, command, args, env) {
+    const { child, stderr, exited } = start(t, command, args, { env });
+    this.child = child;
+    this.stderr = stderr;
+    this.exited = exited; // settles with { code, signal } when the process exits
+    this.pending = new Map();
+    this.notifications = [];
+    this.nonJson = [];
+    readline.createInterface({ input: child.stdout }).on('line', (line) => {
+      let msg;
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        this.nonJson.push(line); // stdout must carry only MCP messages (§6.1)
+        return;
+      }
+      if (msg.id !== undefined && this.pending.has(msg.id) && !msg.method) {
+        this.pending.get(msg.id)(msg);
+        this.pending.delete(msg.id);
+      } else {
+        this.notifications.push(msg);
+      }
+    });
+  }
+
+  /** Sends a request and resolves with the whole response message. */
+  request(id, method, params) {
+    const msg = { jsonrpc: '2.0', id, method };
+    if (params !== undefined) msg.params = params;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`no answer to ${method} (${id}); stderr:\n${this.stderr.text}`)),
+        15000,
+      );
+      this.pending.set(id, (m) => {
+        clearTimeout(timer);
+        resolve(m);
+      });
+      this.child.stdin.write(JSON.stringify(msg) + '\n');
+    });
+  }
+
+  notify(method, params) {
+    const msg = { jsonrpc: '2.0', method };
+    if (params !== undefined) msg.params = params;
+    this.child.stdin.write(JSON.stringify(msg) + '\n');
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -111,16 +111,17 @@ async function proxy(t, dir, { args = [], env = {} } = {}) {
   const charge = (meta, a = ARGS) =>
     conn.client.callTool({ name: 'charge', arguments: a, ...(meta ? { _meta: meta } : {}) });
   const executions = () => readLedger(file).filter((e) => e.tool === 'charge').length;
-  const details = async () => {
+  const attempts = async () => {
     const { stdout } = await run(IDEMGATE, ['audit', '--json', '--store', store, '--tool', 'charge']);
-    return stdout.split('\n').filter(Boolean).map((l) => JSON.parse(l).detail ?? '');
+    return stdout.split('\n').filter(Boolean).map((l) => JSON.parse(l));
   };
+  const details = async () => (await attempts()).map((a) => a.detail ?? '');
   // Waits until an attempt's detail has `text` (the audit log is written in batches).
   const hasDetail = (text) =>
     until(async () => (await details()).some((d) => d.includes(text)), {
       what: `an attempt whose detail has "${text}"`,
     });
-  return { ...conn, charge, executions, details, hasDetail };
+  return { ...conn, charge, executions, attempts, details, hasDetail };
 }
 
 test('Claude Code with the hook: a retry in a prompt replays, the next prompt charges again', async (t) => {
@@ -152,9 +153,18 @@ test('Claude Code with the hook: a retry in a prompt replays, the next prompt ch
   const retry2 = await p.charge({ 'claudecode/toolUseId': 'toolu_04', progressToken: 4 });
   assert.ok(isReplay(retry2), JSON.stringify(retry2));
   assert.equal(p.executions(), 2, 'two prompts, two charges');
-  await p.hasDetail('turn: hook:turn (claude-code prompt hook); call id: meta:claudecode/toolUseId');
-  const turns = (await p.details()).filter((d) => d.startsWith('turn: hook:turn'));
-  assert.equal(turns.length, 4, `every attempt was scoped by the hook: ${turns}`);
+  // Once the log has both executions and both replays, every attempt names the hook's turn.
+  const logged = await until(
+    async () => {
+      const all = await p.attempts();
+      const count = (o) => all.filter((a) => a.outcome === o).length;
+      return count('executed') === 2 && count('replayed') === 2 && all;
+    },
+    { what: 'two executions and two replays in the audit log' },
+  );
+  for (const a of logged) {
+    assert.equal(a.detail, 'turn: hook:turn (claude-code prompt hook); call id: meta:claudecode/toolUseId');
+  }
 });
 
 test('Gemini CLI with the hook (default directory): each prompt is a turn of its own', async (t) => {

@@ -80,10 +80,10 @@ class Serve:
             self.proc.wait()
             raise AssertionError("idemgate serve did not start: " + "\n".join(self.lines))
 
-    def stop(self):
-        """SIGTERM; returns the exit status (a graceful stop exits 0)."""
+    def stop(self, sig=signal.SIGTERM):
+        """Sends `sig`; returns the exit status (a graceful stop exits 0)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
         code = self.proc.wait(DEADLINE)
         self.pump.join(DEADLINE)
         return code
@@ -192,6 +192,25 @@ class ServeTest(unittest.TestCase):
         self.assertIn("unknown", outcomes)
         self.assertIn("released", outcomes)
 
+    def test_sigint_and_sighup_stop_it_as_sigterm_does_with_the_audit_log_written(self):
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            with self.subTest(signal=sig.name):
+                store = "sqlite:" + os.path.join(self.dir, "stop-%s.db" % sig.name)
+                s = self.serve(store=store)
+                ledger = idemgate_ledger.Ledger(s.url)
+                for _ in range(2):  # the second is a replay
+                    with ledger.call("turn-stop", "charge", {"cents": 7}) as c:
+                        if not c.replayed:
+                            c.complete({"ok": True})
+                self.assertEqual(s.stop(sig), 0, "\n".join(s.lines))
+                self.assertTrue(any("stopping on " + sig.name in l for l in s.lines), s.lines)
+                audit = subprocess.run([BINARY, "audit", "--store", store, "--json"],
+                                       capture_output=True, timeout=DEADLINE)
+                self.assertEqual(audit.returncode, 0, audit.stderr)
+                outcomes = sorted(json.loads(line)["outcome"]
+                                  for line in audit.stdout.decode().splitlines())
+                self.assertEqual([o for o in outcomes if o != "claimed"], ["executed", "replayed"])
+
     def test_node_helper_executes_once_and_replays_the_retry(self):
         if shutil.which("node") is None:
             self.fail("node is not installed (scripts/setup installs it)")
@@ -227,6 +246,88 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
         self.assertEqual(out["runs"], 1)
         self.assertEqual(out["failed"], "lost connection")
         self.assertEqual(out["condition"], "outcome-unknown")
+
+    # ── calls longer than the lease (guarantees review F6) ──
+
+    def short_lease_config(self, on_unknown):
+        path = os.path.join(self.dir, "short-lease-%s.toml" % on_unknown)
+        with open(path, "w") as f:
+            f.write('[defaults]\nlease = "300ms"\nwait = "100ms"\non_unknown = "%s"\n' % on_unknown)
+        return path
+
+    def test_the_python_helper_heartbeats_a_call_longer_than_the_lease(self):
+        """The tool runs for three leases; a retry meanwhile finds it in progress (not taken over
+        and run again under on_unknown = "retry"), and the first call's result is stored."""
+        s = self.serve("--config", self.short_lease_config("retry"))
+        ledger = idemgate_ledger.Ledger(s.url)
+        runs, retried = [], {}
+        with ledger.call(None, "deploy", {"app": "api"}, key="long-1") as c:
+            self.assertFalse(c.replayed)
+            runs.append(1)
+            # The call outlasts its lease three times over: without heartbeats the retry below
+            # would take it over.
+            deadline = time.monotonic() + 0.9
+            while time.monotonic() < deadline:
+                threading.Event().wait(deadline - time.monotonic())
+            try:
+                with ledger.call(None, "deploy", {"app": "api"}, key="long-1") as r:
+                    retried["replayed"] = r.replayed
+                    runs.append(2)
+                    r.complete({"run": 2})
+            except idemgate_ledger.LedgerError as e:
+                retried["type"] = e.type
+            c.complete({"run": 1})
+        self.assertEqual(retried, {"type": "in-progress"})
+        self.assertEqual(runs, [1])
+        with ledger.call(None, "deploy", {"app": "api"}, key="long-1") as again:
+            self.assertTrue(again.replayed)
+            self.assertEqual(again.outcome["result"], {"run": 1})
+
+    def test_the_owners_late_complete_is_stored_after_a_retry_marked_it_unknown(self):
+        """The owner's lease lapsed (no heartbeat) and a retry marked the record unknown; the
+        owner's own complete, at its fence, still stores what the action did."""
+        s = self.serve("--config", self.short_lease_config("fail"))
+        status, _, begun = http("POST", s.url + "/v1/calls/begin", {"tool": "deploy", "key": "late-1"})
+        self.assertEqual((status, begun["decision"]), (200, "execute"), begun)
+        deadline = time.monotonic() + DEADLINE
+        while True:  # until the lease has run out and the retry says so
+            status, _, retry = http("POST", s.url + "/v1/calls/begin", {"tool": "deploy", "key": "late-1"})
+            if status == 409 and retry["type"].endswith("outcome-unknown"):
+                break
+            self.assertLess(time.monotonic(), deadline, retry)
+        status, _, done = http("POST", s.url + "/v1/calls/complete",
+                               {"key": "late-1", "fence": begun["fence"],
+                                "outcome": {"status": "success", "result": {"deployed": True}}})
+        self.assertEqual(status, 200, done)
+        status, _, replay = http("POST", s.url + "/v1/calls/begin", {"tool": "deploy", "key": "late-1"})
+        self.assertEqual((status, replay["decision"]), (200, "replay"), replay)
+        self.assertEqual(replay["outcome"]["result"], {"deployed": True})
+
+    # ── the store's clock (guarantees review F2) ──
+
+    def test_a_store_whose_clock_cannot_be_read_refuses_to_start(self):
+        """A Redis that answers everything but TIME (renamed away): records could be read, but
+        leases would be judged by this machine's clock, which lets a host that runs ahead take
+        over live calls. The front says which store and what to do, and exits 1."""
+        redis_dir = os.path.join(self.dir, "redis-no-time")
+        redis_sh = os.path.join(ROOT, "tests", "servers", "redis.sh")
+        subprocess.run(["bash", redis_sh, "start", redis_dir, "auto", "--rename-command", "TIME",
+                        ""], check=True, timeout=DEADLINE, stdout=subprocess.DEVNULL)
+        self.addCleanup(subprocess.run, ["bash", redis_sh, "stop", redis_dir], timeout=DEADLINE)
+        with open(os.path.join(redis_dir, "url")) as f:
+            url = f.read().strip()
+        try:
+            proc = subprocess.run([BINARY, "serve", "--listen", "127.0.0.1:0", "--store", url],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=DEADLINE)
+        except subprocess.TimeoutExpired as e:
+            self.fail("idemgate serve started on a store whose clock it could not read: "
+                      + (e.stderr or b"").decode())
+        err = proc.stderr.decode()
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertIn("cannot read the clock of store " + url.split("?")[0], err)
+        self.assertIn("does not start without it", err)
+        self.assertNotIn("listening on", err)
 
     # ── several instances, one Redis ──
 
