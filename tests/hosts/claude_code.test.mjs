@@ -10,7 +10,7 @@
 //   id>"} — no turn, no session; the stdio server's environment has CLAUDE_CODE_SESSION_ID
 //   (one per process). The same over Streamable HTTP ("type": "http").
 // - Its stop (end of a -p run): SIGINT to each stdio MCP server; if it is still alive 100 ms
-//   later SIGTERM (measured 101-104 ms); 400 ms after that SIGKILL (the process exited ~570-660
+//   later SIGTERM (measured 95-106 ms); 400 ms after that SIGKILL (the process exited ~527-660
 //   ms after its SIGINT, once the escalation was over). idemgate has 100 ms after SIGINT before
 //   the escalation, and ~500 ms before SIGKILL.
 // - A tool result with structuredContent reaches the model as JSON.stringify(structuredContent)

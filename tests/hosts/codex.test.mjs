@@ -15,7 +15,7 @@
 // - Each stdio MCP server runs in a process group of its own. Its stop (end of `codex exec`):
 //   stdin closed and SIGTERM to that group at the same moment (within 15 ms), so idemgate AND
 //   its upstream server get the SIGTERM from Codex; then SIGKILL to the server process it
-//   started (not the group), measured 140–420 ms after the SIGTERM, about when Codex exits
+//   started (not the group), measured 109–420 ms after the SIGTERM, about when Codex exits
 //   (the "stop" test measures it with signal_server.mjs). So idemgate has ~140 ms from SIGTERM
 //   to settle and flush, and its upstream is being stopped at the same time.
 // - It starts MCP servers in the background: without `required = true` in the server's table

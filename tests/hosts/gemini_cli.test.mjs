@@ -10,8 +10,8 @@
 //   one key (the arguments, for the session window).
 // - A follow-up prompt is another run, `gemini --resume latest -p PROMPT` (the same
 //   conversation, a new process: a new MCP server and a new idemgate).
-// - Its stop (end of a -p run): SIGTERM to each stdio MCP server, its stdin closed 76–372 ms
-//   later (three runs), then Gemini CLI exits (157–454 ms after the SIGTERM) without waiting for
+// - Its stop (end of a -p run): SIGTERM to each stdio MCP server, its stdin closed 38–372 ms
+//   later (over the lab's runs), then Gemini CLI exits (91–454 ms after the SIGTERM) without waiting for
 //   the server and never sends SIGKILL: a server that ignores SIGTERM lives on, orphaned (the
 //   "stop" test measures it with signal_server.mjs). So idemgate's own grace is the only bound on
 //   its stop.
