@@ -5,7 +5,7 @@
 // counting lines. Node 20 standard library only.
 //
 //   node server.mjs [--port N] [--host H] [--ledger FILE] [--delay-ms N] [--key-header NAME]
-//                   [--no-fsync] [--https --cert FILE --key FILE]
+//                   [--api-key KEY] [--no-fsync] [--https --cert FILE --key FILE]
 //
 // The first line on stdout is exactly `listening on http://HOST:PORT` (or https://).
 // See README.md for the routes, the ledger lines and the faults a request can ask for.
@@ -17,7 +17,8 @@ import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 
 const USAGE = `usage: node server.mjs [--port N] [--host H] [--ledger FILE] [--delay-ms N]
-                      [--key-header NAME] [--no-fsync] [--https --cert FILE --key FILE]`;
+                      [--key-header NAME] [--api-key KEY] [--no-fsync]
+                      [--https --cert FILE --key FILE]`;
 
 let opts;
 try {
@@ -28,6 +29,7 @@ try {
       ledger: { type: 'string' },
       'delay-ms': { type: 'string', default: '0' },
       'key-header': { type: 'string', default: 'Idempotency-Key' },
+      'api-key': { type: 'string' },
       'no-fsync': { type: 'boolean', default: false },
       https: { type: 'boolean', default: false },
       cert: { type: 'string' },
@@ -55,6 +57,7 @@ if (opts.https && (!opts.cert || !opts.key)) {
   process.exit(2);
 }
 const KEY_HEADER = opts['key-header'].toLowerCase(); // Node lower-cases request header names
+const API_KEY = opts['api-key']; // when set, every route but /healthz wants `Authorization: Bearer KEY`
 const FSYNC = !opts['no-fsync'];
 const LEDGER = path.resolve(opts.ledger || process.env.EXAMPLE_LEDGER || './vendor-ledger.jsonl');
 const MAX_BODY = 10 << 20;
@@ -329,6 +332,10 @@ function refuse(req, res, url, status) {
 
 async function handle(req, res) {
   const url = new URL(req.url, 'http://vendor');
+  if (API_KEY !== undefined && url.pathname !== '/healthz' &&
+      req.headers.authorization !== `Bearer ${API_KEY}`) {
+    throw new Reject(401, 'missing or wrong Authorization: Bearer <api key>');
+  }
   const raw = await readBody(req);
   const fault = parseFault(req.headers['x-vendor-fault']);
   if (fault?.kind === 'drop-before') return req.socket.destroy();

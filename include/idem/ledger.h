@@ -27,6 +27,13 @@
 namespace idem {
 
 // One logical call, as the front derived it.
+struct Call;
+// The reconcile hook (on_unknown = reconcile): looks the outcome up with a
+// read-only tool or route. Returns the outcome if the action happened,
+// nullopt if it did not, an error if it cannot tell (the record then becomes
+// kUnknown).
+using ReconcileHook = std::function<Result<std::optional<Outcome>>(const Call&)>;
+
 struct Call {
   RecordId id;              // tenant + key (key from DeriveKey)
   std::string fingerprint;  // of the full arguments: drift is judged on this
@@ -42,6 +49,10 @@ struct Call {
   // The agent host the call came from (MCP clientInfo.name), for the host
   // label of the metrics (GatewayMetrics bounds it). Empty: unknown.
   std::string host;
+  // This call's own reconcile lookup, from the front that knows what the
+  // upstream received (the key as forwarded, the caller's credentials);
+  // empty: LedgerOptions::reconcile.
+  ReconcileHook reconcile;
 };
 
 // What Begin decided. Exactly one owner gets kExecute for a live key.
@@ -67,11 +78,6 @@ struct Decision {
 };
 std::string_view DecisionKindName(Decision::Kind k);
 
-// The reconcile hook (on_unknown = reconcile): looks the outcome up with a
-// read-only tool or route. Returns the outcome if the action happened,
-// nullopt if it did not, an error if it cannot tell (the record then becomes
-// kUnknown).
-using ReconcileHook = std::function<Result<std::optional<Outcome>>(const Call&)>;
 
 // What the caller's function reports about one execution (§4.7).
 struct Execution {

@@ -102,8 +102,7 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   StoreOptions store_options;
   store_options.io = &io.context();
   auto core =
-      OpenFrontCore(globals, *config, "http", proxy::MakeRouteReconcileHook(*config, **upstream),
-                    LogHttp, store_options);
+      OpenFrontCore(globals, *config, "http", /*reconcile=*/nullptr, LogHttp, store_options);
   if (!core) return Fail("http", core.error());
   Ledger& ledger = *(*core)->ledger;
   // A gated request holds its connection until answered, so --max-connections bounds the

@@ -473,8 +473,9 @@ Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
   // review F3); a found outcome is stored at it too, and a concurrent
   // retry's lookup or the owner's own completion loses the race cleanly
   // (LostRace: re-read, replay).
-  if (!options_.reconcile) return unknown(record.fence);
-  Result<std::optional<Outcome>> found = options_.reconcile(call);
+  const ReconcileHook& lookup = call.reconcile ? call.reconcile : options_.reconcile;
+  if (!lookup) return unknown(record.fence);
+  Result<std::optional<Outcome>> found = lookup(call);
   if (!found) return unknown(record.fence);
   if (!found->has_value()) return take_over();  // it never happened: execute under a new fence
   auto completed = store_.Complete(call.id, record.fence, **found, KeptRetention(call, record));

@@ -249,6 +249,27 @@ TEST_F(ReconcileTest, CannotTellKeepsTheLiveOwnersLateOutcome) {
   EXPECT_EQ(after->record.outcome->body, "late but true");
 }
 
+// A front that knows what the upstream received gives each call its own
+// lookup (the HTTP proxy: the key as forwarded, the caller's credentials);
+// it is asked instead of LedgerOptions::reconcile.
+TEST_F(LedgerTest, ACallsOwnReconcileLookupIsAskedWithoutALedgerHook) {
+  Call call = MakeCall();
+  call.policy.on_unknown = OnUnknown::kReconcile;
+  int asked = 0;
+  call.reconcile = [&asked](const Call&) -> Result<std::optional<Outcome>> {
+    ++asked;
+    return std::optional<Outcome>(Outcome{OutcomeClass::kSuccess, "found at the vendor"});
+  };
+  ASSERT_EQ(ledger_.Begin(call)->kind, Kind::kExecute);
+  clock_.Advance(call.policy.lease + 1s);
+  auto r = ledger_.Begin(call);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kReplay);
+  EXPECT_TRUE(r->reconciled);
+  EXPECT_EQ(r->record.outcome->body, "found at the vendor");
+  EXPECT_EQ(asked, 1);
+}
+
 TEST_F(LedgerTest, ReconcileWithoutHookIsUnknownNeverExecutes) {
   Call call = MakeCall();
   call.policy.on_unknown = OnUnknown::kReconcile;

@@ -78,12 +78,22 @@ Result<std::string> RequestFingerprint(const http::Request& request, const PlanO
 
 std::string CredentialScope(const http::Request& request, const Config& config) {
   if (!config.tenants.empty()) return {};
-  for (std::string_view name : {"Authorization", "X-Api-Key", "Api-Key"}) {
+  for (std::string_view name : kCredentialHeaders) {
     if (auto credential = request.FindHeader(name); credential && !credential->empty()) {
       return "c" + Sha256Hex(*credential).substr(0, 12);
     }
   }
   return {};
+}
+
+std::vector<http::Header> CredentialHeaders(const http::Request& request) {
+  std::vector<http::Header> out;
+  for (const http::Header& h : request.headers) {
+    for (std::string_view name : kCredentialHeaders) {
+      if (HeaderNameEquals(h.name, name)) out.push_back(h);
+    }
+  }
+  return out;
 }
 
 RequestPlan PlanRequest(const http::Request& request, const Config& config,

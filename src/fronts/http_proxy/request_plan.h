@@ -74,6 +74,14 @@ RequestPlan PlanRequest(const http::Request& request, const Config& config,
 // (the tenant scopes) or without a credential.
 std::string CredentialScope(const http::Request& request, const Config& config);
 
+// The headers that carry a vendor credential, in the order CredentialScope
+// reads them.
+inline constexpr std::string_view kCredentialHeaders[] = {"Authorization", "X-Api-Key", "Api-Key"};
+
+// The request's credential headers (kCredentialHeaders), as sent: what a
+// reconcile lookup forwards on the caller's behalf.
+std::vector<http::Header> CredentialHeaders(const http::Request& request);
+
 // `body` with the member `field` set to `key` (a JSON string) when `body` is
 // a JSON object that has no such member: Square reads its key from the body.
 // Any other body, and one that already names its own key, is returned as

@@ -267,9 +267,37 @@ reconcile = "/v1/charges?idempotency_key={key}"
   RequestPlan p = PlanRequest(Post("/v1/charges", "{}", {{"Idempotency-Key", "k/1&x"}}), c, {});
   ASSERT_EQ(p.kind, RequestPlan::Kind::kGated);
   EXPECT_EQ(p.call.policy.on_unknown, OnUnknown::kReconcile);
-  EXPECT_EQ(ReconcileTarget(c, p.call), "/v1/charges?idempotency_key=k%2F1%26x");
+  EXPECT_EQ(ReconcileTarget(c, p.call.tool, p.forward_key),
+            "/v1/charges?idempotency_key=k%2F1%26x");
   RequestPlan other = PlanRequest(Post("/v1/tickets", "{}", {{"Idempotency-Key", "k"}}), c, {});
-  EXPECT_EQ(ReconcileTarget(c, other.call), std::nullopt);
+  EXPECT_EQ(ReconcileTarget(c, other.call.tool, other.forward_key), std::nullopt);
+}
+
+// The lookup asked for call.id.key, which with a vendor credential is
+// "c<hash>/<key>", and unquoted where the vendor got the sf-string with its
+// quotes: a key the vendor never saw, so a 404 ran the call again
+// (guarantees review F1). It asks for the forwarded key, with the
+// request's credentials.
+TEST(RouteReconcileTest, TargetAndCredentialsAreWhatTheVendorReceived) {
+  Config c = WithRoutes(R"(
+[[route]]
+match = "/v1/charges"
+on_unknown = "reconcile"
+reconcile = "/v1/charges?idempotency_key={key}"
+)");
+  RequestPlan p = PlanRequest(Post("/v1/charges", "{}",
+                                   {{"Idempotency-Key", "\"k1\""},
+                                    {"Authorization", "Bearer sk_1"},
+                                    {"X-Other", "o"}}),
+                              c, {});
+  ASSERT_EQ(p.kind, RequestPlan::Kind::kGated);
+  EXPECT_NE(p.call.id.key, p.forward_key) << "scoped by the credential";
+  EXPECT_EQ(ReconcileTarget(c, p.call.tool, p.forward_key),
+            "/v1/charges?idempotency_key=%22k1%22");
+  std::vector<http::Header> credentials =
+      CredentialHeaders(Post("/v1/charges", "{}", {{"Authorization", "Bearer sk_1"}, {"X-Other", "o"}}));
+  ASSERT_EQ(credentials.size(), 1u);
+  EXPECT_EQ(credentials[0].value, "Bearer sk_1");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "core/fault_point.h"
+#include "fronts/http_proxy/route_reconcile.h"
 #include "fronts/http_proxy/stored_response.h"
 #include "gate/answer.h"
 #include "gate/upstream_class.h"
@@ -158,6 +159,12 @@ void ReverseProxy::Handle(http::Request request, http::Responder respond) {
   if (plan.kind == RequestPlan::Kind::kPassThrough) {
     PassThrough(std::move(request), std::move(respond));
     return;
+  }
+  if (plan.call.policy.on_unknown == OnUnknown::kReconcile) {
+    // The lookup asks for the key the upstream received, with this
+    // request's credentials (route_reconcile.h).
+    plan.call.reconcile =
+        MakeRouteLookup(config_, upstream_, plan.forward_key, CredentialHeaders(request));
   }
   auto gated = std::make_shared<Gated>();
   gated->request = std::move(request);

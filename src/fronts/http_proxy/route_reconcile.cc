@@ -24,20 +24,20 @@ std::string PercentEncode(std::string_view s) {
   return out;
 }
 
-const RouteRule* RuleOf(const Config& config, const Call& call) {
-  const size_t space = call.tool.find(' ');
+const RouteRule* RuleOf(const Config& config, std::string_view tool) {
+  const size_t space = tool.find(' ');
   if (space == std::string::npos) return nullptr;
-  return config.RouteFor(std::string_view(call.tool).substr(0, space),
-                         std::string_view(call.tool).substr(space + 1));
+  return config.RouteFor(tool.substr(0, space), tool.substr(space + 1));
 }
 
 }  // namespace
 
-std::optional<std::string> ReconcileTarget(const Config& config, const Call& call) {
-  const RouteRule* rule = RuleOf(config, call);
+std::optional<std::string> ReconcileTarget(const Config& config, std::string_view tool,
+                                           std::string_view forwarded_key) {
+  const RouteRule* rule = RuleOf(config, tool);
   if (rule == nullptr || !rule->reconcile) return std::nullopt;
   std::string target = *rule->reconcile;
-  const std::string key = PercentEncode(call.id.key);
+  const std::string key = PercentEncode(forwarded_key);
   for (size_t at = target.find("{key}"); at != std::string::npos;
        at = target.find("{key}", at + key.size())) {
     target.replace(at, 5, key);
@@ -45,9 +45,11 @@ std::optional<std::string> ReconcileTarget(const Config& config, const Call& cal
   return target;
 }
 
-ReconcileHook MakeRouteReconcileHook(const Config& config, net::HttpClient& upstream) {
-  return [&config, &upstream](const Call& call) -> Result<std::optional<Outcome>> {
-    std::optional<std::string> target = ReconcileTarget(config, call);
+ReconcileHook MakeRouteLookup(const Config& config, net::HttpClient& upstream,
+                              std::string forwarded_key, std::vector<http::Header> credentials) {
+  return [&config, &upstream, forwarded_key = std::move(forwarded_key),
+          credentials = std::move(credentials)](const Call& call) -> Result<std::optional<Outcome>> {
+    std::optional<std::string> target = ReconcileTarget(config, call.tool, forwarded_key);
     if (!target) {
       return MakeError(ErrorCode::kFailedPrecondition,
                        "no reconcile route is configured for " + call.tool);
@@ -55,8 +57,9 @@ ReconcileHook MakeRouteReconcileHook(const Config& config, net::HttpClient& upst
     net::HttpClientRequest request;
     request.method = "GET";
     request.target = std::move(*target);
-    if (const std::string& header = RuleOf(config, call)->key_header; !header.empty()) {
-      request.headers.push_back({header, call.id.key});
+    request.headers = credentials;
+    if (const std::string& header = RuleOf(config, call.tool)->key_header; !header.empty()) {
+      request.headers.push_back({header, forwarded_key});
     }
     auto promise = std::make_shared<std::promise<net::HttpClientResult>>();
     std::future<net::HttpClientResult> answer = promise->get_future();

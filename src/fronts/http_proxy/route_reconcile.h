@@ -10,18 +10,22 @@
 //   on_unknown = "reconcile"
 //   reconcile = "/v1/charges?idempotency_key={key}"
 //
-// It is sent as GET, with the key also in the route's key_header. A 2xx
-// answer means the action happened: that answer becomes the stored outcome
-// (retries get it, marked replayed). 404 or 410 means it did not: the call
-// executes. Anything else, or no answer, cannot tell: the record stays
-// unknown. The lookup carries no client credentials (the hook runs for
-// whichever retry comes first), so it suits upstreams reachable without them
-// or with credentials the upstream URL's network grants.
+// It is sent as GET, with the key also in the route's key_header, the key
+// being exactly what the upstream received (the client's header value as
+// sent, quotes and all, or the derived key; never idemgate's record key,
+// which may carry a credential scope), and with the retry's own credential
+// headers (Authorization, X-Api-Key, Api-Key), so an upstream that wants
+// them for its lookup gets them. A 2xx answer means the action happened:
+// that answer becomes the stored outcome (retries get it, marked replayed).
+// 404 or 410 means it did not: the call executes. Anything else, or no
+// answer, cannot tell: the record stays unknown.
 #pragma once
 
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "idem/config.h"
 #include "idem/ledger.h"
@@ -29,13 +33,18 @@
 
 namespace idem::proxy {
 
-// The lookup target for `call` (its tool is "METHOD /path"), or nullopt when
-// its route has no `reconcile`.
-std::optional<std::string> ReconcileTarget(const Config& config, const Call& call);
+// The lookup target for a call to `tool` ("METHOD /path") whose key the
+// upstream received as `forwarded_key`, or nullopt when its route has no
+// `reconcile`.
+std::optional<std::string> ReconcileTarget(const Config& config, std::string_view tool,
+                                           std::string_view forwarded_key);
 
-// The hook for LedgerOptions::reconcile. Runs inside Ledger::Begin on a
-// worker thread and blocks there for the lookup (at most the pool's
-// response_timeout). `config` and `upstream` must outlive the ledger's use.
-ReconcileHook MakeRouteReconcileHook(const Config& config, net::HttpClient& upstream);
+// The lookup of one gated request (Call::reconcile): `forwarded_key` as the
+// upstream received it, `credentials` the request's credential headers. Runs
+// inside Ledger::Begin on a worker thread and blocks there for the lookup (at
+// most the pool's response_timeout). `config` and `upstream` must outlive the
+// call.
+ReconcileHook MakeRouteLookup(const Config& config, net::HttpClient& upstream,
+                              std::string forwarded_key, std::vector<http::Header> credentials);
 
 }  // namespace idem::proxy

@@ -532,6 +532,36 @@ reconcile = "/v1/charges?idempotency_key={key}"
         self.assertEqual(len(self.ledger_lines()), 1)
 
 
+class ReconcileWithCredentialsTest(ProxyTest):
+    """A vendor that wants its API key on every request, lookups included. The lookup asked for
+    idemgate's record key (c<hash>/<key> once a credential scopes it; unquoted where the vendor
+    got the quoted sf-string) without credentials: a 404 ran the call again, a 401 could never
+    tell (guarantees review F1)."""
+    CONFIG = ReconcileTest.CONFIG
+    VENDOR_ARGS = ["--api-key", "sk_test"]
+    AUTH = {"Authorization": "Bearer sk_test"}
+
+    def unknown_then_retry(self, key):
+        self.assertProblem(self.post("/v1/charges", CHARGE, key=key,
+                                     headers=dict(self.AUTH, **{"X-Vendor-Fault": "500"})),
+                           502, "outcome-unknown")
+        return self.post("/v1/charges", CHARGE, key=key, headers=self.AUTH)
+
+    def test_the_lookup_asks_for_the_forwarded_key_with_the_callers_credentials(self):
+        again = self.unknown_then_retry("rcc-1")
+        self.assertEqual(again[0], 200, again[2])
+        self.assertEqual(header(again[1], "Idempotent-Replayed"), "true")
+        self.assertEqual(json.loads(again[2])["idempotency_key"], "rcc-1")
+        self.assertEqual(len(self.ledger_lines()), 1)
+
+    def test_a_quoted_key_is_looked_up_as_the_vendor_received_it(self):
+        again = self.unknown_then_retry('"rcc-2"')
+        self.assertEqual(again[0], 200, again[2])
+        self.assertEqual(header(again[1], "Idempotent-Replayed"), "true")
+        self.assertEqual(json.loads(again[2])["idempotency_key"], '"rcc-2"')
+        self.assertEqual(len(self.ledger_lines()), 1)
+
+
 class LeaseOutlivesRequestTest(ProxyTest):
     """A lease must outlive the longest a request to the vendor can stay open (connect +
     upstream timeout), or an instance cut off from the store loses it while the vendor may still
