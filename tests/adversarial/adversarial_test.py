@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Hostile clients, end to end (issue #37, the security review's findings): the real binaries on
+loopback — `idemgate serve`, `idemgate http` and `idemgate mcp --listen` — are sent what an
+attacker sends, and each case asserts a bound read from /proc (CPU time, open descriptors, peak
+memory) or from the server's own answers, and that a well-behaved client is still served.
+
+Every loop here is bounded in count; every wait is bounded by DEADLINE (a bound, never a timing
+assumption). The chunk-extension and trailer floods of F1 live in
+tests/integration/bad_input_test.py (`chunk_cases`); the process and HTTP helpers are shared with
+it and with tests/integration/http/http_proxy_test.py by import.
+
+    python3 tests/adversarial/adversarial_test.py --binary build/idemgate \\
+        [--mcp-server examples/mcp-server/server.js] \\
+        [--vendor examples/http-vendor/server.mjs] [unittest args...]
+
+Needs node and the example MCP server's npm packages for the `mcp --listen` cases. Standard
+library only. The figures measured are printed at the end (RELIABILITY.md, "Security").
+"""
+import argparse
+import json
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration", "http"))
+import bad_input_test  # noqa: E402
+import http_proxy_test  # noqa: E402
+from bad_input_test import host_port, read_response  # noqa: E402
+from http_proxy_test import Process, header, request  # noqa: E402
+
+BINARY = None
+MCP_SERVER = None
+VENDOR = None
+DEADLINE = 30.0  # seconds: a bound for anything awaited, never a timing assumption
+
+MEASURED = []  # (case, figure), printed at the end
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of `pid` so far, in seconds (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_descriptors(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def with_nofile(limit, args):
+    """`args` run with RLIMIT_NOFILE lowered to `limit` (soft and hard), same pid (exec)."""
+    return [sys.executable, "-c",
+            "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d)); "
+            "os.execv(sys.argv[1], sys.argv[1:])" % (limit, limit), *args]
+
+
+def connect(base):
+    return socket.create_connection(host_port(base), timeout=DEADLINE)
+
+
+def served(base, path="/healthz", attempts=100):
+    """Whether a well-behaved GET of `path` on a fresh connection is answered 200 within
+    `attempts` tries (the server notices closed connections asynchronously)."""
+    for _ in range(attempts):
+        try:
+            if request(base, "GET", path, timeout=2)[0] == 200:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+class Front:
+    """How to start each front on loopback: (args, marker, env)."""
+
+    @staticmethod
+    def serve(extra, store="memory:"):
+        return [BINARY, "serve", "--listen", "127.0.0.1:0", "--store", store, *extra], None
+
+    @staticmethod
+    def http(extra, upstream="http://127.0.0.1:9", store="memory:"):
+        return [BINARY, "http", "--listen", "127.0.0.1:0", "--upstream", upstream,
+                "--store", store, *extra], None
+
+    @staticmethod
+    def mcp(extra, store="memory:", ledger=os.devnull):
+        return ([BINARY, "mcp", "--listen", "127.0.0.1:0", "--store", store, *extra, "--",
+                 "node", MCP_SERVER], dict(os.environ, EXAMPLE_LEDGER=ledger))
+
+
+def start(test, args, env=None):
+    proc = Process(args, "listening on ", stream="stderr", env=env)
+    test.addCleanup(proc.stop)
+    base = proc.url.rsplit("/mcp", 1)[0]
+    return proc, base
+
+
+# ── F2: connections and descriptors ──────────────────────────────────────────────────────────
+
+
+class ConnectionFloodTest(unittest.TestCase):
+    """F2: a flood of idle connections past max_connections, and past the process's open-file
+    limit, on every front."""
+
+    FRONTS = ("serve", "http", "mcp")
+    NOFILE = 64      # RLIMIT_NOFILE of the server in the EMFILE case
+    FLOOD = 100      # connections opened past it
+    PROBES = 10      # new connections tried (and left unanswered) while it is out of descriptors
+    MAX_CPU_SHARE = 0.2  # of the wall time the probes took (a busy accept loop takes ~1.0)
+
+    def test_out_of_descriptors_pauses_accepting(self):
+        """With RLIMIT_NOFILE at 64 and max_connections 1024: the start warns that the limit is
+        too low; a flood of 100 idle connections runs the server out of descriptors; while it is
+        out, the server uses under a fifth of a core (a busy accept loop used all of one) and logs
+        the accept failure once; once the flood closes, it serves again."""
+        for front in self.FRONTS:
+            with self.subTest(front=front):
+                args, env = getattr(Front, front)(["--read-timeout", "20s"])
+                proc, base = start(self, with_nofile(self.NOFILE, args), env)
+                pid = proc.proc.pid
+                self.assertTrue(served(base), "not serving before the flood")
+                flood = [connect(base) for _ in range(self.FLOOD)]
+                try:
+                    failed = lambda: [l for l in proc.log if "accept failed" in l]
+                    for _ in range(1000):
+                        if failed():
+                            break
+                        select.select([], [], [], 0.01)
+                    self.assertTrue(failed(), "the flood did not exhaust descriptors")
+                    cpu0, wall0 = cpu_seconds(pid), time.monotonic()
+                    for _ in range(self.PROBES):
+                        probe = connect(base)
+                        probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                        select.select([probe], [], [], 0.2)
+                        flood.append(probe)
+                    cpu, wall = cpu_seconds(pid) - cpu0, time.monotonic() - wall0
+                    MEASURED.append(("%s: CPU share while out of descriptors" % front,
+                                     "%.3f (%.2f s CPU over %.2f s)" % (cpu / wall, cpu, wall)))
+                    self.assertLess(cpu / wall, self.MAX_CPU_SHARE,
+                                    "%.2f s of CPU in %.2f s while out of descriptors" %
+                                    (cpu, wall))
+                    self.assertLessEqual(len(failed()), 2, "the accept failure is logged "
+                                         "%d times" % len(failed()))
+                finally:
+                    for s in flood:
+                        s.close()
+                self.assertTrue(served(base), "not serving after the flood closed")
+                self.assertTrue(any("accepting connections again" in l for l in proc.log))
+                self.assertIsNone(proc.proc.poll())
+                self.assertTrue(any("RLIMIT_NOFILE" in line and "below" in line
+                                    for line in proc.log), "no start-time warning: %s" % proc.log)
+
+    def test_over_limit_connections_are_closed_promptly(self):
+        """With max_connections 4 and read_timeout 20 s, four idle connections held: a fifth gets
+        503 and the server closes it within 5 s (it was held for read_timeout, 20 s); a flood of
+        200 more never holds more than max_connections + 64 (the over-limit reserve) descriptors
+        for connections; once the flood closes, a well-behaved client is served."""
+        for front in ("serve", "http"):
+            with self.subTest(front=front):
+                args, env = getattr(Front, front)(["--read-timeout", "20s",
+                                                   "--max-connections", "4"])
+                proc, base = start(self, args, env)
+                pid = proc.proc.pid
+                baseline = open_descriptors(pid)
+                held = [connect(base) for _ in range(4)]
+                try:
+                    for _ in range(1000):  # the server registers them asynchronously
+                        if open_descriptors(pid) >= baseline + 4:
+                            break
+                        select.select([], [], [], 0.01)
+                    over = connect(base)
+                    held.append(over)
+                    status, _, body = read_response(over)
+                    self.assertEqual(status, 503, body)
+                    self.assertIn(b"max_connections", body)
+                    # The server's descriptor for it is gone within 5 s (bounded polls).
+                    t0 = time.monotonic()
+                    for _ in range(500):
+                        if open_descriptors(pid) <= baseline + 4:
+                            break
+                        select.select([], [], [], 0.01)
+                    closed_after = time.monotonic() - t0
+                    self.assertLessEqual(open_descriptors(pid), baseline + 4,
+                                         "the over-limit connection was held open")
+                    MEASURED.append(("%s: over-limit connection closed after its 503" % front,
+                                     "%.2f s" % closed_after))
+                    peak = 0
+                    for _ in range(200):
+                        held.append(connect(base))
+                        peak = max(peak, open_descriptors(pid) - baseline)
+                    MEASURED.append(("%s: connection descriptors, 200 over the limit of 4" %
+                                     front, "peak %d" % peak))
+                    self.assertLessEqual(peak, 4 + 64 + 2, "descriptors held past the hard cap")
+                finally:
+                    for s in held:
+                        s.close()
+                self.assertTrue(served(base), "not serving after the flood closed")
+
+
+def tearDownModule():
+    for case, figure in MEASURED:
+        print("measured: %s: %s" % (case, figure), file=sys.stderr)
+
+
+def main():
+    global BINARY, MCP_SERVER, VENDOR
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "idemgate"))
+    parser.add_argument("--mcp-server",
+                        default=os.path.join(ROOT, "examples", "mcp-server", "server.js"))
+    parser.add_argument("--vendor",
+                        default=os.path.join(ROOT, "examples", "http-vendor", "server.mjs"))
+    args, rest = parser.parse_known_args()
+    BINARY = os.path.abspath(args.binary)
+    http_proxy_test.BINARY = bad_input_test.BINARY = BINARY
+    MCP_SERVER = os.path.abspath(args.mcp_server)
+    VENDOR = os.path.abspath(args.vendor)
+    bad_input_test.MCP_SERVER, bad_input_test.VENDOR = MCP_SERVER, VENDOR
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
