@@ -74,7 +74,7 @@ const Section& AlertSection() {
   return s;
 }
 const Section& MetricsSection() {
-  static const Section s{"[metrics]", {"max_hosts"}};
+  static const Section s{"[metrics]", {"max_hosts", "max_tools", "max_label_bytes"}};
   return s;
 }
 const Section& ConsoleSection() {
@@ -420,6 +420,10 @@ void ReadAlert(const toml::table& t, Diagnostics& diag, AlertConfig& alert) {
 void ReadMetrics(const toml::table& t, Diagnostics& diag, MetricsConfig& metrics) {
   TableReader r = Reader(t, MetricsSection(), diag);
   if (auto v = r.Integer("max_hosts", 0, 1024)) metrics.max_hosts = static_cast<size_t>(*v);
+  if (auto v = r.Integer("max_tools", 0, 100'000)) metrics.max_tools = static_cast<size_t>(*v);
+  if (auto v = r.Integer("max_label_bytes", 32, 4096)) {
+    metrics.max_label_bytes = static_cast<size_t>(*v);
+  }
   r.CheckUnknown();
 }
 

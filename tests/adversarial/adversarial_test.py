@@ -206,6 +206,67 @@ class ConnectionFloodTest(unittest.TestCase):
                 self.assertTrue(served(base), "not serving after the flood closed")
 
 
+# ── F3: client-chosen tool names ─────────────────────────────────────────────────────────────
+
+
+class HostileToolNameTest(unittest.TestCase):
+    """F3: gated calls with many distinct, long tool names grow no label past
+    [metrics] max_label_bytes and no more tool labels than [metrics] max_tools (the rest count as
+    "other"): /metrics stays small, and a well-behaved call is still served."""
+
+    TOOLS = 40            # distinct tool names sent
+    NAME_BYTES = 50_000   # each this long
+    MAX_TOOLS = 10
+    MAX_METRICS_BYTES = 1 << 20
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="idemgate-adversarial-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.config = os.path.join(self.dir, "idemgate.toml")
+        with open(self.config, "w") as f:
+            f.write("[metrics]\nmax_tools = %d\nmax_label_bytes = 128\n" % self.MAX_TOOLS)
+        self.store = "sqlite:" + os.path.join(self.dir, "idemgate.db")
+
+    def check_metrics(self, front, base):
+        status, _, text = request(base, "GET", "/metrics")
+        self.assertEqual(status, 200, text[:300])
+        MEASURED.append(("%s: /metrics after %d tool names of %d bytes" %
+                         (front, self.TOOLS, self.NAME_BYTES), "%d bytes" % len(text)))
+        self.assertLess(len(text), self.MAX_METRICS_BYTES, "the exposition holds the names")
+        tools = set()
+        for line in text.decode().splitlines():
+            if line.startswith("idemgate_attempts_total{"):
+                tools.add(line.split('tool="', 1)[1].split('"', 1)[0])
+        self.assertLessEqual(max(len(t) for t in tools), 128, sorted(tools))
+        self.assertLessEqual(len(tools), self.MAX_TOOLS + 1, sorted(tools))
+        self.assertIn("other", tools)
+
+    def test_serve_begin_with_long_tool_names(self):
+        proc, base = start(self, Front.serve(["--config", self.config], self.store)[0])
+        for i in range(self.TOOLS):
+            tool = "t%d-" % i + "x" * self.NAME_BYTES
+            status, _, body = request(base, "POST", "/v1/calls/begin",
+                                      {"turn_id": "turn", "tool": tool, "args": {"i": i}})
+            self.assertEqual(status, 200, body[:300])
+            decision = json.loads(body)
+            status, _, body = request(base, "POST", "/v1/calls/complete", {
+                "key": decision["key"], "fence": decision["fence"],
+                "outcome": {"status": "success", "result": {}}})
+            self.assertEqual(status, 200, body[:300])
+        self.check_metrics("serve", base)
+        status, _, body = request(base, "POST", "/v1/calls/begin",
+                                  {"turn_id": "turn", "tool": "create_ticket", "args": {}})
+        self.assertEqual((status, json.loads(body)["decision"]), (200, "execute"), body)
+
+    def test_http_paths_as_tool_names(self):
+        proc, base = start(self, Front.http(["--config", self.config], store=self.store)[0])
+        for i in range(self.TOOLS):
+            path = "/t%d/" % i + "x" * (self.NAME_BYTES // 5)  # within --max-header-bytes
+            status, _, body = request(base, "POST", path, {"i": i}, {"Idempotency-Key": "k%d" % i})
+            self.assertEqual(status, 502, body[:300])  # the upstream is not there
+        self.check_metrics("http", base)
+
+
 def tearDownModule():
     for case, figure in MEASURED:
         print("measured: %s: %s" % (case, figure), file=sys.stderr)
