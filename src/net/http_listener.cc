@@ -38,6 +38,7 @@
 
 #include "net/http_rules.h"  // FormatHostPort, IsHostAllowedOnLoopback, PrintableExcerpt
 #include "net/listen_socket.h"
+#include "net/request_target.h"
 #include "net/http_server_io.h"
 
 namespace idem::http {
@@ -322,7 +323,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     version_ = req.version();
     Request request;
     request.method = std::string(req.method_string());
-    request.target = std::string(req.target());
+    // Normalised once for every front: routes are matched on, and the
+    // upstream is sent, the same path (security review F10).
+    Result<std::string> target = idem::net::NormalizeTarget(req.target(), req[bhttp::field::host]);
+    if (!target) {
+      keep_alive_ = false;
+      return SendProblem(400, "bad-target", "Bad request target",
+                         "idemgate: " + target.error().message);
+    }
+    request.target = std::move(*target);
     size_t q = request.target.find('?');
     request.path.assign(request.target, 0, q);
     if (q != std::string::npos) request.query.assign(request.target, q + 1);

@@ -4,6 +4,7 @@
 
 #include "net/http_server_io.h"
 #include "net/http_target.h"
+#include "net/request_target.h"
 #include "net/tls_client.h"
 #include "net/url_text.h"
 
@@ -56,6 +57,36 @@ TEST(HttpTargetTest, APasswordInTheUrlIsNotRepeated) {
   EXPECT_EQ(t.error().message.find("s3cret"), std::string::npos) << t.error().message;
   EXPECT_NE(t.error().message.find("'https://api.example.com/v1'"), std::string::npos)
       << t.error().message;
+}
+
+// Security review F10: one path, one spelling, before routes are matched.
+TEST(RequestTargetTest, PathsAreNormalisedBeforeRoutesSeeThem) {
+  auto n = [](std::string_view target, std::string_view host = "127.0.0.1:8788") {
+    Result<std::string> r = NormalizeTarget(target, host);
+    return r ? *r : "error: " + r.error().message;
+  };
+  EXPECT_EQ(n("/v1/charges?expand=customer"), "/v1/charges?expand=customer");
+  EXPECT_EQ(n("/v1//charges"), "/v1/charges");
+  EXPECT_EQ(n("//v1///charges//"), "/v1/charges/");
+  EXPECT_EQ(n("/v1/%63harges"), "/v1/charges");
+  EXPECT_EQ(n("/v1/%7e%2d%2E%5F"), "/v1/~-._");
+  EXPECT_EQ(n("/v1/a%2fb%3a"), "/v1/a%2Fb%3A") << "reserved escapes stay, upper-cased";
+  EXPECT_EQ(n("/v1/./x/../charges"), "/v1/charges");
+  EXPECT_EQ(n("/v1/%2e%2e/admin"), "/admin");
+  EXPECT_EQ(n("/../../admin"), "/admin") << "above the root stays at the root";
+  EXPECT_EQ(n("/v1/charges/.."), "/v1/");
+  EXPECT_EQ(n("/v1/charges/."), "/v1/charges/");
+  EXPECT_EQ(n("/"), "/");
+  EXPECT_EQ(n("/V1/Charges"), "/V1/Charges") << "paths are case-sensitive";
+  EXPECT_EQ(n("/x?a=//b/../%63"), "/x?a=//b/../%63") << "the query is not a path";
+  EXPECT_EQ(n("http://127.0.0.1:8788/v1//charges?x"), "/v1/charges?x");
+  EXPECT_EQ(n("HTTP://127.0.0.1:8788"), "/");
+  EXPECT_NE(n("http://internal.example/x").find("another host"), std::string::npos);
+  EXPECT_NE(n("http://127.0.0.1:8788/x", "").find("another host"), std::string::npos);
+  EXPECT_NE(n("*").find("origin-form"), std::string::npos);
+  EXPECT_NE(n("example.com:443").find("origin-form"), std::string::npos);
+  EXPECT_NE(n("/v1/%6").find("percent-escape at byte 4"), std::string::npos);
+  EXPECT_NE(n("/v1/%zz").find("two hex digits"), std::string::npos);
 }
 
 TEST(UrlTextTest, PasswordsAreReplaced) {

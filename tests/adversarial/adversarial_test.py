@@ -17,6 +17,7 @@ Needs node and the example MCP server's npm packages for the `mcp --listen` case
 library only. The figures measured are printed at the end (RELIABILITY.md, "Security").
 """
 import argparse
+import http.server
 import json
 import os
 import select
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -265,6 +267,80 @@ class HostileToolNameTest(unittest.TestCase):
             status, _, body = request(base, "POST", path, {"i": i}, {"Idempotency-Key": "k%d" % i})
             self.assertEqual(status, 502, body[:300])  # the upstream is not there
         self.check_metrics("http", base)
+
+
+# ── F10: request targets ──────────────────────────────────────────────────────────────────────
+
+
+class RecordingUpstream:
+    """A real HTTP upstream on loopback that answers 200 and records each request target it
+    received, to see what idemgate forwarded."""
+
+    def __init__(self, test):
+        targets = self.targets = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                targets.append(self.path)
+                body = b'{"ok":true}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        test.addCleanup(self.server.server_close)
+        test.addCleanup(self.server.shutdown)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+
+class RequestTargetTest(unittest.TestCase):
+    """F10: on `idemgate http`, a route with mode = "explicit" cannot be skipped by spelling its
+    path differently (repeated slashes, percent-encoded letters, dot-segments): each spelling is
+    refused 400 for want of a key, and nothing reaches the upstream; dot-segments cannot climb
+    out of the upstream's base path; an absolute-form target naming another host is refused."""
+
+    SPELLINGS = ("/v1//charges", "/v1/%63harges", "/v1/./charges", "/v1/x/../charges",
+                 "//v1/charges", "/v1/%2e/charges")
+
+    def test_route_modes_hold_for_every_spelling(self):
+        dir = tempfile.mkdtemp(prefix="idemgate-adversarial-")
+        self.addCleanup(shutil.rmtree, dir, True)
+        config = os.path.join(dir, "idemgate.toml")
+        with open(config, "w") as f:
+            f.write('[[route]]\nmatch = "/v1/charges"\nmode = "explicit"\n')
+        upstream = RecordingUpstream(self)
+        proc, base = start(self, Front.http(["--config", config], upstream=upstream.url + "/api")[0])
+        status, _, body = request(base, "POST", "/v1/charges", {"amount": 1})
+        self.assertEqual(status, 400, body)  # the route's mode, as spelt in the config
+        for spelling in self.SPELLINGS:
+            with self.subTest(target=spelling):
+                status, _, body = request(base, "POST", spelling, {"amount": 1})
+                self.assertEqual(status, 400, "%s skipped the route: %s %s" %
+                                 (spelling, status, body[:200]))
+                self.assertIn(b"Idempotency-Key", body)
+        self.assertEqual(upstream.targets, [], "a charge without a key reached the upstream")
+        status, _, _ = request(base, "GET", "/v1/../../admin")
+        self.assertEqual(status, 200)
+        self.assertEqual(upstream.targets, ["/api/admin"], "dot-segments left the base path")
+        host, port = host_port(base)
+        with connect(base) as sock:
+            sock.sendall(b"GET http://internal.example/x HTTP/1.1\r\nHost: %s:%d\r\n\r\n" %
+                         (host.encode(), port))
+            status, _, body = read_response(sock)
+        self.assertEqual(status, 400, body)
+        self.assertIn(b"another host", body)
+        self.assertEqual(upstream.targets, ["/api/admin"])
+        self.assertTrue(served(base))
 
 
 def tearDownModule():
