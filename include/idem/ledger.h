@@ -42,6 +42,10 @@ struct Call {
   // The agent host the call came from (MCP clientInfo.name), for the host
   // label of the metrics (GatewayMetrics bounds it). Empty: unknown.
   std::string host;
+  // Prefixed to the claim's owner token (Record::owner), naming who began
+  // the call, so that a front can bind later steps to it (the ledger API:
+  // a digest of the bearer token). Empty: none.
+  std::string owner_tag;
 };
 
 // What Begin decided. Exactly one owner gets kExecute for a live key.

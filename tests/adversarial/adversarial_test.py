@@ -276,7 +276,9 @@ class RecordingUpstream:
     """A real HTTP upstream on loopback that answers 200 and records each request target it
     received, to see what idemgate forwarded."""
 
-    def __init__(self, test):
+    def __init__(self, test, hold=None):
+        """`hold`: a threading.Event each request waits for (bounded by DEADLINE) before its
+        answer, to keep calls in flight."""
         targets = self.targets = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -284,6 +286,8 @@ class RecordingUpstream:
                 length = int(self.headers.get("Content-Length") or 0)
                 self.rfile.read(length)
                 targets.append(self.path)
+                if hold is not None:
+                    hold.wait(DEADLINE)
                 body = b'{"ok":true}'
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -341,6 +345,80 @@ class RequestTargetTest(unittest.TestCase):
         self.assertIn(b"another host", body)
         self.assertEqual(upstream.targets, ["/api/admin"])
         self.assertTrue(served(base))
+
+
+# ── F9: ledger steps bound to who began the call ─────────────────────────────────────────────
+
+
+class LedgerStepOwnerTest(unittest.TestCase):
+    """F9: the fence that GET /v1/records shows every client of a tenant no longer settles a call
+    that another client began: not an `idemgate http` call in flight on the same store (the
+    Debian units share one), and not a ledger API call begun with another token of the tenant.
+    The client that began a call still completes it."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="idemgate-adversarial-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.store = "sqlite:" + os.path.join(self.dir, "idemgate.db")
+
+    def test_serve_cannot_release_an_http_call_in_flight(self):
+        hold = threading.Event()
+        self.addCleanup(hold.set)
+        upstream = RecordingUpstream(self, hold)
+        _, proxy = start(self, Front.http([], upstream=upstream.url, store=self.store)[0])
+        _, serve = start(self, Front.serve([], self.store)[0])
+        answer = {}
+        charge = threading.Thread(target=lambda: answer.update(r=request(
+            proxy, "POST", "/v1/charges", {"amount": 1}, {"Idempotency-Key": "order-1"})))
+        charge.start()
+        record = None
+        for _ in range(1000):  # until the proxy's claim is visible through the ledger API
+            status, _, body = request(serve, "GET", "/v1/records/order-1")
+            if status == 200:
+                record = json.loads(body)
+                break
+            select.select([], [], [], 0.01)
+        self.assertIsNotNone(record, "the http call's record never appeared")
+        self.assertEqual(record["state"], "in_progress", record)
+        status, _, body = request(serve, "POST", "/v1/calls/release",
+                                  {"key": "order-1", "fence": record["fence"]})
+        self.assertEqual(status, 403, "another front's call was released: %s %s" % (status, body))
+        self.assertIn(b"begun by another client", body)
+        status, _, body = request(serve, "POST", "/v1/calls/complete", {
+            "key": "order-1", "fence": record["fence"],
+            "outcome": {"status": "success", "result": {"forged": True}}})
+        self.assertEqual(status, 403, body)
+        hold.set()
+        charge.join(DEADLINE)
+        self.assertEqual(answer["r"][0], 200, answer)
+        self.assertEqual(json.loads(answer["r"][2]), {"ok": True})
+        again = request(proxy, "POST", "/v1/charges", {"amount": 1}, {"Idempotency-Key": "order-1"})
+        self.assertEqual(header(again[1], "Idempotent-Replayed"), "true", again)
+        self.assertEqual(len(upstream.targets), 1, "the charge ran twice")
+
+    def test_another_token_of_the_tenant_cannot_settle_a_call(self):
+        config = os.path.join(self.dir, "idemgate.toml")
+        with open(config, "w") as f:
+            f.write('[[tenant]]\nname = "acme"\ntokens = ["token-of-front-a", '
+                    '"token-of-front-b"]\n')
+        _, serve = start(self, Front.serve(["--config", config], self.store)[0])
+        a = {"Authorization": "Bearer token-of-front-a"}
+        b = {"Authorization": "Bearer token-of-front-b"}
+        status, _, body = request(serve, "POST", "/v1/calls/begin",
+                                  {"turn_id": "t1", "tool": "charge", "args": {"n": 1}}, a)
+        self.assertEqual(status, 200, body)
+        begun = json.loads(body)
+        status, _, body = request(serve, "GET", "/v1/records/" + begun["key"], headers=b)
+        self.assertEqual(status, 200, body)  # B may read it, and sees the fence
+        fence = json.loads(body)["fence"]
+        self.assertEqual(fence, begun["fence"])
+        for step in ("release", "heartbeat", "mark_unknown"):
+            status, _, body = request(serve, "POST", "/v1/calls/" + step,
+                                      {"key": begun["key"], "fence": fence}, b)
+            self.assertEqual(status, 403, "%s by another token: %s %s" % (step, status, body))
+        status, _, body = request(serve, "POST", "/v1/calls/complete", {
+            "key": begun["key"], "fence": fence, "outcome": {"status": "success", "result": 1}}, a)
+        self.assertEqual(status, 200, body)
 
 
 def tearDownModule():
