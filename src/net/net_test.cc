@@ -100,6 +100,14 @@ TEST(UrlTextTest, PasswordsAreReplaced) {
   EXPECT_EQ(WithoutPassword("redis://h:6379/0?prefix=a@b"), "redis://h:6379/0?prefix=a@b");
   EXPECT_EQ(WithoutPassword("sqlite:/var/lib/idemgate.db"), "sqlite:/var/lib/idemgate.db");
   EXPECT_EQ(WithoutPassword("memory:"), "memory:");
+  // Security review F14: libpq also takes the password in the query.
+  EXPECT_EQ(WithoutPassword("postgres://db/idem?password=s3cret"),
+            "postgres://db/idem?password=***");
+  EXPECT_EQ(WithoutPassword("postgres://db/idem?sslmode=verify-full&SSLPassword=k3y&x=1#f"),
+            "postgres://db/idem?sslmode=verify-full&SSLPassword=***&x=1#f");
+  EXPECT_EQ(WithoutPassword("postgres://u:pw@db/x?password=again"),
+            "postgres://u:***@db/x?password=***");
+  EXPECT_EQ(WithoutPassword("redis://h/0?prefix=password"), "redis://h/0?prefix=password");
 }
 
 TEST(HttpServerIoTest, BearerTokens) {

@@ -421,6 +421,25 @@ class LedgerStepOwnerTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
 
 
+# ── F11–F18: operator surfaces ───────────────────────────────────────────────────────────────
+
+
+class OperatorSurfaceTest(unittest.TestCase):
+    """The smaller findings that reach an operator: secrets in error messages (F14)."""
+
+    def test_a_password_in_the_store_query_is_not_printed(self):
+        """libpq takes `password=` in the URL's query: `cannot open store …` must not repeat it
+        (on main it printed the URL with only the user info masked)."""
+        p = subprocess.run([BINARY, "inspect", "k", "--store",
+                            "postgres://idem@127.0.0.1:1/db?password=hunter2&sslmode=disable"],
+                           capture_output=True, timeout=DEADLINE)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("cannot open store", err)
+        self.assertIn("password=***", err)
+        self.assertNotIn("hunter2", err)
+
+
 def tearDownModule():
     for case, figure in MEASURED:
         print("measured: %s: %s" % (case, figure), file=sys.stderr)
