@@ -280,12 +280,14 @@ class RecordingUpstream:
         """`hold`: a threading.Event each request waits for (bounded by DEADLINE) before its
         answer, to keep calls in flight."""
         targets = self.targets = []
+        headers = self.headers = []  # [(name, value)] of each request, in order
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def answer(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 self.rfile.read(length)
                 targets.append(self.path)
+                headers.append(self.headers.items())
                 if hold is not None:
                     hold.wait(DEADLINE)
                 body = b'{"ok":true}'
@@ -438,6 +440,39 @@ class OperatorSurfaceTest(unittest.TestCase):
         self.assertIn("cannot open store", err)
         self.assertIn("password=***", err)
         self.assertNotIn("hunter2", err)
+
+
+# ── F18: what the proxy tells the upstream ───────────────────────────────────────────────────
+
+
+class ForwardedHeadersTest(unittest.TestCase):
+    """F18: on `idemgate http`, a client's Forwarded, X-Forwarded-Host/-Proto/-Port and X-Real-IP
+    do not reach the upstream (which would believe them coming from its proxy), X-Forwarded-For
+    ends with the client's real address, and a header named by a second Connection field is
+    dropped like one named by the first."""
+
+    def test_client_forwarding_claims_are_not_passed_on(self):
+        upstream = RecordingUpstream(self)
+        _, base = start(self, Front.http([], upstream=upstream.url)[0])
+        host, port = host_port(base)
+        with connect(base) as sock:
+            sock.sendall(b"GET /whoami HTTP/1.1\r\nHost: %s:%d\r\n"
+                         b"Forwarded: for=203.0.113.9;host=admin.internal;proto=https\r\n"
+                         b"X-Forwarded-Host: admin.internal\r\nX-Forwarded-Proto: https\r\n"
+                         b"X-Forwarded-Port: 443\r\nX-Real-IP: 203.0.113.9\r\n"
+                         b"X-Forwarded-For: 203.0.113.9\r\n"
+                         b"Connection: keep-alive\r\nConnection: X-Internal\r\n"
+                         b"X-Internal: hop-only\r\nX-Kept: end-to-end\r\n\r\n" %
+                         (host.encode(), port))
+            status, _, body = read_response(sock)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(len(upstream.headers), 1)
+        seen = {n.lower(): v for n, v in upstream.headers[0]}
+        for name in ("forwarded", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port",
+                     "x-real-ip", "x-internal"):
+            self.assertNotIn(name, seen, "%s reached the upstream: %s" % (name, seen))
+        self.assertEqual(seen.get("x-kept"), "end-to-end")
+        self.assertEqual(seen.get("x-forwarded-for"), "203.0.113.9, 127.0.0.1", seen)
 
 
 def tearDownModule():
