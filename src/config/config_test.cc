@@ -554,6 +554,11 @@ TEST(ConfigTest, TenantForToken) {
   EXPECT_EQ(c.TenantForToken("t3")->name, "b");
   EXPECT_EQ(c.TenantForToken("t"), nullptr);
   EXPECT_EQ(c.TenantForToken(""), nullptr);
+  // Compared through digests (no length shortcut): a longer or a prefixed
+  // candidate is still refused.
+  EXPECT_EQ(c.TenantForToken("t3x"), nullptr);
+  EXPECT_EQ(c.TenantForToken(std::string("t3\0", 3)), nullptr);
+  EXPECT_EQ(c.TenantForToken(std::string(10000, 't')), nullptr);
 }
 
 TEST(ConfigTest, FirstMatchingToolRuleWins) {
