@@ -429,6 +429,33 @@ class LedgerStepOwnerTest(unittest.TestCase):
 class OperatorSurfaceTest(unittest.TestCase):
     """The smaller findings that reach an operator: secrets in error messages (F14)."""
 
+    def test_terminal_escapes_in_tool_names_are_not_printed_raw(self):
+        """A ledger API client names its tool and turn with terminal escape sequences (a title
+        change, a clipboard write, erase-line): `idemgate audit` and `idemgate inspect` print
+        them escaped as \\xNN, never the raw ESC, BEL or C1 bytes (F12)."""
+        dir = tempfile.mkdtemp(prefix="idemgate-adversarial-")
+        self.addCleanup(shutil.rmtree, dir, True)
+        store = "sqlite:" + os.path.join(dir, "idemgate.db")
+        proc, base = start(self, Front.serve([], store)[0])
+        hostile = "charge\u001b]0;pwned\u0007\u001b]52;c;ZWNobyBwd25lZA==\u0007\u001b[2K\u009b1A"
+        status, _, body = request(base, "POST", "/v1/calls/begin",
+                                  {"turn_id": "turn\u001b[1A", "tool": hostile, "args": {}})
+        self.assertEqual(status, 200, body)
+        begun = json.loads(body)
+        status, _, body = request(base, "POST", "/v1/calls/complete", {
+            "key": begun["key"], "fence": begun["fence"],
+            "outcome": {"status": "success", "result": 1}})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(proc.stop(), 0)
+        for args in (["audit"], ["inspect", begun["key"]]):
+            with self.subTest(command=args[0]):
+                p = subprocess.run([BINARY, *args, "--store", store], capture_output=True,
+                                   timeout=DEADLINE)
+                self.assertEqual(p.returncode, 0, p.stderr.decode())
+                for raw in (b"\x1b", b"\x07", b"\xc2\x9b"):
+                    self.assertNotIn(raw, p.stdout, "%s printed a raw control" % args[0])
+                self.assertIn(b"charge\\x1b]0;pwned\\x07", p.stdout)
+
     def test_a_password_in_the_store_query_is_not_printed(self):
         """libpq takes `password=` in the URL's query: `cannot open store …` must not repeat it
         (on main it printed the URL with only the user info masked)."""
