@@ -263,10 +263,36 @@ class HostileToolNameTest(unittest.TestCase):
     def test_http_paths_as_tool_names(self):
         proc, base = start(self, Front.http(["--config", self.config], store=self.store)[0])
         for i in range(self.TOOLS):
-            path = "/t%d/" % i + "x" * (self.NAME_BYTES // 5)  # within --max-header-bytes
+            path = "/t%d/" % i + "x" * (self.NAME_BYTES // 5)  # 10 kB: within max_header_bytes
             status, _, body = request(base, "POST", path, {"i": i}, {"Idempotency-Key": "k%d" % i})
             self.assertEqual(status, 502, body[:300])  # the upstream is not there
         self.check_metrics("http", base)
+
+    # An MCP session over Streamable HTTP, as bad_input_test.py drives one.
+    headers = bad_input_test.HttpMcpTest.headers
+    post = bad_input_test.HttpMcpTest.post
+    messages = staticmethod(bad_input_test.HttpMcpTest.messages)
+    initialize = bad_input_test.HttpMcpTest.initialize
+    post_and_answer = bad_input_test.HttpMcpTest.post_and_answer
+    call = bad_input_test.HttpMcpTest.call
+
+    def test_mcp_tools_call_with_long_tool_names(self):
+        args, env = Front.mcp(["--config", self.config], self.store,
+                              os.path.join(self.dir, "ledger.jsonl"))
+        proc, self.base = start(self, args, env)
+        self.session, self.next_id = None, 10
+        self.session = self.initialize("2025-06-18")[0]
+        self.assertEqual(self.post(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')[0],
+                         202)
+        for i in range(self.TOOLS):
+            answer = self.call("tools/call", {
+                "name": "t%d-" % i + "x" * self.NAME_BYTES, "arguments": {},
+                "_meta": {"dev.idemgate/turnId": "turn-1"}})
+            self.assertIn("result" if "result" in answer else "error", answer)
+        self.check_metrics("mcp --listen", self.base)
+        answer = self.call("tools/call", {"name": "create_ticket", "arguments": {"title": "ok"},
+                                          "_meta": {"dev.idemgate/turnId": "turn-2"}})
+        self.assertIn("result", answer, answer)
 
 
 # ── F10: request targets ──────────────────────────────────────────────────────────────────────
