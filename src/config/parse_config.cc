@@ -388,6 +388,12 @@ void ReadTenants(TableReader& top, Diagnostics& diag, std::vector<Tenant>& tenan
         if (!printable) {
           // The token itself is a secret: never echo it.
           r.Error(*array.get(i), "tokens", "must hold visible ASCII without spaces");
+        } else if (token.starts_with("REPLACE-WITH-")) {
+          // The packaged config's placeholders, uncommented as they are:
+          // public text, so every reader of the package knows them.
+          r.Error(*array.get(i), "tokens",
+                  "is the packaged placeholder; replace it with a random token (for example "
+                  "`openssl rand -hex 32`)");
         } else if (!tokens.insert(token).second) {
           r.Error(*array.get(i), "tokens",
                   "repeats a token already given; each token names exactly one tenant");
