@@ -152,6 +152,13 @@ struct MetricsConfig {
   // own; later ones are counted as "other", so that clients cannot grow the
   // series without bound. Default 16.
   size_t max_hosts = 16;
+  // Distinct tool labels; later tools are counted as "other". Tool names
+  // come from clients (an MCP tools/call, a ledger API begin, an HTTP
+  // request's method and path). Default 1000.
+  size_t max_tools = 1000;
+  // Longest tool label in bytes: a longer name is labelled by its start and
+  // a hash of the whole ("~" and 16 hex digits). Default 128.
+  size_t max_label_bytes = 128;
 };
 
 // [console]: the operator console at /console on `serve`, `http` and

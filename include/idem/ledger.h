@@ -53,6 +53,10 @@ struct Call {
   // upstream received (the key as forwarded, the caller's credentials);
   // empty: LedgerOptions::reconcile.
   ReconcileHook reconcile;
+  // Prefixed to the claim's owner token (Record::owner), naming who began
+  // the call, so that a front can bind later steps to it (the ledger API:
+  // a digest of the bearer token). Empty: none.
+  std::string owner_tag;
 };
 
 // What Begin decided. Exactly one owner gets kExecute for a live key.

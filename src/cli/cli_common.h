@@ -138,11 +138,23 @@ class JsonObject {
   std::string out_ = "{";
 };
 
-// A plain-text table: columns padded to their widest cell, two spaces apart.
+// `text` safe to print on a terminal: control characters (C0, DEL, and the
+// C1 controls U+0080..U+009F in UTF-8) written as \xNN, so that a tool name
+// or turn id a client chose cannot move the cursor, rewrite earlier lines,
+// set the title or write the clipboard (OSC 52) of the operator who runs
+// `idemgate audit` or `inspect` (security review F12). Other bytes, UTF-8
+// text included, are kept.
+std::string ForTerminal(std::string_view text);
+
+// A plain-text table: columns padded to their widest cell, two spaces apart;
+// every cell goes through ForTerminal.
 class Table {
  public:
   explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void AddRow(std::vector<std::string> row) {
+    for (std::string& cell : row) cell = ForTerminal(cell);
+    rows_.push_back(std::move(row));
+  }
   bool empty() const { return rows_.empty(); }
   std::string str() const;
 

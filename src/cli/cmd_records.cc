@@ -166,7 +166,7 @@ int RunInspect(const GlobalOptions& globals, const InspectFlags& flags) {
     out = o.str() + "\n";
   } else {
     auto line = [&](std::string_view name, std::string_view value) {
-      out += fmt::format("{:<13}{}\n", name, value.empty() ? "-" : value);
+      out += fmt::format("{:<13}{}\n", name, value.empty() ? "-" : ForTerminal(value));
     };
     line("key", r.id.key);
     line("tenant", r.id.tenant);

@@ -122,6 +122,8 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
   GatewayMetricsOptions metrics_options;
   metrics_options.alert = config.alert;
   metrics_options.max_hosts = config.metrics.max_hosts;
+  metrics_options.max_tools = config.metrics.max_tools;
+  metrics_options.max_label_bytes = config.metrics.max_label_bytes;
   metrics_options.instance = instance;
   metrics_options.log = log;  // copied: the replay cache note below needs it too
   Result<std::unique_ptr<GatewayMetrics>> metrics =

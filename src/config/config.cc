@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "idem/canonical_json.h"  // Sha256Hex
+
 namespace idem {
 namespace {
 
@@ -38,13 +40,16 @@ bool RouteMatches(std::string_view match, std::string_view path) {
   return path.size() == match.size() || match.ends_with('/') || path[match.size()] == '/';
 }
 
-// Compares secrets without an early exit, so the time taken does not tell an
-// attacker how many leading bytes of a token were right.
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+// Compares the SHA-256 digests of two secrets (hex, always 64 bytes) without
+// an early exit, so the time taken tells an attacker neither how many
+// leading bytes of a token were right nor how long the token is: comparing
+// the secrets themselves returned at once on a length mismatch (security
+// review F14).
+bool DigestsEqual(std::string_view a_digest, std::string_view b_digest) {
+  unsigned char diff = a_digest.size() == b_digest.size() ? 0 : 1;
+  const size_t n = std::min(a_digest.size(), b_digest.size());
+  for (size_t i = 0; i < n; ++i) {
+    diff |= static_cast<unsigned char>(a_digest[i] ^ b_digest[i]);
   }
   return diff == 0;
 }
@@ -102,10 +107,11 @@ Policy Config::PolicyForRoute(std::string_view method, std::string_view path) co
 
 const Tenant* Config::TenantForToken(std::string_view token) const {
   const Tenant* found = nullptr;
+  const std::string digest = Sha256Hex(token);
   // No early return: every token is compared, whichever one matches.
   for (const Tenant& tenant : tenants) {
     for (const std::string& t : tenant.tokens) {
-      if (ConstantTimeEquals(t, token) && found == nullptr) found = &tenant;
+      if (DigestsEqual(Sha256Hex(t), digest) && found == nullptr) found = &tenant;
     }
   }
   return found;

@@ -548,6 +548,15 @@ TEST(ConfigTest, TenantChecks) {
   EXPECT_NE(ParseError("[[tenant]]\nadmin = true\n").find("needs name"), std::string::npos);
 }
 
+// Security review F14: the packaged config's placeholder tokens, uncommented
+// as they are, are known to everyone who read the package.
+TEST(ConfigTest, ThePackagedPlaceholderTokenIsRefused) {
+  const std::string err = ParseError(
+      "[[tenant]]\nname = \"ops\"\ntokens = [\"REPLACE-WITH-A-RANDOM-TOKEN\"]\nadmin = true\n");
+  EXPECT_NE(err.find("packaged placeholder"), std::string::npos) << err;
+  EXPECT_NE(err.find("openssl rand -hex 32"), std::string::npos) << err;
+}
+
 TEST(ConfigTest, TenantForToken) {
   Config c = Parse(
       "[[tenant]]\nname = \"a\"\ntokens = [\"t1\", \"t2\"]\n[[tenant]]\nname = \"b\"\n"
@@ -557,6 +566,11 @@ TEST(ConfigTest, TenantForToken) {
   EXPECT_EQ(c.TenantForToken("t3")->name, "b");
   EXPECT_EQ(c.TenantForToken("t"), nullptr);
   EXPECT_EQ(c.TenantForToken(""), nullptr);
+  // Compared through digests (no length shortcut): a longer or a prefixed
+  // candidate is still refused.
+  EXPECT_EQ(c.TenantForToken("t3x"), nullptr);
+  EXPECT_EQ(c.TenantForToken(std::string("t3\0", 3)), nullptr);
+  EXPECT_EQ(c.TenantForToken(std::string(10000, 't')), nullptr);
 }
 
 TEST(ConfigTest, FirstMatchingToolRuleWins) {

@@ -74,7 +74,7 @@ const Section& AlertSection() {
   return s;
 }
 const Section& MetricsSection() {
-  static const Section s{"[metrics]", {"max_hosts"}};
+  static const Section s{"[metrics]", {"max_hosts", "max_tools", "max_label_bytes"}};
   return s;
 }
 const Section& ConsoleSection() {
@@ -389,6 +389,12 @@ void ReadTenants(TableReader& top, Diagnostics& diag, std::vector<Tenant>& tenan
         if (!printable) {
           // The token itself is a secret: never echo it.
           r.Error(*array.get(i), "tokens", "must hold visible ASCII without spaces");
+        } else if (token.starts_with("REPLACE-WITH-")) {
+          // The packaged config's placeholders, uncommented as they are:
+          // public text, so every reader of the package knows them.
+          r.Error(*array.get(i), "tokens",
+                  "is the packaged placeholder; replace it with a random token (for example "
+                  "`openssl rand -hex 32`)");
         } else if (!tokens.insert(token).second) {
           r.Error(*array.get(i), "tokens",
                   "repeats a token already given; each token names exactly one tenant");
@@ -421,6 +427,10 @@ void ReadAlert(const toml::table& t, Diagnostics& diag, AlertConfig& alert) {
 void ReadMetrics(const toml::table& t, Diagnostics& diag, MetricsConfig& metrics) {
   TableReader r = Reader(t, MetricsSection(), diag);
   if (auto v = r.Integer("max_hosts", 0, 1024)) metrics.max_hosts = static_cast<size_t>(*v);
+  if (auto v = r.Integer("max_tools", 0, 100'000)) metrics.max_tools = static_cast<size_t>(*v);
+  if (auto v = r.Integer("max_label_bytes", 32, 4096)) {
+    metrics.max_label_bytes = static_cast<size_t>(*v);
+  }
   r.CheckUnknown();
 }
 

@@ -100,7 +100,7 @@ ClaimRequest ClaimOf(const Call& call) {
   req.turn = call.turn;
   req.lease = call.policy.lease;
   req.retention = RetentionOf(call);
-  req.owner = NewOwnerToken();
+  req.owner = call.owner_tag + NewOwnerToken();
   return req;
 }
 

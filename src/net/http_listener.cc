@@ -38,6 +38,7 @@
 
 #include "net/http_rules.h"  // FormatHostPort, IsHostAllowedOnLoopback, PrintableExcerpt
 #include "net/listen_socket.h"
+#include "net/request_target.h"
 #include "net/http_server_io.h"
 
 namespace idem::http {
@@ -150,6 +151,9 @@ struct Server : std::enable_shared_from_this<Server> {
   std::condition_variable cv;
   bool stopping = false;
   bool draining = false;
+  // Accepting stopped at the hard cap (max_connections + kOverLimitReserve);
+  // Forget resumes it.
+  bool accept_paused = false;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
 
   DateCache date;  // thread-safe on its own
@@ -161,6 +165,10 @@ struct Server : std::enable_shared_from_this<Server> {
   net::io_context& ioc;  // own_ioc's or the caller's
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   tcp::acceptor acceptor;  // on its own strand
+  // On the acceptor's strand: the pause after running out of descriptors,
+  // and whether the current run of such errors has been logged.
+  net::steady_timer accept_pause{acceptor.get_executor()};
+  bool out_of_descriptors = false;
   std::vector<std::thread> threads;
   std::once_flag stopped;
 };
@@ -223,8 +231,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!ec) self->remote_ = idem::net::FormatHostPort(ep.address().to_string(), ep.port());
       self->stream_.socket().set_option(tcp::no_delay(true), ec);
       if (over_limit) {
+        // Answered and closed promptly: an over-limit connection holds its
+        // descriptor for at most kOverLimitLinger after its 503.
         self->keep_alive_ = false;
         self->linger_ = true;
+        self->linger_timeout_ = std::min(self->linger_timeout_, idem::net::kOverLimitLinger);
+        self->linger_bytes_ = 64 * 1024;
         return self->SendProblem(503, "too-many-connections", "Too many connections",
                                  "idemgate: too many connections: this listener already serves " +
                                      std::to_string(self->options_.max_connections) +
@@ -311,7 +323,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     version_ = req.version();
     Request request;
     request.method = std::string(req.method_string());
-    request.target = std::string(req.target());
+    // Normalised once for every front: routes are matched on, and the
+    // upstream is sent, the same path (security review F10).
+    Result<std::string> target = idem::net::NormalizeTarget(req.target(), req[bhttp::field::host]);
+    if (!target) {
+      keep_alive_ = false;
+      return SendProblem(400, "bad-target", "Bad request target",
+                         "idemgate: " + target.error().message);
+    }
+    request.target = std::move(*target);
     size_t q = request.target.find('?');
     request.path.assign(request.target, 0, q);
     if (q != std::string::npos) request.query.assign(request.target, q + 1);
@@ -646,8 +666,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (server_->stopping) return CloseNow();
     }
     state_ = State::kClosed;
-    idem::net::LingerThenClose(stream_, shared_from_this(), options_.read_timeout,
-                               4 * options_.max_body_bytes + (1 << 20));
+    idem::net::LingerThenClose(stream_, shared_from_this(), linger_timeout_, linger_bytes_);
   }
 
   Server* server_;
@@ -669,6 +688,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool head_ = false;
   bool linger_ = false;
+  // How long and how much LingerClose reads before closing.
+  std::chrono::milliseconds linger_timeout_ = options_.read_timeout;
+  size_t linger_bytes_ = 4 * options_.max_body_bytes + (1 << 20);
   // RequestHooks of the request being handled.
   std::function<void()> gone_;   // OnClientGone
   std::function<void()> after_;  // After
@@ -712,15 +734,38 @@ void Server::Accept() {
           return;
         }
         if (!ec) {
+          if (self->out_of_descriptors) {
+            self->out_of_descriptors = false;
+            std::cerr << "idemgate " + self->options.name + ": accepting connections again\n";
+          }
           auto conn = std::make_shared<Connection>(self.get(), std::move(socket));
           bool over;
+          bool full;
           {
             std::lock_guard lock(self->mu);
             if (self->stopping || self->draining) return;
             over = self->connections.size() >= self->options.max_connections;
             self->connections.emplace(conn.get(), conn);
+            full = self->connections.size() >=
+                   self->options.max_connections + idem::net::kOverLimitReserve;
+            self->accept_paused = full;
           }
           conn->Start(over);
+          if (full) return;  // the hard cap: Forget accepts again
+        } else if (idem::net::IsOutOfDescriptors(ec)) {
+          // The connection stays in the backlog: accepting again at once
+          // would fail at once, a busy loop. Pause, and log once per run.
+          if (!self->out_of_descriptors) {
+            self->out_of_descriptors = true;
+            std::cerr << "idemgate " + self->options.name + ": accept failed: " + ec.message() +
+                             "; pausing new connections until descriptors free up (raise "
+                             "LimitNOFILE= or ulimit -n, or lower max_connections)\n";
+          }
+          self->accept_pause.expires_after(idem::net::kAcceptPause);
+          self->accept_pause.async_wait([self](beast::error_code wait_ec) {
+            if (!wait_ec) self->Accept();
+          });
+          return;
         } else {
           std::cerr << "idemgate " + self->options.name + ": accept failed: " + ec.message() + "\n";
         }
@@ -729,9 +774,21 @@ void Server::Accept() {
 }
 
 void Server::Forget(Connection* c) {
-  std::lock_guard lock(mu);
-  connections.erase(c);
-  cv.notify_all();
+  bool resume = false;
+  {
+    std::lock_guard lock(mu);
+    connections.erase(c);
+    if (accept_paused && !stopping && !draining &&
+        connections.size() < options.max_connections + idem::net::kOverLimitReserve) {
+      accept_paused = false;
+      resume = true;
+    }
+    cv.notify_all();
+  }
+  // Null while the Server is being destroyed (its io_context's queued
+  // handlers destroy their connections).
+  std::shared_ptr<Server> self = resume ? weak_from_this().lock() : nullptr;
+  if (self) net::post(acceptor.get_executor(), [self] { self->Accept(); });
 }
 
 std::vector<std::shared_ptr<Connection>> Server::Live() {
@@ -759,6 +816,9 @@ Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenerOptions&
   if (!socket) return std::unexpected(socket.error());
   server->bound = socket->bound;
   server->loopback = socket->loopback;
+  if (auto warning = idem::net::DescriptorLimitWarning(options.name, options.max_connections)) {
+    std::cerr << *warning << std::flush;
+  }
   server->Accept();
   if (server->own_ioc) {
     server->work.emplace(server->ioc.get_executor());
@@ -790,6 +850,7 @@ bool HttpListener::Drain(std::chrono::milliseconds grace) {
   net::post(s.acceptor.get_executor(), [server = impl_->server] {
     beast::error_code ignored;
     server->acceptor.close(ignored);
+    server->accept_pause.cancel();
   });
   for (auto& c : s.Live()) c->PostDrain();
   std::unique_lock lock(s.mu);
@@ -807,6 +868,7 @@ void HttpListener::Stop() {
     net::post(server->acceptor.get_executor(), [server] {
       beast::error_code ignored;
       server->acceptor.close(ignored);
+      server->accept_pause.cancel();
     });
     for (auto& c : server->Live()) c->PostClose();
     if (server->own_ioc) {

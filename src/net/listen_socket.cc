@@ -1,6 +1,9 @@
 #include "net/listen_socket.h"
 
+#include <sys/resource.h>
+
 #include <boost/asio.hpp>
+#include <cerrno>
 
 #include "fronts/mcp/http_protocol.h"
 
@@ -42,6 +45,29 @@ Result<ListeningSocket> OpenListeningSocket(boost::asio::ip::tcp::acceptor& acce
   tcp::endpoint local = acceptor.local_endpoint(ec);
   return ListeningSocket{FormatHostPort(local.address().to_string(), local.port()),
                          local.address().is_loopback()};
+}
+
+bool IsOutOfDescriptors(const boost::system::error_code& ec) {
+  if (ec.category() != boost::system::system_category()) return false;
+  const int e = ec.value();
+  return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+}
+
+size_t DescriptorsNeeded(size_t max_connections) {
+  return max_connections + kOverLimitReserve + kOtherDescriptors;
+}
+
+std::optional<std::string> DescriptorLimitWarning(std::string_view name, size_t max_connections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  const size_t needed = DescriptorsNeeded(max_connections);
+  if (limit.rlim_cur >= needed) return std::nullopt;
+  return "idemgate " + std::string(name) + ": warning: the open-file limit (RLIMIT_NOFILE) is " +
+         std::to_string(limit.rlim_cur) + ", below the " + std::to_string(needed) +
+         " descriptors that " + std::to_string(max_connections) +
+         " connections (max_connections) need with the store and upstreams; past it new "
+         "connections wait unanswered. Raise it (LimitNOFILE= in the systemd unit, ulimit -n) "
+         "or lower max_connections\n";
 }
 
 }  // namespace idem::net

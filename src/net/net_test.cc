@@ -4,6 +4,7 @@
 
 #include "net/http_server_io.h"
 #include "net/http_target.h"
+#include "net/request_target.h"
 #include "net/tls_client.h"
 #include "net/url_text.h"
 
@@ -58,6 +59,36 @@ TEST(HttpTargetTest, APasswordInTheUrlIsNotRepeated) {
       << t.error().message;
 }
 
+// Security review F10: one path, one spelling, before routes are matched.
+TEST(RequestTargetTest, PathsAreNormalisedBeforeRoutesSeeThem) {
+  auto n = [](std::string_view target, std::string_view host = "127.0.0.1:8788") {
+    Result<std::string> r = NormalizeTarget(target, host);
+    return r ? *r : "error: " + r.error().message;
+  };
+  EXPECT_EQ(n("/v1/charges?expand=customer"), "/v1/charges?expand=customer");
+  EXPECT_EQ(n("/v1//charges"), "/v1/charges");
+  EXPECT_EQ(n("//v1///charges//"), "/v1/charges/");
+  EXPECT_EQ(n("/v1/%63harges"), "/v1/charges");
+  EXPECT_EQ(n("/v1/%7e%2d%2E%5F"), "/v1/~-._");
+  EXPECT_EQ(n("/v1/a%2fb%3a"), "/v1/a%2Fb%3A") << "reserved escapes stay, upper-cased";
+  EXPECT_EQ(n("/v1/./x/../charges"), "/v1/charges");
+  EXPECT_EQ(n("/v1/%2e%2e/admin"), "/admin");
+  EXPECT_EQ(n("/../../admin"), "/admin") << "above the root stays at the root";
+  EXPECT_EQ(n("/v1/charges/.."), "/v1/");
+  EXPECT_EQ(n("/v1/charges/."), "/v1/charges/");
+  EXPECT_EQ(n("/"), "/");
+  EXPECT_EQ(n("/V1/Charges"), "/V1/Charges") << "paths are case-sensitive";
+  EXPECT_EQ(n("/x?a=//b/../%63"), "/x?a=//b/../%63") << "the query is not a path";
+  EXPECT_EQ(n("http://127.0.0.1:8788/v1//charges?x"), "/v1/charges?x");
+  EXPECT_EQ(n("HTTP://127.0.0.1:8788"), "/");
+  EXPECT_NE(n("http://internal.example/x").find("another host"), std::string::npos);
+  EXPECT_NE(n("http://127.0.0.1:8788/x", "").find("another host"), std::string::npos);
+  EXPECT_NE(n("*").find("origin-form"), std::string::npos);
+  EXPECT_NE(n("example.com:443").find("origin-form"), std::string::npos);
+  EXPECT_NE(n("/v1/%6").find("percent-escape at byte 4"), std::string::npos);
+  EXPECT_NE(n("/v1/%zz").find("two hex digits"), std::string::npos);
+}
+
 TEST(UrlTextTest, PasswordsAreReplaced) {
   EXPECT_EQ(WithoutPassword("redis://alice:s3cret@h:6379/0?prefix=a"),
             "redis://alice:***@h:6379/0?prefix=a");
@@ -69,6 +100,14 @@ TEST(UrlTextTest, PasswordsAreReplaced) {
   EXPECT_EQ(WithoutPassword("redis://h:6379/0?prefix=a@b"), "redis://h:6379/0?prefix=a@b");
   EXPECT_EQ(WithoutPassword("sqlite:/var/lib/idemgate.db"), "sqlite:/var/lib/idemgate.db");
   EXPECT_EQ(WithoutPassword("memory:"), "memory:");
+  // Security review F14: libpq also takes the password in the query.
+  EXPECT_EQ(WithoutPassword("postgres://db/idem?password=s3cret"),
+            "postgres://db/idem?password=***");
+  EXPECT_EQ(WithoutPassword("postgres://db/idem?sslmode=verify-full&SSLPassword=k3y&x=1#f"),
+            "postgres://db/idem?sslmode=verify-full&SSLPassword=***&x=1#f");
+  EXPECT_EQ(WithoutPassword("postgres://u:pw@db/x?password=again"),
+            "postgres://u:***@db/x?password=***");
+  EXPECT_EQ(WithoutPassword("redis://h/0?prefix=password"), "redis://h/0?prefix=password");
 }
 
 TEST(HttpServerIoTest, BearerTokens) {

@@ -1,6 +1,8 @@
 #include "observe/gateway_metrics.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
@@ -57,6 +59,17 @@ std::string HostLabel(std::string_view host) {
   return out.empty() ? "unknown" : out;
 }
 
+std::string ToolLabel(std::string_view tool, size_t max_bytes) {
+  if (tool.size() <= max_bytes) return std::string(tool);
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a: stable across runs, unlike std::hash
+  for (unsigned char c : tool) hash = (hash ^ c) * 1099511628211ull;
+  size_t keep = max_bytes - 17;
+  while (keep > 0 && (static_cast<unsigned char>(tool[keep]) & 0xC0) == 0x80) --keep;
+  char suffix[18];
+  std::snprintf(suffix, sizeof suffix, "~%016llx", static_cast<unsigned long long>(hash));
+  return std::string(tool.substr(0, keep)) + suffix;
+}
+
 struct GatewayMetrics::Impl {
   // One tool's sliding window and the metrics judged from it.
   struct ToolWindow {
@@ -72,6 +85,7 @@ struct GatewayMetrics::Impl {
     std::array<Counter*, kOutcomes> attempts{};
     std::array<std::atomic<Histogram*>, kOutcomes> durations{};  // made on first use
     ToolWindow* window = nullptr;
+    std::string tool;  // the tool's label
   };
   struct Front {
     // Unique in the process (never reused, unlike an address): keys the
@@ -157,14 +171,27 @@ struct GatewayMetrics::Impl {
     return label;
   }
 
-  // The series of `tool` from the host labelled `host_label` (LabelOfHost):
-  // at most max_hosts + 1 per tool.
+  // The label of `tool`: ToolLabel, or "other" once max_tools distinct
+  // labels are in use.
+  std::string LabelOfTool(std::string_view tool) {
+    std::string label = ToolLabel(tool, std::max<size_t>(32, options.max_label_bytes));
+    std::lock_guard lock(tools_mu);
+    if (tools.contains(label)) return label;
+    if (tools.size() >= options.max_tools) return "other";
+    tools.insert(label);
+    return label;
+  }
+
+  // The series of the tool labelled `tool` (LabelOfTool) from the host
+  // labelled `host_label` (LabelOfHost): at most max_hosts + 2 per tool
+  // label, max_tools + 1 tool labels.
   ToolSeries& SeriesFor(Front& front, std::string_view tool, std::string_view host_label) {
     std::string key(host_label);
     key.push_back('/');  // a label holds no '/'
     key.append(tool);
     return FindOrMake(front.mu, front.tools, key, [&] {
       auto s = std::make_unique<ToolSeries>();
+      s->tool = tool;
       for (size_t i = 0; i < kOutcomes; ++i) {
         s->attempts[i] = &attempts.With(
             {front.name, tool, AttemptOutcomeName(static_cast<AttemptOutcome>(i)), host_label});
@@ -177,9 +204,13 @@ struct GatewayMetrics::Impl {
   // SeriesFor through a small per-thread cache: a hit costs a hash and a
   // string compare, and touches no shared cache line (the shared lock's
   // reader count would bounce between cores at high rates).
-  // `host` as it came: only the bytes HostLabel reads key the cache.
+  // `host` as it came: only the bytes HostLabel reads key the cache. A tool
+  // longer than a label is not cached (the cache would hold its name).
   ToolSeries& CachedSeriesFor(Front& front, std::string_view tool, std::string_view host) {
     host = host.substr(0, kHostLabelBytes);
+    if (tool.size() > options.max_label_bytes) {
+      return SeriesFor(front, LabelOfTool(tool), LabelOfHost(host));
+    }
     struct Entry {
       uint64_t front_id = 0;
       std::string tool;
@@ -189,7 +220,7 @@ struct GatewayMetrics::Impl {
     thread_local std::array<Entry, 64> cache;
     Entry& e = cache[std::hash<std::string_view>{}(tool) % cache.size()];
     if (e.front_id == front.id && e.tool == tool && e.host == host) return *e.series;
-    ToolSeries& s = SeriesFor(front, tool, LabelOfHost(host));
+    ToolSeries& s = SeriesFor(front, LabelOfTool(tool), LabelOfHost(host));
     e.front_id = front.id;
     e.tool.assign(tool);
     e.host.assign(host);
@@ -205,7 +236,7 @@ struct GatewayMetrics::Impl {
     s.attempts[i]->Inc();
     Histogram* h = s.durations[i].load(std::memory_order_acquire);
     if (h == nullptr) {
-      h = &durations.With({front.name, tool, AttemptOutcomeName(outcome)});
+      h = &durations.With({front.name, s.tool, AttemptOutcomeName(outcome)});
       s.durations[i].store(h, std::memory_order_release);
     }
     h->Observe(static_cast<double>(latency.count()) / 1000.0);
@@ -269,6 +300,8 @@ struct GatewayMetrics::Impl {
 
   std::mutex hosts_mu;
   std::set<std::string, std::less<>> hosts;  // host labels in use, at most max_hosts
+  std::mutex tools_mu;
+  std::set<std::string, std::less<>> tools;  // tool labels in use, at most max_tools
 
   std::shared_mutex windows_mu;
   StringMap<ToolWindow> windows;

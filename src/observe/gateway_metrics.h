@@ -25,7 +25,10 @@
 //
 // The host label is Call::host (the MCP client's clientInfo.name) made a
 // bounded label: HostLabel's characters and length, "unknown" when empty,
-// and past max_hosts distinct named hosts in the process, "other".
+// and past max_hosts distinct named hosts in the process, "other". The tool
+// label is the tool's name bounded the same way (clients choose it): ToolLabel's
+// length, and past max_tools distinct tools in the process, "other"; the
+// windows of the replay alert are per tool label.
 //
 // Thread-safe. The hot path (one attempt) takes shared locks only and does
 // not allocate once its tool has been seen.
@@ -64,12 +67,23 @@ struct GatewayMetricsOptions {
   // Distinct host labels ([metrics] max_hosts); later hosts count as
   // "other". Default 16.
   size_t max_hosts = 16;
+  // Distinct tool labels ([metrics] max_tools); later tools count as
+  // "other". Default 1000.
+  size_t max_tools = 1000;
+  // Longest tool label ([metrics] max_label_bytes, at least 32). Default 128.
+  size_t max_label_bytes = 128;
 };
 
 // `host` as a metrics label: letters, digits, '.', '_' and '-' kept
 // (others become '_'), at most 32 bytes, "unknown" when empty. Hosts name
 // themselves, so the label is bounded here, not trusted.
 std::string HostLabel(std::string_view host);
+
+// `tool` as a metrics label of at most `max_bytes` (at least 32): unchanged
+// when it fits, else its start (cut at a UTF-8 character boundary), "~" and
+// 16 hex digits of a hash of the whole name, so that long names stay
+// distinct and bounded.
+std::string ToolLabel(std::string_view tool, size_t max_bytes);
 
 class GatewayMetrics {
  public:

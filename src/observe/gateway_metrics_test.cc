@@ -158,6 +158,43 @@ TEST_F(GatewayMetricsTest, TheHostIsABoundedLabel) {
   EXPECT_EQ(HostLabel(std::string(100, 'x')), std::string(32, 'x'));
 }
 
+// Security review F3: tool names come from clients (up to 1 MiB in MCP), so
+// the tool label is bounded in length and in distinct count.
+TEST(GatewayMetricsToolLabelTest, LongAndManyToolNamesAreBoundedLabels) {
+  FakeClock clock;
+  GatewayMetricsOptions o;
+  o.evaluate_every = Duration(0);
+  o.max_tools = 3;
+  o.max_label_bytes = 64;
+  auto m = GatewayMetrics::Create(clock, o);
+  ASSERT_TRUE(m) << m.error().ToString();
+  std::unique_ptr<Store> store = NewMemoryStore(clock);
+  Ledger ledger(*store, clock, LedgerOptions{"test", nullptr, false, (*m)->ObserverFor("serve")});
+  const std::string huge = "charge" + std::string(1 << 20, 'x');
+  for (int i = 0; i < 50; ++i) {
+    Call c;
+    c.id = RecordId{"default", "k" + std::to_string(i)};
+    c.fingerprint = "fp";
+    c.tool = i == 0 ? huge : huge + std::to_string(i);
+    c.turn = "turn-1";
+    auto r = ledger.Run(c, [] { return Execution{Execution::Kind::kSuccess, "ok"}; });
+    ASSERT_TRUE(r) << r.error().ToString();
+  }
+  const std::string text = (*m)->Render();
+  EXPECT_LT(text.size(), 64u * 1024) << "the exposition holds the names";
+  const std::string label = ToolLabel(huge, 64);
+  EXPECT_EQ(label.size(), 64u);
+  EXPECT_TRUE(label.starts_with("charge"));
+  EXPECT_NE(label, ToolLabel(huge + "1", 64)) << "long names stay distinct";
+  EXPECT_NE(text.find(R"(tool=")" + label + R"(")"), std::string::npos) << text;
+  EXPECT_TRUE(Has(text, R"(idemgate_attempts_total{front="serve",tool="other",outcome="executed",host="unknown"} 47)"))
+      << text;
+  EXPECT_EQ(ToolLabel("create_ticket", 64), "create_ticket");
+  EXPECT_EQ(ToolLabel(std::string(40, 'a') + "\xc3\xa9" + std::string(40, 'b'), 32).size(), 32u);
+  EXPECT_EQ(ToolLabel(std::string(14, 'a') + "\xc3\xa9" + std::string(40, 'b'), 32).size(), 31u)
+      << "cut before the two-byte character, not inside it";
+}
+
 TEST(GatewayMetricsCreateTest, RejectsABadWebhookUrl) {
   FakeClock clock;
   GatewayMetricsOptions o;

@@ -28,16 +28,32 @@ std::string ClientAddress(std::string_view remote) {
   return std::string(remote.substr(0, remote.rfind(':')));
 }
 
-std::string_view Connection(const std::vector<http::Header>& headers) {
+// Every Connection field's options, as one list: a message may repeat the
+// field (RFC 9110 §5.3), and a second one must not smuggle a hop-by-hop
+// header through (security review F18).
+std::string Connection(const std::vector<http::Header>& headers) {
+  std::string options;
   for (const http::Header& h : headers) {
-    if (HeaderNameEquals(h.name, "Connection")) return h.value;
+    if (!HeaderNameEquals(h.name, "Connection")) continue;
+    if (!options.empty()) options.append(", ");
+    options.append(h.value);
   }
-  return {};
+  return options;
+}
+
+// Fields a client could set to lie to the upstream about where the request
+// came from, or how, which upstreams believe when they come from their
+// proxy (security review F18). Not forwarded: idemgate says only what it
+// knows, the client's address in X-Forwarded-For.
+bool IsClientForwardingClaim(std::string_view name) {
+  return HeaderNameEquals(name, "Forwarded") || HeaderNameEquals(name, "X-Forwarded-Host") ||
+         HeaderNameEquals(name, "X-Forwarded-Proto") ||
+         HeaderNameEquals(name, "X-Forwarded-Port") || HeaderNameEquals(name, "X-Real-IP");
 }
 
 // The answer to send the client for a fresh upstream answer.
 http::Response Relayed(http::Response upstream) {
-  std::string_view connection = Connection(upstream.headers);
+  const std::string connection = Connection(upstream.headers);
   upstream.headers = EndToEndHeaders(std::move(upstream.headers), connection);
   return upstream;
 }
@@ -213,14 +229,14 @@ net::HttpClientRequest ReverseProxy::Forwarded(http::Request& request, const Req
   out.method = std::move(request.method);
   out.target = std::move(request.target);
   out.body = std::move(request.body);
-  const std::string_view connection = Connection(request.headers);
+  const std::string connection = Connection(request.headers);
   std::string forwarded_for;
   out.headers.reserve(request.headers.size() + 2);
   for (http::Header& h : request.headers) {
     // Expect: the listener has read the whole body already; forwarded, it
     // would draw an interim 100 answer from the upstream.
     if (IsHopByHop(h.name) || HeaderNameEquals(h.name, "Host") ||
-        HeaderNameEquals(h.name, "Expect")) {
+        HeaderNameEquals(h.name, "Expect") || IsClientForwardingClaim(h.name)) {
       continue;
     }
     if (HeaderNameEquals(h.name, "X-Forwarded-For")) {

@@ -1,5 +1,7 @@
 #include "fronts/http_proxy/stored_response.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
 namespace idem::proxy {
@@ -86,6 +88,26 @@ std::string EncodeStoredResponse(const StoredResponse& response) {
   return out;
 }
 
+namespace {
+
+// RFC 9110 §5.6.2 tchar.
+bool IsTokenChar(unsigned char c) {
+  return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) !=
+                                std::string_view::npos;
+}
+
+// A field value without control characters but HTAB (RFC 9110 §5.5):
+// a bare CR would end the line for some readers and start a header of the
+// client's choosing.
+bool IsFieldValue(std::string_view value) {
+  for (unsigned char c : value) {
+    if ((c < 0x20 && c != '\t') || c == 0x7f) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<StoredResponse> DecodeStoredResponse(std::string_view bytes) {
   if (!bytes.starts_with(kMagic)) return Corrupt("it does not start with \"idemgate-http/1\"");
   bytes.remove_prefix(kMagic.size());
@@ -94,9 +116,11 @@ Result<StoredResponse> DecodeStoredResponse(std::string_view bytes) {
   if (eol == std::string_view::npos) return Corrupt("no status line");
   std::string_view status = bytes.substr(0, eol);
   auto [end, ec] = std::from_chars(status.data(), status.data() + status.size(), out.status);
-  if (ec != std::errc() || end != status.data() + status.size() || out.status < 100 ||
-      out.status > 999) {
-    return Corrupt("bad status");
+  // A final answer: 1xx are interim (101 would switch protocols) and never
+  // stored; past 599 is no HTTP status (security review F13).
+  if (ec != std::errc() || end != status.data() + status.size() || out.status < 200 ||
+      out.status > 599) {
+    return Corrupt("bad status: a stored answer's status must be 200 to 599");
   }
   bytes.remove_prefix(eol + 1);
   while (true) {
@@ -107,6 +131,13 @@ Result<StoredResponse> DecodeStoredResponse(std::string_view bytes) {
     if (line.empty()) break;
     size_t colon = line.find(": ");
     if (colon == std::string_view::npos || colon == 0) return Corrupt("a malformed header line");
+    const std::string_view name = line.substr(0, colon);
+    if (!std::all_of(name.begin(), name.end(), [](char c) { return IsTokenChar(c); })) {
+      return Corrupt("a header name that is not a token");
+    }
+    if (!IsFieldValue(line.substr(colon + 2))) {
+      return Corrupt("a control character (CR, NUL, ESC …) in a header value");
+    }
     out.headers.push_back(
         {std::string(line.substr(0, colon)), std::string(line.substr(colon + 2))});
   }

@@ -45,6 +45,35 @@ TEST(StoredResponseTest, RefusesOtherBytesAsDataLoss) {
   }
 }
 
+// Security review F13: outcomes an operator sets (console set-outcome,
+// resolve) are replayed byte for byte, so what cannot be a final HTTP answer
+// is refused when read: a 1xx or a status past 599, a header line with a
+// bare CR or another control character (a second header, smuggled), a name
+// that is not a token.
+TEST(StoredResponseTest, RefusesWhatCannotBeReplayedAsAnAnswer) {
+  for (std::string_view bad : {
+           std::string_view("idemgate-http/1 101\n\n"),
+           std::string_view("idemgate-http/1 100\n\n"),
+           std::string_view("idemgate-http/1 600\n\n"),
+           std::string_view("idemgate-http/1 999\n\n"),
+           std::string_view("idemgate-http/1 200\nX: a\rSet-Cookie: s=1\n\nbody"),
+           std::string_view("idemgate-http/1 200\nX: a\0b\n\n", 28),
+           std::string_view("idemgate-http/1 200\nX: a\x1b]0;t\x07\n\n"),
+           std::string_view("idemgate-http/1 200\nBad Name: v\n\n"),
+           std::string_view("idemgate-http/1 200\nX\r: v\n\n"),
+       }) {
+    auto r = DecodeStoredResponse(bad);
+    EXPECT_FALSE(r) << "replayable: " << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().code, ErrorCode::kDataLoss);
+    }
+  }
+  auto ok = DecodeStoredResponse("idemgate-http/1 201\nX-Tab: a\tb\nX-Latin: caf\xe9\n\n{}");
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  EXPECT_EQ(ok->status, 201);
+  EXPECT_EQ(ok->headers.size(), 2u);
+}
+
 TEST(StoredResponseTest, DropsHopByHopHeadersAndThoseConnectionNames) {
   std::vector<http::Header> in = {
       {"Content-Type", "text/plain"},

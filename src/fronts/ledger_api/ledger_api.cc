@@ -11,6 +11,7 @@
 #include "json/json_errors.h"
 #include "json/json_text.h"
 #include "net/http_rules.h"
+#include "net/http_server_io.h"
 #include "net/record_answers.h"
 
 namespace idem::http {
@@ -110,6 +111,34 @@ std::optional<Response> RefusedOnUnknown(const Record& r, bool stores_at_fence =
                  "only an admin settles it: POST /v1/records/{key}/resolve with an admin "
                  "token, or `idemgate resolve " +
                      r.id.key + "`",
+                 "\"key\":" + json_text::Quote(r.id.key));
+}
+
+// Who began a call through the ledger API: "api." and 16 hex digits of a
+// digest of the tenant and the bearer token of `request` (Call::owner_tag).
+// Steps are bound to it (security review F9): the fence alone, which
+// GET /v1/records shows to every client of the tenant, no longer settles
+// another client's call, nor a call of another front (`http`, `mcp`), whose
+// owner tokens carry no tag.
+std::string OwnerTagOf(const Request& request) {
+  std::string_view token;
+  if (auto auth = request.FindHeader("Authorization")) token = idem::net::BearerToken(*auth);
+  std::string material = request.principal.tenant;
+  material.push_back('\n');
+  material.append(token);
+  return "api." + Sha256Hex(material).substr(0, 16) + ".";
+}
+
+// A step on a record whose claim another client made: refused, whatever
+// the step's fence. Records with no owner token (taken over after a lapsed
+// lease, or written before owner tokens) keep the fence as their only check.
+std::optional<Response> RefusedForAnotherOwner(const Record& r, std::string_view owner_tag) {
+  if (r.owner.empty() || r.owner.starts_with(owner_tag)) return std::nullopt;
+  return Problem(403, "not-your-call", "Not your call",
+                 "idemgate: this call was begun by another client (another token, or another "
+                 "front such as idemgate http or mcp): only the client that began it can "
+                 "complete, release, heartbeat or mark it; an admin settles it through "
+                 "POST /v1/records/{key}/resolve or `idemgate resolve " + r.id.key + "`",
                  "\"key\":" + json_text::Quote(r.id.key));
 }
 
@@ -538,6 +567,7 @@ LedgerApi::LedgerApi(Ledger& ledger, const Config& config, WorkerPool& pool)
     : ledger_(ledger), config_(config), pool_(pool) {}
 
 bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
+                                        const std::string& owner_tag,
                                         std::shared_ptr<const Outcome> outcome,
                                         const Responder& respond) {
   auto answer = [respond](Response r) {
@@ -545,9 +575,13 @@ bool LedgerApi::CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
     respond(std::move(r));
   };
   return ledger_.ReadAsync(
-      id, [this, id, fence, outcome, answer, respond](Result<std::optional<Record>> got) {
+      id, [this, id, fence, owner_tag, outcome, answer,
+           respond](Result<std::optional<Record>> got) {
         if (!got) return answer(FromError(got.error(), id.key));
         if (!*got) return answer(FromError(Error{ErrorCode::kNotFound, "no record"}, id.key));
+        if (auto refused = RefusedForAnotherOwner(**got, owner_tag)) {
+          return answer(std::move(*refused));
+        }
         // Alive until CompleteAsync's callback has run.
         auto call = std::make_shared<const Call>(CallOf(**got, config_));
         const bool releases = ReleasesOn(*call, outcome->cls);
@@ -627,6 +661,7 @@ void LedgerApi::Begin(Request& request, const Responder& respond) {
     o["key"] = nullptr;
     return respond(Json(200, o));
   }
+  (*planned)->owner_tag = OwnerTagOf(request);
   auto shared = std::make_shared<const Call>(std::move(**planned));
   auto reply = [shared, respond](const Result<Decision>& d) {
     Response r = d ? BeginAnswer(*shared, *d) : FromError(d.error(), shared->id.key);
@@ -665,18 +700,22 @@ void LedgerApi::FenceStep(std::string step, Request& request, const Responder& r
   const RecordId id{request.principal.tenant, *key};
   // A complete reads the record and stores the outcome without a worker
   // where the store allows (Ledger::ReadAsync, Ledger::CompleteAsync).
-  if (outcome && CompleteWithoutBlocking(id, *fence, outcome, respond)) return;
+  std::string owner_tag = OwnerTagOf(request);
+  if (outcome && CompleteWithoutBlocking(id, *fence, owner_tag, outcome, respond)) return;
   const bool before_reply = step == "complete";
-  Offload(respond, before_reply, [this, step = std::move(step), id, fence = *fence, outcome] {
-    return SettleStep(step, id, fence, outcome);
-  });
+  Offload(respond, before_reply,
+          [this, step = std::move(step), id, fence = *fence, owner_tag, outcome] {
+            return SettleStep(step, id, fence, owner_tag, outcome);
+          });
 }
 
 Response LedgerApi::SettleStep(std::string_view step, const RecordId& id, uint64_t fence,
+                               const std::string& owner_tag,
                                const std::shared_ptr<Outcome>& outcome) {
   auto got = ledger_.Read(id);
   if (!got) return FromError(got.error(), id.key);
   if (!*got) return FromError(Error{ErrorCode::kNotFound, "no record"}, id.key);
+  if (auto refused = RefusedForAnotherOwner(**got, owner_tag)) return std::move(*refused);
   const Call call = CallOf(**got, config_);
   const bool stores = step == "complete" && !ReleasesOn(call, outcome->cls);
   if (auto refused = RefusedOnUnknown(**got, stores && (*got)->fence == fence)) {

@@ -61,7 +61,9 @@ class LedgerApi {
   // /v1/calls/complete through Store::GetAsync and Ledger::CompleteAsync,
   // answering through `respond`; false if the store cannot read without
   // blocking (`respond` is not used: the caller completes on a worker).
-  bool CompleteWithoutBlocking(const RecordId& id, uint64_t fence,
+  // Every step is bound to `owner_tag`, the tag of the client that began
+  // the call (Call::owner_tag; 403 for another client's or front's record).
+  bool CompleteWithoutBlocking(const RecordId& id, uint64_t fence, const std::string& owner_tag,
                                std::shared_ptr<const Outcome> outcome, const Responder& respond);
   // Runs `work` on the pool and answers what it returns; 503 when the pool is
   // stopping. `before_reply`: the answer passes that fault point first.
@@ -74,7 +76,7 @@ class LedgerApi {
   // on the I/O thread, then SettleStep on a worker.
   void FenceStep(std::string step, Request& request, const Responder& respond);
   Response SettleStep(std::string_view step, const RecordId& id, uint64_t fence,
-                      const std::shared_ptr<Outcome>& outcome);
+                      const std::string& owner_tag, const std::shared_ptr<Outcome>& outcome);
   void HandleRecord(Request& request, const Responder& respond);   // /v1/records/{key}
   void Resolve(Request& request, const RecordId& id, const Responder& respond);  // .../resolve
   void HandleAttempts(const Request& request, const Responder& respond);  // /v1/attempts
