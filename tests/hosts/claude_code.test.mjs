@@ -27,6 +27,7 @@ import { test } from 'node:test';
 import {
   CLAUDE_BIN,
   HERE,
+  HOST_TIMEOUT_MS,
   IDEMGATE,
   REPLAY_SENTENCE,
   assertInstalled,
@@ -110,7 +111,7 @@ async function session(t, d, model, prompts) {
   for (let i = 0; i < prompts.length; i++) {
     host.write(userLine(prompts[i]));
     try {
-      await host.stdout.waitFor((s) => resultLines(s).length > i);
+      await host.stdout.waitFor((s) => resultLines(s).length > i, HOST_TIMEOUT_MS);
     } catch (e) {
       e.message += `\n${host.output()}\n${mcpLogs(d)}`;
       throw e;

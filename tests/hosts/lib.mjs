@@ -34,6 +34,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { LineLog } from '../integration/mcp/helpers.mjs';
 
 const run = promisify(execFile);
 export const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -266,40 +267,6 @@ function writeServers(host, file, servers) {
 // Running a host. Each run is its own process group, killed by pid when it times out or when the
 // test ends; one host process at a time (node --test --test-concurrency=1).
 
-/** Collects a stream's text and lets a test wait for a match; rejects after `ms`. */
-export class TextLog {
-  constructor(stream) {
-    this.text = '';
-    this.waiters = [];
-    stream?.setEncoding?.('utf8');
-    stream?.on('data', (chunk) => {
-      this.text += chunk;
-      this.waiters = this.waiters.filter((w) => !w.check());
-    });
-  }
-
-  /** Resolves with the first match of `re` (a RegExp or a predicate on the text); rejects after `ms`. */
-  waitFor(re, ms = HOST_TIMEOUT_MS) {
-    const test = typeof re === 'function' ? re : (s) => s.match(re);
-    return new Promise((resolve, reject) => {
-      const w = {
-        check: () => {
-          const m = test(this.text);
-          if (!m) return false;
-          clearTimeout(w.timer);
-          resolve(m);
-          return true;
-        },
-      };
-      if (w.check()) return;
-      w.timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((x) => x !== w);
-        reject(new Error(`timed out after ${ms} ms waiting for ${re}`));
-      }, ms);
-      this.waiters.push(w);
-    });
-  }
-}
 
 /** True while a process with this pid exists and is not a zombie. */
 export function alive(pid) {
@@ -370,8 +337,8 @@ export function startHost(t, command, args, { env, cwd, timeoutMs = HOST_TIMEOUT
   const began = Date.now();
   const child = spawn(command, args, { cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
   const pid = child.pid;
-  const stdout = new TextLog(child.stdout);
-  const stderr = new TextLog(child.stderr);
+  const stdout = new LineLog(child.stdout);
+  const stderr = new LineLog(child.stderr);
   child.stdin.on('error', () => {}); // a host that exits early closes its stdin under us
   const exited = new Promise((resolve, reject) => {
     child.on('error', reject);

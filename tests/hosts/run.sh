@@ -6,13 +6,15 @@
 #   IDEMGATE=/path/to/idemgate tests/hosts/run.sh [node --test args…] [FILE.test.mjs…]
 #
 # IDEMGATE defaults to build/idemgate. Installs the npm packages from the committed lock files
-# here and in examples/mcp-server when they are missing or older (tests/integration/npm_install.sh).
+# here, in examples/mcp-server and in tests/integration/mcp (whose helpers.mjs lib.mjs shares)
+# when they are missing or older (tests/integration/npm_install.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 export IDEMGATE=${IDEMGATE:-$root/build/idemgate}
 
-bash "$root/tests/integration/npm_install.sh" "$here" "$root/examples/mcp-server"
+bash "$root/tests/integration/npm_install.sh" "$here" "$root/examples/mcp-server" \
+  "$root/tests/integration/mcp"
 
 if [ ! -x "$IDEMGATE" ]; then
   echo "run.sh: no idemgate binary at $IDEMGATE (build it, or set IDEMGATE)" >&2

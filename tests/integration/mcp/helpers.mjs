@@ -74,12 +74,16 @@ export class LineLog {
     });
   }
 
-  /** Resolves with the first match of `re` in the text so far or later; rejects after `ms`. */
+  /**
+   * Resolves with the first match of `re` (a RegExp, or a predicate on the whole text) in the
+   * text so far or later; rejects after `ms`.
+   */
   waitFor(re, ms = 15000) {
+    const test = typeof re === 'function' ? re : (s) => s.match(re);
     return new Promise((resolve, reject) => {
       const w = {
         check: () => {
-          const m = this.text.match(re);
+          const m = test(this.text);
           if (!m) return false;
           clearTimeout(w.timer);
           resolve(m);
