@@ -243,7 +243,7 @@ void AddInstallCommand(CLI::App& app, Cli& cli) {
       "  codex        $CODEX_HOME/config.toml, default ~/.codex/config.toml (project:\n"
       "               .codex/config.toml): [mcp_servers.NAME]; no hook, Codex sends turn ids\n"
       "Each stdio server's command becomes `idemgate mcp [--store URL] [--config FILE] --\n"
-      "COMMAND ARGS…` (the absolute path of this binary); the hook runs `idemgate hook` on every\n"
+      "COMMAND ARGS...` (the absolute path of this binary); the hook runs `idemgate hook` on every\n"
       "prompt so that a deliberate repeat in a new prompt runs again. HTTP servers are left as\n"
       "they are. Everything else in the files stays: JSON is rewritten with 2-space indentation\n"
       "in the same key order, TOML is edited in place, comments included. Prints a unified\n"
