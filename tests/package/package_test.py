@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UNITS = ("idemgate-serve.service", "idemgate-http.service")
@@ -202,7 +203,11 @@ def check_binary_and_config(x, tmp, version):
           "config: store in /var/lib/idemgate")
     store = "sqlite:" + os.path.join(tmp, "config.db")
     enabled = os.path.join(tmp, "enabled.toml")
-    open(enabled, "w").write(re.sub(r"(?m)^#([a-z\[])", r"\1", text))
+    # Every commented key enabled, its placeholder tokens replaced as the operator must (idemgate
+    # refuses a REPLACE-WITH-… token at start).
+    enabled_text = re.sub(r"(?m)^#([a-z\[])", r"\1", text)
+    enabled_text = re.sub(r"REPLACE-WITH-[A-Z-]*", lambda m: "t" + uuid.uuid4().hex, enabled_text)
+    open(enabled, "w").write(enabled_text)
     broken = os.path.join(tmp, "broken.toml")
     open(broken, "w").write(text.replace("[defaults]\n", "[defaults]\nttll = \"1h\"\n"))
     for path, what in ((config, "as shipped"), (enabled, "with every #key = value enabled")):
