@@ -34,7 +34,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { LineLog } from '../integration/mcp/helpers.mjs';
+import { LineLog, readLedger } from '../integration/mcp/helpers.mjs';
 
 const run = promisify(execFile);
 export const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -388,17 +388,8 @@ export function startHost(t, command, args, { env, cwd, timeoutMs = HOST_TIMEOUT
 // ---------------------------------------------------------------------------------------------
 // What happened: the example server's ledger and idemgate's audit log.
 
-/** The example server's ledger entries (one per real execution). */
-export function readLedger(file) {
-  let text;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    if (e.code === 'ENOENT') return [];
-    throw e;
-  }
-  return text.split('\n').filter(Boolean).map((l) => JSON.parse(l));
-}
+/** The example server's ledger entries (one per real execution): the MCP tests' reader. */
+export { readLedger };
 
 export function readPids(ledger) {
   try {
