@@ -217,15 +217,25 @@ class RedisStore final : public Store {
     return record;
   }
 
+  // Under wait_replicas a completion read is confirmed before it is
+  // returned (Confirms): a second round trip, for completions only.
   Result<std::optional<Record>> Get(const RecordId& id) override {
     const auto keys = redis::KeysOf(prefix_, id);
     auto reply = client_->Execute(keys.record, ReadRecord(keys), /*resend_safe=*/true);
     if (!reply) return std::unexpected(reply.error());
-    return Live(id, **reply);
+    auto record = Live(id, **reply);
+    if (!record || !*record || (*record)->state != RecordState::kCompleted || !Confirms()) {
+      return record;
+    }
+    auto confirmed = RunScript(redis::ConfirmScript(), keys, clock_.Now(), {});
+    if (!confirmed) return std::unexpected(confirmed.error());
+    return Live(id, **confirmed);
   }
 
+  // Not under wait_replicas: a completion read must be confirmed, by a
+  // write and a WAIT that would hold up every command behind it.
   bool GetAsync(const RecordId& id, GetDone done) override {
-    if (!pipeline_) return false;
+    if (!pipeline_ || Confirms()) return false;
     const auto keys = redis::KeysOf(prefix_, id);
     pipeline_->Submit(ReadRecord(keys), [this, id, done = std::move(done)](Result<Reply> reply) {
       if (!reply) return done(std::unexpected(reply.error()));
@@ -540,7 +550,8 @@ class RedisStore final : public Store {
   std::vector<std::string> ClaimArgs(const ClaimRequest& req,
                                      const std::optional<Attempt>& entry) const {
     std::vector<std::string> args = {Ms(req.lease), Ms(req.retention), req.fingerprint,
-                                     req.tool,      req.turn,           req.owner};
+                                     req.tool,      req.turn,           req.owner,
+                                     Confirms() ? "1" : "0"};
     if (entry) AddAttempt(args, *entry);
     return args;
   }
@@ -766,6 +777,16 @@ class RedisStore final : public Store {
     const std::vector<std::string> keys = {record_key};
     return client_->Eval(script, keys, ScriptArgs(now, std::move(extra)), /*write=*/true);
   }
+
+  // Whether a completion is served only once confirmed (wait_replicas, guarantees F4):
+  // on the master it may not be on any replica yet (its writer's WAIT failed,
+  // or has not returned), and a failover would lose what was served. WAIT
+  // covers only the writes of its own connection, so a reader that finds a
+  // completion writes it again as it is (ConfirmScript, or the claim
+  // script's confirm) and WAITs: that covers everything before its write in
+  // the replication stream, the completion included. Fewer
+  // acknowledgements: kUnavailable, never the completion.
+  bool Confirms() const { return client_->config().wait_replicas > 0; }
 
   // Whether writes may go through the pipeline: one server, and no WAIT to
   // follow them.
