@@ -1499,6 +1499,47 @@ TEST(RedisSingleTest, AFailoverToTheReplicaLosesAndDuplicatesNothingUnderWaitRep
   EXPECT_GT(replayed, 0);
 }
 
+// Guarantees review H5: on_store_down = "pass" applies to the pipelined
+// claim (Ledger::BeginAsync, as `idemgate http` and `serve` run it on one
+// server) as it does to the blocking one: a server that cannot be reached
+// was certainly not written to, so the call passes through. (The
+// pipeline's failures lost Error::unreached, and such calls were refused.)
+TEST(RedisSingleTest, OnStoreDownPassAppliesToThePipelinedClaimOfAnUnreachableServer) {
+  OwnServer server("h5");
+  auto store = OpenOrFail(WithOptions(server.url(), "connect_timeout=500ms&timeout=1s&prefix=h5:"),
+                          SystemClock::Default());
+  ASSERT_TRUE(store);
+  ASSERT_FALSE(store->ReadsBeforeClaim()) << "a single server claims through the pipeline";
+  server.Kill9();
+  Ledger ledger(*store, SystemClock::Default(), LedgerOptions{"test", nullptr, false});
+  Call call = CallOf("down");
+  call.policy.on_store_down = OnStoreDown::kPass;
+  auto begin_async = [&] {
+    std::promise<std::optional<Result<Decision>>> answer;
+    EXPECT_TRUE(ledger.BeginAsync(call, [&](std::optional<Result<Decision>> d) {
+      answer.set_value(std::move(d));
+    }));
+    return answer.get_future().get();
+  };
+  // The first connects and is refused; the second fails at once in the
+  // node's connect backoff. Neither reached the server.
+  for (int i = 0; i < 2; ++i) {
+    auto piped = begin_async();
+    ASSERT_TRUE(piped) << "a failed claim is the ledger's to answer";
+    ASSERT_TRUE(*piped) << "refused instead of passed: " << piped->error().ToString();
+    EXPECT_EQ((*piped)->kind, Decision::Kind::kPassThrough);
+  }
+  auto blocking = ledger.Begin(call);
+  ASSERT_TRUE(blocking) << blocking.error().ToString();
+  EXPECT_EQ(blocking->kind, Decision::Kind::kPassThrough);
+
+  call.policy.on_store_down = OnStoreDown::kFail;  // and without pass, refused as before
+  auto refused = begin_async();
+  ASSERT_TRUE(refused);
+  ASSERT_FALSE(*refused);
+  EXPECT_EQ(refused->error().code, ErrorCode::kUnavailable);
+}
+
 // Resharding under load: the slot of a set of records moves to another
 // master (IMPORTING / MIGRATING, MIGRATE, SETSLOT NODE) while four threads
 // claim and complete those records and others. Every operation must succeed
