@@ -484,14 +484,24 @@ class RedisStore final : public Store {
     return purged;
   }
 
-  // Filters scan the stream newest first: O(entries) for a rare match.
+  // Filters scan the stream newest first, at most attempts_scan entries
+  // (security review F4: any tenant's query for a key that does not exist
+  // scanned the whole stream, up to attempts_maxlen entries, and kept the
+  // shared server busy); stopping there sets filter.cut.
   Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override {
     std::vector<Attempt> out;
     const std::string stream = redis::AttemptStreamKey(prefix_);
+    const size_t cap = client_->config().attempts_scan;
     std::string end = "+";
+    size_t scanned = 0;
     while (out.size() < filter.limit) {
+      if (cap != 0 && scanned >= cap) {
+        if (filter.cut) *filter.cut = true;
+        break;
+      }
+      const size_t page = cap == 0 ? kStreamPage : std::min<size_t>(kStreamPage, cap - scanned);
       auto reply = client_->Execute(
-          stream, {"XREVRANGE", stream, end, "-", "COUNT", std::to_string(kStreamPage)}, true);
+          stream, {"XREVRANGE", stream, end, "-", "COUNT", std::to_string(page)}, true);
       if (!reply) return std::unexpected(reply.error());
       const redisReply& r = **reply;
       if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) break;
@@ -500,8 +510,9 @@ class RedisStore final : public Store {
         if (!a) return std::unexpected(a.error());
         if (Matches(filter, *a)) out.push_back(std::move(*a));
       }
+      scanned += r.elements;
       end = "(" + std::string(Str(*r.element[r.elements - 1]->element[0]));
-      if (r.elements < static_cast<size_t>(kStreamPage)) break;
+      if (r.elements < page) break;  // the oldest entry
     }
     return out;
   }

@@ -1499,6 +1499,64 @@ TEST(RedisSingleTest, AFailoverToTheReplicaLosesAndDuplicatesNothingUnderWaitRep
   EXPECT_GT(replayed, 0);
 }
 
+// Security review F4: one query of the audit log (GET /v1/attempts?key=x,
+// any tenant's) examines at most attempts_scan entries of the stream, and
+// says it stopped (AttemptFilter::cut); it scanned the whole stream, up to
+// attempts_maxlen (10^6) entries, for a key that does not exist.
+TEST(RedisSingleTest, AnAttemptQueryExaminesAtMostAttemptsScanEntries) {
+  OwnServer own("scan");  // INFO commandstats counts this test's commands only
+  auto admin = AdminOf(own.url());
+  ASSERT_TRUE(admin);
+  constexpr int kEntries = 3000;
+  auto store = OpenOrFail(WithOptions(own.url(), "attempts_scan=1000&prefix=scan:"),
+                          SystemClock::Default());
+  ASSERT_TRUE(store);
+  std::vector<Attempt> log;
+  for (int i = 0; i < kEntries; ++i) {
+    Attempt a;
+    a.at = SystemClock::Default().Now();
+    a.tenant = "default";
+    a.key = i == 0 ? "oldest" : (i == kEntries - 1 ? "newest" : "k" + std::to_string(i));
+    a.tool = "charge";
+    a.outcome = AttemptOutcome::kExecuted;
+    log.push_back(std::move(a));
+  }
+  ASSERT_TRUE(store->AppendAttempts(log));
+
+  auto query = [&](Store& s, const std::string& key, bool* cut) {
+    AttemptFilter f;
+    f.key = key;
+    f.cut = cut;
+    const long long before = CommandCalls(*admin, "xrevrange");
+    auto found = s.QueryAttempts(f);
+    EXPECT_TRUE(found) << found.error().ToString();
+    return std::pair<size_t, long long>(found ? found->size() : 0,
+                                        CommandCalls(*admin, "xrevrange") - before);
+  };
+  bool cut = false;
+  auto [none, pages] = query(*store, "does-not-exist", &cut);
+  EXPECT_EQ(none, 0u);
+  EXPECT_TRUE(cut) << "the answer says the scan stopped";
+  EXPECT_EQ(pages, 2) << "1000 entries: pages of 512 and 488, not the whole stream";
+  cut = false;
+  auto [newest, newest_pages] = query(*store, "newest", &cut);
+  EXPECT_EQ(newest, 1u);
+  EXPECT_TRUE(cut) << "limit 1000 not reached: older matches may exist";
+  cut = false;
+  auto [oldest, oldest_pages] = query(*store, "oldest", &cut);
+  EXPECT_EQ(oldest, 0u) << "past the cap";
+  EXPECT_TRUE(cut);
+
+  auto whole = OpenOrFail(WithOptions(own.url(), "attempts_scan=0&prefix=scan:"),
+                          SystemClock::Default());  // 0: no cap
+  ASSERT_TRUE(whole);
+  cut = false;
+  auto [found, all_pages] = query(*whole, "oldest", &cut);
+  EXPECT_EQ(found, 1u);
+  EXPECT_FALSE(cut) << "the whole stream was examined";
+  EXPECT_EQ(all_pages, (kEntries + 511) / 512);
+}
+
 // Guarantees review H5: on_store_down = "pass" applies to the pipelined
 // claim (Ledger::BeginAsync, as `idemgate http` and `serve` run it on one
 // server) as it does to the blocking one: a server that cannot be reached
