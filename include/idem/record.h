@@ -140,6 +140,11 @@ struct AttemptFilter {
   std::optional<AttemptOutcome> outcome;
   std::optional<TimePoint> since;
   size_t limit = 1000;  // newest first
+  // Set to true by a store that stopped looking before the oldest entry
+  // (the Redis store examines at most `attempts_scan` entries a query, so
+  // that one query cannot scan the whole stream): older matches may exist.
+  // Left alone otherwise. Null: the caller does not ask.
+  bool* cut = nullptr;
 };
 
 }  // namespace idem

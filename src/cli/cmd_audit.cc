@@ -191,8 +191,16 @@ int RunAudit(const GlobalOptions& globals, const AuditFlags& flags) {
 
   Result<StoreSession> session = OpenSession(globals);
   if (!session) return Fail("audit", session.error());
+  bool cut = false;
+  filter.cut = &cut;
   Result<std::vector<Attempt>> attempts = session->store->QueryAttempts(filter);
   if (!attempts) return Fail("audit", attempts.error());
+  if (cut) {
+    fmt::print(stderr,
+               "note: the store stopped looking after its scan cap (Redis: ?attempts_scan=, "
+               "default 10000 entries); older matches may exist: narrow with --since or raise "
+               "the cap in --store's URL (0: no cap)\n");
+  }
 
   std::string out;
   if (flags.json) {

@@ -379,11 +379,14 @@ http::Response Console::Attempts(const http::Principal& who, const std::map<std:
   if (!filter) return std::move(filter.error());
   if (!query.contains("tenant")) filter->tenant.reset();  // an admin sees every tenant
   ledger_.Flush();
+  bool cut = false;  // the store stopped before the oldest entry (Redis attempts_scan)
+  filter->cut = &cut;
   auto attempts = ledger_.QueryAttempts(*filter);
   if (!attempts) return StoreError(attempts.error());
   json::object o;
   o["attempts"] = http::AttemptsJson(*attempts);
   o["limit"] = filter->limit;
+  o["truncated"] = cut;
   return Json(o);
 }
 

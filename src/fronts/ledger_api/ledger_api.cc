@@ -849,12 +849,15 @@ void LedgerApi::HandleAttempts(const Request& request, const Responder& respond)
   auto filter =
       ParseAttemptFilter(*query, request.principal, ledger_.clock().Now(), kMaxAttempts);
   if (!filter) return respond(std::move(filter.error()));
-  Offload(respond, false, [this, filter = *filter]() -> Response {
+  Offload(respond, false, [this, filter = *filter]() mutable -> Response {
     ledger_.Flush();  // attempts still buffered are part of the answer
+    bool cut = false;  // the store stopped before the oldest entry (Redis attempts_scan)
+    filter.cut = &cut;
     auto attempts = ledger_.QueryAttempts(filter);
     if (!attempts) return FromError(attempts.error(), "");
     json::object o;
     o["attempts"] = AttemptsJson(*attempts);
+    o["truncated"] = cut;
     return Json(200, o);
   });
 }

@@ -34,9 +34,14 @@ struct Pipeline::State : std::enable_shared_from_this<State> {
         strand(asio::make_strand(io)),
         timer(strand) {}
 
-  Error Failure(std::string_view what) const {
-    return Error{ErrorCode::kUnavailable, "redis store: pipelined command to " + node.ToString() +
-                                              " failed: " + std::string(what)};
+  // `unreached`: the command was never written, because no connection
+  // could be made (Error::unreached, which on_store_down = "pass" needs, as
+  // on the blocking path).
+  Error Failure(std::string_view what, bool unreached = false) const {
+    return Error{ErrorCode::kUnavailable,
+                 "redis store: pipelined command to " + node.ToString() +
+                     " failed: " + std::string(what),
+                 unreached};
   }
 
   // Any thread.
@@ -126,7 +131,7 @@ void Pipeline::State::Send(std::vector<Queued> batch) {
     // so that a server that is down costs each call no connect timeout of
     // its own.
     if (std::optional<Error> unreached = backoff->Check()) {
-      const Error e = Failure("cannot connect: " + unreached->message);
+      const Error e = Failure("cannot connect: " + unreached->message, unreached->unreached);
       for (Queued& q : batch) q.second(std::unexpected(e));
       return;
     }
@@ -160,7 +165,7 @@ void Pipeline::State::Connected(Result<std::unique_ptr<Connection>> opened) {
   if (closed) return;  // Close failed `waiting`; the connection just closes
   if (!opened) {
     backoff->Failed(opened.error());
-    const Error e = Failure("cannot connect: " + opened.error().message);
+    const Error e = Failure("cannot connect: " + opened.error().message, opened.error().unreached);
     for (Queued& q : batch) q.second(std::unexpected(e));
     return;
   }

@@ -215,12 +215,18 @@ end
 constexpr char kClaim[] = R"lua(
 local lease, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
 local cur = redis.call('HMGET', rec, 'st', 'ex', 'fence')
-if cur[1] and tonumber(cur[2]) > now then return {'exists', whole(), log_head(10)} end
-local stale = log_stale(10)
+if cur[1] and tonumber(cur[2]) > now then
+  -- ARGV[10] '1' (wait_replicas): a completion found is written again as it
+  -- is, so that the WAIT after this script covers it (WAIT waits for this
+  -- connection's own writes, and everything before them in the stream).
+  if ARGV[10] == '1' and cur[1] == 'completed' then redis.call('HSET', rec, 'st', cur[1]) end
+  return {'exists', whole(), log_head(11)}
+end
+local stale = log_stale(11)
 if stale then return stale end
 local fence = next_fence(cur[3])
 local expires = now + math.max(retention, lease)
-log_attempt(10)
+log_attempt(11)
 -- An expired record or a tombstone is replaced. An absent key (the common
 -- case, a new key) has nothing to delete and nobody to tell: a waiter
 -- returns as soon as the record it waits on is gone (Store::WaitForChange),
@@ -236,6 +242,15 @@ keep(expires)
 if existed then changed('in_progress ' .. n2s(fence)) end
 -- What HGETALL would answer now: the hash holds exactly these fields.
 return {'claimed', hash}
+)lua";
+
+// A completed record written again as it is (only the state, to itself),
+// so that the WAIT after this script covers the completion; anything else
+// is left alone. The hash either way.
+constexpr char kConfirm[] = R"lua(
+local st = redis.call('HGET', rec, 'st')
+if st == 'completed' then redis.call('HSET', rec, 'st', st) end
+return whole()
 )lua";
 
 constexpr char kHeartbeat[] = R"lua(
@@ -380,6 +395,10 @@ Script RecordScript(std::string name, const char* body) {
 
 const Script& ClaimScript() {
   static const Script s = RecordScript("claim", kClaim);
+  return s;
+}
+const Script& ConfirmScript() {
+  static const Script s = RecordScript("confirm", kConfirm);
   return s;
 }
 const Script& HeartbeatScript() {

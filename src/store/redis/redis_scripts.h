@@ -39,13 +39,19 @@ struct Script {
 // order of redis_codec.h RecordFieldNames; "the hash": HGETALL, body
 // included (redis_codec.h DecodeRecordHash).
 
-// ARGV[4..] lease_ms retention_ms fingerprint tool turn owner, then (with
-// KEYS[2] the audit stream and KEYS[3] its heads) maxlen, the writer's token
-// and the claim's audit entry, 12 values with its chain fields.
+// ARGV[4..] lease_ms retention_ms fingerprint tool turn owner confirm ('1':
+// a completed record found is written again as it is, so that a WAIT after
+// the script covers it; wait_replicas), then (with KEYS[2] the audit stream
+// and KEYS[3] its heads) maxlen, the writer's token and the claim's audit
+// entry, 12 values with its chain fields.
 // → {'claimed', the hash}, {'exists', the hash, the entry's tenant's head}
 // or, writing no record, {'stale' | 'reserved', tenant, head} (the entry does
 // not follow the head, or another writer is first in line for it).
 const Script& ClaimScript();
+// No ARGV of its own. A completed record is written again as it is (its
+// state, to itself), so that a WAIT after the script covers the completion,
+// whoever wrote it; any other record is left alone. → the hash.
+const Script& ConfirmScript();
 // ARGV[4..] fence lease_ms. → {'ok', lease_expires_at_ms}.
 const Script& HeartbeatScript();
 // ARGV[4..] fence retention_ms 'oc' '0'|'1', with '1' (KEYS[2], KEYS[3] as

@@ -217,15 +217,25 @@ class RedisStore final : public Store {
     return record;
   }
 
+  // Under wait_replicas a completion read is confirmed before it is
+  // returned (Confirms): a second round trip, for completions only.
   Result<std::optional<Record>> Get(const RecordId& id) override {
     const auto keys = redis::KeysOf(prefix_, id);
     auto reply = client_->Execute(keys.record, ReadRecord(keys), /*resend_safe=*/true);
     if (!reply) return std::unexpected(reply.error());
-    return Live(id, **reply);
+    auto record = Live(id, **reply);
+    if (!record || !*record || (*record)->state != RecordState::kCompleted || !Confirms()) {
+      return record;
+    }
+    auto confirmed = RunScript(redis::ConfirmScript(), keys, clock_.Now(), {});
+    if (!confirmed) return std::unexpected(confirmed.error());
+    return Live(id, **confirmed);
   }
 
+  // Not under wait_replicas: a completion read must be confirmed, by a
+  // write and a WAIT that would hold up every command behind it.
   bool GetAsync(const RecordId& id, GetDone done) override {
-    if (!pipeline_) return false;
+    if (!pipeline_ || Confirms()) return false;
     const auto keys = redis::KeysOf(prefix_, id);
     pipeline_->Submit(ReadRecord(keys), [this, id, done = std::move(done)](Result<Reply> reply) {
       if (!reply) return done(std::unexpected(reply.error()));
@@ -474,14 +484,24 @@ class RedisStore final : public Store {
     return purged;
   }
 
-  // Filters scan the stream newest first: O(entries) for a rare match.
+  // Filters scan the stream newest first, at most attempts_scan entries
+  // (security review F4: any tenant's query for a key that does not exist
+  // scanned the whole stream, up to attempts_maxlen entries, and kept the
+  // shared server busy); stopping there sets filter.cut.
   Result<std::vector<Attempt>> QueryAttempts(const AttemptFilter& filter) override {
     std::vector<Attempt> out;
     const std::string stream = redis::AttemptStreamKey(prefix_);
+    const size_t cap = client_->config().attempts_scan;
     std::string end = "+";
+    size_t scanned = 0;
     while (out.size() < filter.limit) {
+      if (cap != 0 && scanned >= cap) {
+        if (filter.cut) *filter.cut = true;
+        break;
+      }
+      const size_t page = cap == 0 ? kStreamPage : std::min<size_t>(kStreamPage, cap - scanned);
       auto reply = client_->Execute(
-          stream, {"XREVRANGE", stream, end, "-", "COUNT", std::to_string(kStreamPage)}, true);
+          stream, {"XREVRANGE", stream, end, "-", "COUNT", std::to_string(page)}, true);
       if (!reply) return std::unexpected(reply.error());
       const redisReply& r = **reply;
       if (r.type != REDIS_REPLY_ARRAY || r.elements == 0) break;
@@ -490,8 +510,9 @@ class RedisStore final : public Store {
         if (!a) return std::unexpected(a.error());
         if (Matches(filter, *a)) out.push_back(std::move(*a));
       }
+      scanned += r.elements;
       end = "(" + std::string(Str(*r.element[r.elements - 1]->element[0]));
-      if (r.elements < static_cast<size_t>(kStreamPage)) break;
+      if (r.elements < page) break;  // the oldest entry
     }
     return out;
   }
@@ -540,7 +561,8 @@ class RedisStore final : public Store {
   std::vector<std::string> ClaimArgs(const ClaimRequest& req,
                                      const std::optional<Attempt>& entry) const {
     std::vector<std::string> args = {Ms(req.lease), Ms(req.retention), req.fingerprint,
-                                     req.tool,      req.turn,           req.owner};
+                                     req.tool,      req.turn,           req.owner,
+                                     Confirms() ? "1" : "0"};
     if (entry) AddAttempt(args, *entry);
     return args;
   }
@@ -766,6 +788,16 @@ class RedisStore final : public Store {
     const std::vector<std::string> keys = {record_key};
     return client_->Eval(script, keys, ScriptArgs(now, std::move(extra)), /*write=*/true);
   }
+
+  // Whether a completion is served only once confirmed (wait_replicas, guarantees F4):
+  // on the master it may not be on any replica yet (its writer's WAIT failed,
+  // or has not returned), and a failover would lose what was served. WAIT
+  // covers only the writes of its own connection, so a reader that finds a
+  // completion writes it again as it is (ConfirmScript, or the claim
+  // script's confirm) and WAITs: that covers everything before its write in
+  // the replication stream, the completion included. Fewer
+  // acknowledgements: kUnavailable, never the completion.
+  bool Confirms() const { return client_->config().wait_replicas > 0; }
 
   // Whether writes may go through the pipeline: one server, and no WAIT to
   // follow them.

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +27,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -164,6 +166,16 @@ ClaimRequest Req(const std::string& key) {
 
 Outcome Ok(std::string body) { return Outcome{OutcomeClass::kSuccess, std::move(body)}; }
 
+// The ledger's call for the key Req(key) claims.
+Call CallOf(const std::string& key) {
+  Call c;
+  c.id = RecordId{"default", key};
+  c.fingerprint = "fp";
+  c.tool = "charge";
+  c.turn = "turn";
+  return c;
+}
+
 // Two store objects on one Redis (two idemgate instances) at the URL in the
 // file `env` names: one waits, the other completes. With a poll interval of
 // 10 s, a wake-up well under it can only be the pub/sub message.
@@ -227,7 +239,10 @@ class OwnServer {
            ("idem-redis-" + name + "-" + std::to_string(getpid()));
     Start("auto");
   }
-  ~OwnServer() { Script("stop " + dir_.string()); }
+  ~OwnServer() {
+    if (paused_) Resume();  // a stopped process would not hear the SIGTERM
+    Script("stop " + dir_.string());
+  }
 
   void Start(const std::string& port) {
     ASSERT_EQ(Script("start " + dir_.string() + " " + port + " " + args_), 0)
@@ -247,16 +262,33 @@ class OwnServer {
     }
     FAIL() << "redis-server " << pid << " survived SIGKILL";
   }
+  // Freezes the process (SIGSTOP) and lets it run again (SIGCONT): a replica
+  // that is stopped keeps its connection but acknowledges nothing, so its
+  // primary's WAIT counts it out.
+  void Pause() {
+    Signal(SIGSTOP);
+    paused_ = true;
+  }
+  void Resume() {
+    Signal(SIGCONT);
+    paused_ = false;
+  }
   const std::string& url() const { return url_; }
   std::string port() const { return url_.substr(url_.rfind(':') + 1); }
 
  private:
+  void Signal(int sig) {
+    const pid_t pid = std::stoi(ReadFile((dir_ / "redis.pid").string()));
+    ASSERT_GT(pid, 1);
+    ASSERT_EQ(kill(pid, sig), 0);
+  }
   static int Script(const std::string& args) {
     return std::system(("bash " IDEM_REDIS_SH " " + args).c_str());
   }
   std::string args_;
   std::filesystem::path dir_;
   std::string url_;
+  bool paused_ = false;
 };
 
 }  // namespace
@@ -636,6 +668,7 @@ TEST(RedisSingleTest, AFreshCallIsTwoScriptsAndNoReadFirst) {
   EXPECT_EQ(EvalshaCalls(*admin) - scripts, 2) << "the claim and the completion";
   EXPECT_EQ(CommandCalls(*admin, "hgetall") - reads, 0) << "nothing was read first";
 
+  const long long writes = CommandCalls(*admin, "hset"), waits = CommandCalls(*admin, "wait");
   auto retry = begin(call);
   ASSERT_TRUE(retry) << retry.error().ToString();
   EXPECT_EQ(retry->kind, Decision::Kind::kReplay);
@@ -644,6 +677,10 @@ TEST(RedisSingleTest, AFreshCallIsTwoScriptsAndNoReadFirst) {
   ledger.Flush();
   EXPECT_EQ(EvalshaCalls(*admin) - scripts, 4)
       << "and the claim that found the record, and the append of the replay's audit entry";
+  // Without wait_replicas a completion found is not confirmed (guarantees
+  // F4): the claim writes nothing and nothing WAITs.
+  EXPECT_EQ(CommandCalls(*admin, "hset") - writes, 1) << "only the audit chain's head";
+  EXPECT_EQ(CommandCalls(*admin, "wait") - waits, 0);
   // (Commands a script runs count as the server's too.)
   EXPECT_EQ(CommandCalls(*admin, "hgetall") - reads, 1)
       << "only the claim script's own read of the record it found";
@@ -1181,14 +1218,9 @@ TEST(RedisClusterTest, GetAsyncIsNotOfferedInACluster) {
   }));
 }
 
-// ?wait_replicas=N: every record write is followed by WAIT on the same
-// connection. With a replica attached it succeeds; without one it is
-// kUnavailable (durability not confirmed), never a silent success.
-TEST(RedisSingleTest, WaitReplicasConfirmsOrRefuses) {
-  // The replica's first sync at once, not after the primary's default 5 s
-  // wait for other replicas to share a diskless transfer.
-  OwnServer primary("wait-primary", "--repl-diskless-sync-delay 0");
-  OwnServer replica("wait-replica", "--replicaof 127.0.0.1 " + primary.port());
+// Waits (bounded) until `replica` reports its link to the primary up: its
+// first sync is done.
+void AwaitLinkUp(const OwnServer& replica) {
   auto config = redis::ParseRedisUrl(replica.url());
   ASSERT_TRUE(config);
   auto conn = Connect(config->nodes[0]);
@@ -1201,6 +1233,17 @@ TEST(RedisSingleTest, WaitReplicasConfirmsOrRefuses) {
     ASSERT_LT(SteadyClock::now(), give_up) << "the replica never synced";
     std::this_thread::sleep_for(20ms);
   }
+}
+
+// ?wait_replicas=N: every record write is followed by WAIT on the same
+// connection. With a replica attached it succeeds; without one it is
+// kUnavailable (durability not confirmed), never a silent success.
+TEST(RedisSingleTest, WaitReplicasConfirmsOrRefuses) {
+  // The replica's first sync at once, not after the primary's default 5 s
+  // wait for other replicas to share a diskless transfer.
+  OwnServer primary("wait-primary", "--repl-diskless-sync-delay 0");
+  OwnServer replica("wait-replica", "--replicaof 127.0.0.1 " + primary.port());
+  AwaitLinkUp(replica);
   FakeClock clock;
   auto store = OpenOrFail(
       WithOptions(primary.url(), "wait_replicas=1&wait_timeout=1s&prefix=" + UniquePrefix("w")),
@@ -1220,6 +1263,339 @@ TEST(RedisSingleTest, WaitReplicasConfirmsOrRefuses) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(refused.error().message.find("replicas"), std::string::npos) << refused.error().message;
+}
+
+// Guarantees review F4: under wait_replicas, a completion no replica has
+// acknowledged is served to nobody. Instance A completes K while the only
+// replica is stopped (SIGSTOP: its link stays up, it acknowledges nothing):
+// A's WAIT counts 0 and A answers "not stored". Instance B, and C with the
+// replay cache, must not replay K then, by a claim, a read or the ledger,
+// since a failover now would lose it; once the replica runs again, they
+// confirm it (their own write after it, then WAIT) and replay it, and the
+// replica holds it.
+TEST(RedisSingleTest, AnUnconfirmedCompletionIsServedToNobody) {
+  OwnServer primary("f4-primary", "--repl-diskless-sync-delay 0");
+  OwnServer replica("f4-replica", "--replicaof 127.0.0.1 " + primary.port());
+  AwaitLinkUp(replica);
+  const std::string url = WithOptions(
+      primary.url(), "wait_replicas=1&wait_timeout=500ms&prefix=" + UniquePrefix("f4"));
+  auto a = OpenOrFail(url, SystemClock::Default());
+  auto b = OpenOrFail(url, SystemClock::Default());
+  auto c_store = OpenOrFail(url, SystemClock::Default());
+  ASSERT_TRUE(a && b && c_store);
+  CachingStore c(*c_store, SystemClock::Default(), 1 << 20);
+  ASSERT_TRUE(AwaitCondition([&] { return c.stats().drops >= 2; })) << "feed never came up";
+
+  auto claimed = a->Claim(Req("k"));
+  ASSERT_TRUE(claimed && claimed->claimed) << (claimed ? "" : claimed.error().ToString());
+  replica.Pause();
+  auto completed = a->Complete(claimed->record.id, claimed->record.fence, Ok("charged"), 1h);
+  ASSERT_FALSE(completed) << "WAIT counted a stopped replica";
+  EXPECT_EQ(completed.error().code, ErrorCode::kUnavailable) << completed.error().ToString();
+
+  auto served = [](const Result<ClaimResult>& r) {
+    return r && !r->claimed && r->record.state == RecordState::kCompleted;
+  };
+  auto read = [](const Result<std::optional<Record>>& r) {
+    return r && r->has_value() && (*r)->state == RecordState::kCompleted;
+  };
+  Ledger ledger(*b, SystemClock::Default(), LedgerOptions{"b", nullptr, false});
+  const Call call = CallOf("k");
+  for (int round = 0; round < 2; ++round) {  // the second round from the pools' used connections
+    auto b_claim = b->Claim(Req("k"));
+    EXPECT_FALSE(served(b_claim)) << "B's claim replayed an unconfirmed completion";
+    if (!b_claim) {
+      EXPECT_EQ(b_claim.error().code, ErrorCode::kUnavailable);
+    }
+    EXPECT_FALSE(read(b->Get(claimed->record.id))) << "B's read served an unconfirmed completion";
+    auto begun = ledger.Begin(call);
+    EXPECT_FALSE(begun && begun->kind == Decision::Kind::kReplay)
+        << "B's ledger replayed an unconfirmed completion";
+    EXPECT_FALSE(served(c.Claim(Req("k")))) << "C's claim replayed an unconfirmed completion";
+    EXPECT_FALSE(read(c.Get(claimed->record.id))) << "C's read served an unconfirmed completion";
+  }
+  EXPECT_EQ(c.stats().records, 0u) << "the replay cache holds an unconfirmed completion";
+  // The pipelined read under wait_replicas would answer unconfirmed: the
+  // store does not offer it.
+  EXPECT_FALSE(b->GetAsync(claimed->record.id, [](Result<std::optional<Record>>) {
+    ADD_FAILURE() << "called back after refusing the read";
+  }));
+
+  replica.Resume();
+  auto confirmed = b->Claim(Req("k"));
+  ASSERT_TRUE(confirmed) << confirmed.error().ToString();
+  EXPECT_TRUE(served(confirmed));
+  EXPECT_EQ(confirmed->record.outcome->body, "charged");
+  EXPECT_TRUE(read(b->Get(claimed->record.id)));
+  EXPECT_TRUE(served(c.Claim(Req("k"))));
+  EXPECT_EQ(c.stats().records, 1u) << "a confirmed completion is cached";
+  auto begun = ledger.Begin(call);
+  ASSERT_TRUE(begun) << begun.error().ToString();
+  EXPECT_EQ(begun->kind, Decision::Kind::kReplay);
+
+  auto on_replica = Connect(redis::ParseRedisUrl(replica.url())->nodes[0]);
+  ASSERT_TRUE(on_replica);
+  auto config = redis::ParseRedisUrl(url);
+  ASSERT_TRUE(config);
+  auto st = RunCmd(*on_replica,
+                   {"HGET", redis::KeysOf(config->prefix, claimed->record.id).record, "st"});
+  ASSERT_TRUE(st);
+  EXPECT_EQ(redis::Text(*st), "completed") << "the confirmation WAITed for the replica";
+}
+
+// Issue 36 item 5: a failover with wait_replicas=1. Two instances (two
+// stores, each with its ledger, as two fronts) run a fixed batch of calls
+// on primary P, whose one replica is R; halfway through, while calls are in
+// flight, R is promoted (REPLICAOF NO ONE) and P killed (SIGKILL), and the
+// instances are pointed at R. Every call a client was told executed or
+// replayed must be on R with the outcome it was told (lost: 0), and no call
+// may run twice (duplicates: executions beyond one per key, counted in the
+// test's own upstream function). The figures go to RELIABILITY.md.
+TEST(RedisSingleTest, AFailoverToTheReplicaLosesAndDuplicatesNothingUnderWaitReplicas) {
+  OwnServer primary("failover-p", "--repl-diskless-sync-delay 0");
+  OwnServer replica("failover-r", "--replicaof 127.0.0.1 " + primary.port());
+  AwaitLinkUp(replica);
+  const std::string prefix = UniquePrefix("failover");
+  const std::string on_p = WithOptions(
+      primary.url(), "wait_replicas=1&wait_timeout=1s&connect_timeout=500ms&prefix=" + prefix);
+  const std::string on_r =
+      WithOptions(replica.url(), "connect_timeout=500ms&prefix=" + prefix);  // no replica left
+
+  constexpr int kKeys = 100, kAttempts = 3, kCalls = kKeys * kAttempts;
+  std::vector<int> order;  // the key of each call, in a fixed random order
+  for (int k = 0; k < kKeys; ++k) order.insert(order.end(), kAttempts, k);
+  std::mt19937 rng(36);
+  std::shuffle(order.begin(), order.end(), rng);
+
+  struct Front {
+    std::unique_ptr<Store> store;
+    std::unique_ptr<Ledger> ledger;
+  };
+  auto open_front = [](const std::string& url) {
+    Front f;
+    f.store = OpenOrFail(url, SystemClock::Default());
+    if (f.store) {
+      f.ledger = std::make_unique<Ledger>(*f.store, SystemClock::Default(),
+                                          LedgerOptions{"failover", nullptr, false});
+    }
+    return f;
+  };
+  std::vector<Front> fronts;  // both instances on P, then both on R; all kept to the end
+  fronts.push_back(open_front(on_p));
+  fronts.push_back(open_front(on_p));
+  ASSERT_TRUE(fronts[0].ledger && fronts[1].ledger);
+  std::atomic<Ledger*> current[2] = {fronts[0].ledger.get(), fronts[1].ledger.get()};
+
+  std::mutex mu;
+  std::condition_variable progress;
+  int answered = 0;                       // guarded by mu
+  std::map<int, int> executions;          // guarded by mu: the upstream's own count per key
+  std::map<int, std::string> told;        // guarded by mu: the outcome a client was told
+  int executed = 0, replayed = 0, refused = 0, mismatched = 0;  // guarded by mu
+  // 0: on P; 1: failing over; 2: on R. A call refused while failing over
+  // waits for 2, as a client retries later, so that the calls after the
+  // failover reach R instead of all failing on the dead P at once.
+  int phase = 0;  // guarded by mu
+  auto call_for = [](int key) {
+    Call c = CallOf("k" + std::to_string(key));
+    c.policy.wait = 1'000ms;  // a retry of a call whose owner is gone does not wait 10 s
+    return c;
+  };
+  auto worker = [&](int w) {
+    for (int i = w; i < kCalls; i += 2) {
+      const int key = order[i];
+      const Call call = call_for(key);
+      auto result = current[w].load()->Run(call, [&] {
+        std::lock_guard g(mu);
+        const int n = ++executions[key];
+        return Execution{Execution::Kind::kSuccess, "charged " + call.id.key + " #" + std::to_string(n)};
+      });
+      std::unique_lock lock(mu);
+      const bool acked = result && result->outcome &&
+                         (result->decision.kind == Decision::Kind::kExecute ||
+                          result->decision.kind == Decision::Kind::kReplay);
+      if (acked) {
+        (result->decision.kind == Decision::Kind::kExecute ? executed : replayed)++;
+        auto [it, fresh] = told.emplace(key, result->outcome->body);
+        if (!fresh && it->second != result->outcome->body) ++mismatched;
+      } else {
+        ++refused;
+      }
+      ++answered;
+      progress.notify_all();
+      if (!acked && phase == 1) progress.wait(lock, [&] { return phase == 2; });
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  {
+    std::unique_lock lock(mu);
+    progress.wait(lock, [&] { return answered >= kCalls / 2; });
+  }
+  // The failover, with calls in flight: R becomes a primary, P dies. (The
+  // workers are joined whatever fails here.)
+  {
+    std::lock_guard g(mu);
+    phase = 1;
+  }
+  [&] {
+    auto r_admin = AdminOf(replica.url());
+    ASSERT_TRUE(r_admin);
+    ASSERT_TRUE(RunCmd(*r_admin, {"REPLICAOF", "NO", "ONE"}));
+    primary.Kill9();
+    fronts.push_back(open_front(on_r));
+    fronts.push_back(open_front(on_r));
+    ASSERT_TRUE(fronts[2].ledger && fronts[3].ledger);
+    current[0] = fronts[2].ledger.get();
+    current[1] = fronts[3].ledger.get();
+  }();
+  {
+    std::lock_guard g(mu);
+    phase = 2;
+  }
+  progress.notify_all();
+  a.join();
+  b.join();
+  ASSERT_EQ(fronts.size(), 4u);
+  ASSERT_TRUE(fronts[2].ledger && fronts[3].ledger);
+
+  // What R holds of every outcome a client was told, and a client's retry.
+  int lost = 0, duplicates = 0, total_executions = 0;
+  for (const auto& [key, n] : executions) {
+    total_executions += n;
+    duplicates += std::max(0, n - 1);
+  }
+  for (const auto& [key, body] : told) {
+    const Call call = call_for(key);
+    auto held = fronts[2].store->Get(call.id);
+    auto retry = fronts[3].ledger->Run(call, [&] {
+      std::lock_guard g(mu);
+      ++executions[key];
+      ++duplicates;
+      return Execution{Execution::Kind::kSuccess, "again"};
+    });
+    const bool kept = held && held->has_value() && (*held)->state == RecordState::kCompleted &&
+                      (*held)->outcome && (*held)->outcome->body == body && retry &&
+                      retry->decision.kind == Decision::Kind::kReplay && retry->outcome &&
+                      retry->outcome->body == body;
+    if (!kept) {
+      ++lost;
+      ADD_FAILURE() << "k" << key << " was answered \"" << body << "\" and is "
+                    << (held ? (held->has_value() ? RecordStateName((*held)->state)
+                                                  : std::string_view("gone"))
+                             : std::string_view("unreadable"))
+                    << " on the promoted replica";
+    }
+  }
+  std::cout << "[ failover ] calls " << kCalls << " (" << kKeys << " keys x " << kAttempts
+            << "), answered executed " << executed << ", replayed " << replayed
+            << ", refused or unknown " << refused << "; executions " << total_executions
+            << ", duplicates " << duplicates << ", lost " << lost << ", keys acknowledged "
+            << told.size() << "\n";
+  EXPECT_EQ(duplicates, 0);
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(mismatched, 0) << "a replay differed from the execution it replays";
+  EXPECT_EQ(executed + replayed + refused, kCalls);
+  EXPECT_GT(executed, 0);
+  EXPECT_GT(replayed, 0);
+}
+
+// Security review F4: one query of the audit log (GET /v1/attempts?key=x,
+// any tenant's) examines at most attempts_scan entries of the stream, and
+// says it stopped (AttemptFilter::cut); it scanned the whole stream, up to
+// attempts_maxlen (10^6) entries, for a key that does not exist.
+TEST(RedisSingleTest, AnAttemptQueryExaminesAtMostAttemptsScanEntries) {
+  OwnServer own("scan");  // INFO commandstats counts this test's commands only
+  auto admin = AdminOf(own.url());
+  ASSERT_TRUE(admin);
+  constexpr int kEntries = 3000;
+  auto store = OpenOrFail(WithOptions(own.url(), "attempts_scan=1000&prefix=scan:"),
+                          SystemClock::Default());
+  ASSERT_TRUE(store);
+  std::vector<Attempt> log;
+  for (int i = 0; i < kEntries; ++i) {
+    Attempt a;
+    a.at = SystemClock::Default().Now();
+    a.tenant = "default";
+    a.key = i == 0 ? "oldest" : (i == kEntries - 1 ? "newest" : "k" + std::to_string(i));
+    a.tool = "charge";
+    a.outcome = AttemptOutcome::kExecuted;
+    log.push_back(std::move(a));
+  }
+  ASSERT_TRUE(store->AppendAttempts(log));
+
+  auto query = [&](Store& s, const std::string& key, bool* cut) {
+    AttemptFilter f;
+    f.key = key;
+    f.cut = cut;
+    const long long before = CommandCalls(*admin, "xrevrange");
+    auto found = s.QueryAttempts(f);
+    EXPECT_TRUE(found) << found.error().ToString();
+    return std::pair<size_t, long long>(found ? found->size() : 0,
+                                        CommandCalls(*admin, "xrevrange") - before);
+  };
+  bool cut = false;
+  auto [none, pages] = query(*store, "does-not-exist", &cut);
+  EXPECT_EQ(none, 0u);
+  EXPECT_TRUE(cut) << "the answer says the scan stopped";
+  EXPECT_EQ(pages, 2) << "1000 entries: pages of 512 and 488, not the whole stream";
+  cut = false;
+  auto [newest, newest_pages] = query(*store, "newest", &cut);
+  EXPECT_EQ(newest, 1u);
+  EXPECT_TRUE(cut) << "limit 1000 not reached: older matches may exist";
+  cut = false;
+  auto [oldest, oldest_pages] = query(*store, "oldest", &cut);
+  EXPECT_EQ(oldest, 0u) << "past the cap";
+  EXPECT_TRUE(cut);
+
+  auto whole = OpenOrFail(WithOptions(own.url(), "attempts_scan=0&prefix=scan:"),
+                          SystemClock::Default());  // 0: no cap
+  ASSERT_TRUE(whole);
+  cut = false;
+  auto [found, all_pages] = query(*whole, "oldest", &cut);
+  EXPECT_EQ(found, 1u);
+  EXPECT_FALSE(cut) << "the whole stream was examined";
+  EXPECT_EQ(all_pages, (kEntries + 511) / 512);
+}
+
+// Guarantees review H5: on_store_down = "pass" applies to the pipelined
+// claim (Ledger::BeginAsync, as `idemgate http` and `serve` run it on one
+// server) as it does to the blocking one: a server that cannot be reached
+// was certainly not written to, so the call passes through. (The
+// pipeline's failures lost Error::unreached, and such calls were refused.)
+TEST(RedisSingleTest, OnStoreDownPassAppliesToThePipelinedClaimOfAnUnreachableServer) {
+  OwnServer server("h5");
+  auto store = OpenOrFail(WithOptions(server.url(), "connect_timeout=500ms&timeout=1s&prefix=h5:"),
+                          SystemClock::Default());
+  ASSERT_TRUE(store);
+  ASSERT_FALSE(store->ReadsBeforeClaim()) << "a single server claims through the pipeline";
+  server.Kill9();
+  Ledger ledger(*store, SystemClock::Default(), LedgerOptions{"test", nullptr, false});
+  Call call = CallOf("down");
+  call.policy.on_store_down = OnStoreDown::kPass;
+  auto begin_async = [&] {
+    std::promise<std::optional<Result<Decision>>> answer;
+    EXPECT_TRUE(ledger.BeginAsync(call, [&](std::optional<Result<Decision>> d) {
+      answer.set_value(std::move(d));
+    }));
+    return answer.get_future().get();
+  };
+  // The first connects and is refused; the second fails at once in the
+  // node's connect backoff. Neither reached the server.
+  for (int i = 0; i < 2; ++i) {
+    auto piped = begin_async();
+    ASSERT_TRUE(piped) << "a failed claim is the ledger's to answer";
+    ASSERT_TRUE(*piped) << "refused instead of passed: " << piped->error().ToString();
+    EXPECT_EQ((*piped)->kind, Decision::Kind::kPassThrough);
+  }
+  auto blocking = ledger.Begin(call);
+  ASSERT_TRUE(blocking) << blocking.error().ToString();
+  EXPECT_EQ(blocking->kind, Decision::Kind::kPassThrough);
+
+  call.policy.on_store_down = OnStoreDown::kFail;  // and without pass, refused as before
+  auto refused = begin_async();
+  ASSERT_TRUE(refused);
+  ASSERT_FALSE(*refused);
+  EXPECT_EQ(refused->error().code, ErrorCode::kUnavailable);
 }
 
 // Resharding under load: the slot of a set of records moves to another

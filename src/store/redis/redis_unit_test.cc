@@ -133,6 +133,11 @@ TEST(RedisUrlTest, Defaults) {
   EXPECT_EQ(c->connect_timeout, Duration(1000));
   EXPECT_EQ(c->command_timeout, Duration(2000));
   EXPECT_EQ(c->attempts_maxlen, 1'000'000u);
+  EXPECT_EQ(c->attempts_scan, 10'000u);
+  auto capped = ParseRedisUrl("redis://localhost?attempts_scan=500");
+  ASSERT_TRUE(capped);
+  EXPECT_EQ(capped->attempts_scan, 500u);
+  EXPECT_FALSE(ParseRedisUrl("redis://localhost?attempts_scan=lots"));
 }
 
 TEST(RedisUrlTest, PasswordOnlyForms) {

@@ -11,7 +11,8 @@ namespace {
 constexpr std::string_view kForms =
     "write redis://[[user]:password@]host[:port][/db][?options] or "
     "redis+cluster://host:port,host:port,…[?options] (rediss:// and rediss+cluster:// for TLS); "
-    "options: connect_timeout, timeout, prefix, pool, attempts_maxlen, wait_replicas, "
+    "options: connect_timeout, timeout, prefix, pool, attempts_maxlen, attempts_scan, "
+    "wait_replicas, "
     "wait_timeout, fence_floor_keep, body_field_bytes, tls_ca, tls_cert, tls_key, "
     "tls_server_name, tls_verify";
 
@@ -110,6 +111,7 @@ Result<void> ApplyOption(std::string_view url, std::string_view name, const std:
   if (name == "fence_floor_keep") return duration(&cfg.fence_floor_keep);
   if (name == "pool") return count(&cfg.pool);
   if (name == "attempts_maxlen") return count(&cfg.attempts_maxlen);
+  if (name == "attempts_scan") return count(&cfg.attempts_scan);
   if (name == "body_field_bytes") {
     if (auto ok = count(&cfg.body_field_bytes); !ok) return ok;
     if (cfg.body_field_bytes > kMaxBodyFieldBytes) {

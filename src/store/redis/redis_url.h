@@ -70,6 +70,11 @@ struct RedisConfig {
   // Approximate bound of the audit stream (XADD MAXLEN ~). Default
   // 1,000,000. Query: attempts_maxlen=
   size_t attempts_maxlen = 1'000'000;
+  // Audit entries one query (Store::QueryAttempts: `idemgate audit`,
+  // GET /v1/attempts) examines at most, newest first; it answers what it
+  // found and says it stopped (AttemptFilter::cut). 0: no cap. Default
+  // 10,000. Query: attempts_scan=10000
+  size_t attempts_scan = 10'000;
   // After each record write, WAIT for this many replicas to acknowledge it;
   // 0 (default) does not wait. Query: wait_replicas=N
   int wait_replicas = 0;
