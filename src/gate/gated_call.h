@@ -56,9 +56,10 @@ struct Settled {
   std::optional<Error> error;  // kNotStored: why
 };
 
-// One gated call's front: its context and its phases. The driver calls each
-// phase at most once, in order, never two at a time; the object lives until
-// Finish has returned.
+// One gated call's front: its context and its phases. The driver calls the
+// phases in order, never two at a time: Forward at most once, exactly one
+// Render, then Finish (Offload as often as a store write needs a worker).
+// The object lives until Finish has returned.
 class GatedFront {
  public:
   virtual ~GatedFront() = default;
