@@ -287,6 +287,13 @@ struct McpConfig {
   // SIGINT, Codex 2 s after its SIGTERM (docs/hosts.md). Default 300 ms;
   // zero: none.
   Duration stop_grace{300};
+  // How long a forwarded gated call waits for its upstream's answer; none
+  // by then and the record is marked outcome unknown (the tool may still be
+  // running), the client told so, and a late answer still stored at the
+  // call's fence. It frees the call's budget slot and lets retries see
+  // `unknown` instead of `in progress` for ever. By the ledger's clock.
+  // Default 10 min; zero: no limit.
+  Duration call_timeout{10 * 60 * 1000};
   // A gated call in turn mode whose turn (or session) called the same tool
   // with other arguments at most this long before is a re-planned retry:
   // it runs, and its attempt is logged executed_again naming the earlier

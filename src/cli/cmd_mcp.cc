@@ -53,7 +53,6 @@
 #include "fronts/mcp/host_turn.h"
 #include "fronts/mcp/http_channels.h"
 #include "fronts/mcp/mcp_session.h"
-#include "fronts/mcp/reconcile.h"
 #include "fronts/mcp/stdio_channel.h"
 
 namespace idem::cli {
@@ -340,7 +339,7 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   if (!config) return Fail("mcp", config.error());
   // Metrics and the replay alert (docs/DESIGN.md §7). The alert (log line,
   // webhook) works in every mode; the metrics are exposed only by --listen.
-  auto core = OpenFrontCore(globals, *config, "mcp", mcp::MakeReconcileHook(), LogMcp);
+  auto core = OpenFrontCore(globals, *config, "mcp", nullptr, LogMcp);
   if (!core) return Fail("mcp", core.error());
   Ledger& ledger = *(*core)->ledger;
 

@@ -154,6 +154,7 @@ max_in_flight = 7
 replan_window = "90s"
 max_replan_pairs = 7
 stop_grace = "1s500ms"
+call_timeout = "2m"
 )",
                        "t.toml");
   ASSERT_TRUE(c) << c.error().message;
@@ -173,6 +174,8 @@ stop_grace = "1s500ms"
   EXPECT_EQ(Config{}.mcp.replan_window, Duration(5 * 60'000));
   EXPECT_EQ(c->mcp.stop_grace, Duration(1'500));
   EXPECT_EQ(Config{}.mcp.stop_grace, Duration(300));
+  EXPECT_EQ(c->mcp.call_timeout, Duration(120'000));
+  EXPECT_EQ(Config{}.mcp.call_timeout, Duration(600'000));
   for (const char* bad : {"cookie:x", "header:", "header:a b", "meta:", "env:", "meta:a#b"}) {
     auto r = ParseConfig(std::string("[mcp]\nturn_id = [\"") + bad + "\"]\n", "t.toml");
     ASSERT_FALSE(r) << bad;

@@ -92,7 +92,7 @@ const Section& McpSection() {
                          {"turn_id", "session_id", "call_id", "max_call_ids", "turn_id_meta",
                           "repeat_nonce", "replay_text", "tenant", "scope", "key", "replan_window",
                           "max_replan_pairs", "max_in_flight", "hook_dir", "hook_max_input_bytes",
-                          "stop_grace"}};
+                          "stop_grace", "call_timeout"}};
   return s;
 }
 const Section& HttpSection() {
@@ -508,6 +508,7 @@ void ReadMcp(const toml::table& t, Diagnostics& diag, McpConfig& mcp) {
   }
   if (auto v = r.DurationValue("replan_window", /*allow_zero=*/true)) mcp.replan_window = *v;
   if (auto v = r.DurationValue("stop_grace", /*allow_zero=*/true)) mcp.stop_grace = *v;
+  if (auto v = r.DurationValue("call_timeout", /*allow_zero=*/true)) mcp.call_timeout = *v;
   if (auto v = r.Integer("max_replan_pairs", 0, 1 << 20)) {
     mcp.max_replan_pairs = static_cast<size_t>(*v);
   }

@@ -478,8 +478,22 @@ Result<Decision> Ledger::OnOwnerGone(const Call& call, const Record& record,
   Result<std::optional<Outcome>> found = lookup(call);
   if (!found) return unknown(record.fence);
   if (!found->has_value()) return take_over();  // it never happened: execute under a new fence
-  auto completed = store_.Complete(call.id, record.fence, **found, KeptRetention(call, record));
+  // The action happened: its completion is stored and logged like any other
+  // (guarantees review H6): over max_result_bytes only a too-large marker,
+  // and its `executed` entry, with the record where the store writes them
+  // together. A lost race logs nothing: the winner's entries stand.
+  const std::optional<Attempt> entry =
+      store_.LogsWithRecords()
+          ? EntryOf(call, AttemptOutcome::kExecuted, started_at, "found by reconcile")
+          : std::nullopt;
+  auto completed = store_.Complete(call.id, record.fence, Storable(call, **found),
+                                   KeptRetention(call, record), entry ? &*entry : nullptr);
   if (!completed) return std::unexpected(completed.error());
+  if (entry) {
+    Observe(call, AttemptOutcome::kExecuted, started_at);
+  } else {
+    LogAttempt(call, AttemptOutcome::kExecuted, started_at, "found by reconcile");
+  }
   Decision r;
   r.kind = Decision::Kind::kReplay;
   r.reconciled = true;

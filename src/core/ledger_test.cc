@@ -208,6 +208,30 @@ TEST_F(ReconcileTest, FoundOutcomeIsStoredAndReplayed) {
   EXPECT_EQ(lookups_, 1);
 }
 
+// An outcome the lookup found is a completion like any other (guarantees
+// review H6): over max_result_bytes it is stored as a too-large marker, and
+// the audit log gets its `executed` entry before the retry's `replayed`.
+TEST_F(ReconcileTest, AFoundOutcomeIsSizeCheckedAndLoggedAsExecuted) {
+  Call call = Dead();
+  call.policy.max_result_bytes = 8;
+  answer_ = std::optional<Outcome>(Outcome{OutcomeClass::kSuccess, "a charge far over 8 bytes"});
+  auto r = reconciling_.Begin(call);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->kind, Kind::kReplay);
+  EXPECT_EQ(r->record.outcome->cls, OutcomeClass::kTooLarge);
+  EXPECT_EQ((*store_->Get(call.id))->outcome->cls, OutcomeClass::kTooLarge);
+  reconciling_.Flush();
+  auto attempts = store_->QueryAttempts(AttemptFilter{});
+  ASSERT_TRUE(attempts);
+  // The claim, the found action's execution, the retry's replay (the last
+  // two at the retry's instant, so in either order).
+  std::multiset<AttemptOutcome> logged;
+  for (const Attempt& a : *attempts) logged.insert(a.outcome);
+  EXPECT_EQ(logged, (std::multiset<AttemptOutcome>{AttemptOutcome::kClaimed,
+                                                   AttemptOutcome::kExecuted,
+                                                   AttemptOutcome::kReplayed}));
+}
+
 TEST_F(ReconcileTest, NotFoundExecutes) {
   Call call = Dead();
   answer_ = std::optional<Outcome>();

@@ -82,16 +82,16 @@ FAULTS = [("500", 3), ("500-before", 3), ("drop", 3), ("drop-before", 3), ("dela
 
 # What an answer was (`kind`): "fresh" (the vendor's answer to this attempt), "replay"
 # (Idempotent-Replayed), "no-answer" (connection refused, reset or timed out), or the slug of a
-# problem idemgate answered itself: "store-unavailable", "request-in-progress",
+# problem idemgate answered itself: "store-unavailable", "in-progress",
 # "outcome-unknown", "upstream-unreachable", "outcome-not-stored", ...
 OUTCOMES = {"fresh", "replay"}
 # Answers after which the request may have been executed (its ledger line may exist).
 MAY_HAVE_EXECUTED = {"fresh", "no-answer", "outcome-not-stored", "upstream-answer-too-large"}
 # Answers that say nothing about the key: a retry must follow.
-TRANSIENT = {"no-answer", "store-unavailable", "shutting-down", "claim-failed"}
+TRANSIENT = {"no-answer", "store-unavailable", "stopping", "claim-failed"}
 # Answers no request of the soak should ever get: every attempt of a key is the same request.
-UNEXPECTED = {"idempotency-key-reused", "unreadable-outcome", "invalid-idempotency-key",
-              "idempotency-key-required", "result-too-large"}
+UNEXPECTED = {"drift", "unreadable-outcome", "invalid-idempotency-key",
+              "idempotency-key-required", "outcome-too-large"}
 
 
 class Child:

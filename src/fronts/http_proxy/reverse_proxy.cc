@@ -6,6 +6,8 @@
 #include "fronts/http_proxy/route_reconcile.h"
 #include "fronts/http_proxy/stored_response.h"
 #include "gate/answer.h"
+#include "gate/gated_call.h"
+#include "gate/problem_types.h"
 #include "gate/upstream_class.h"
 #include "json/json_text.h"
 
@@ -60,29 +62,11 @@ http::Response Relayed(http::Response upstream) {
 
 http::Response StoreUnavailable(const Error& e) {
   http::Response r =
-      http::Problem(503, "store-unavailable", "Store unavailable",
+      http::Problem(503, gate::problem::kStoreUnavailable, "Store unavailable",
                     "idemgate could not reach its store (" + e.message +
                         "), so the request was not executed. It is safe to retry it shortly.");
   r.headers.push_back({"Retry-After", "1"});
   return r;
-}
-
-// What the upstream's answer says about the action (gate::ClassOfHttpStatus,
-// the table every front uses), with errors = "release" turning a tool error
-// into a release.
-Execution::Kind ClassOfAnswer(int status, const Call& call) {
-  const Execution::Kind kind = gate::ClassOfHttpStatus(status);
-  if (kind == Execution::Kind::kToolError && call.policy.errors == ErrorPolicy::kRelease) {
-    return Execution::Kind::kNotSent;
-  }
-  return kind;
-}
-
-// An answer the outcome of which is stored (then relayed).
-bool IsAnswerToStore(const net::HttpClientResult& r, const Call& call) {
-  if (r.kind != net::HttpClientResult::Kind::kResponse) return false;
-  const Execution::Kind kind = ClassOfAnswer(r.response.status, call);
-  return kind == Execution::Kind::kSuccess || kind == Execution::Kind::kToolError;
 }
 
 // Why an answer was released, for the verbose log.
@@ -114,7 +98,7 @@ StoredAnswer ToStore(const Call& call, http::Response upstream) {
 
 http::Response OutcomeNotStored(const Call& call, const Error& e) {
   return http::Problem(
-      500, "outcome-not-stored", "Outcome not stored",
+      500, gate::problem::kOutcomeNotStored, "Outcome not stored",
       "the upstream answered, but idemgate could not store its answer (" + e.message +
           "), so it is withheld. The action has probably happened: do not repeat it blindly. "
           "An operator can check with `idemgate inspect " +
@@ -124,20 +108,258 @@ http::Response OutcomeNotStored(const Call& call, const Error& e) {
 
 }  // namespace
 
-struct ReverseProxy::Gated {
+// One gated request: its context and the phases the driver (gate/gated_call.h)
+// calls. Every answer to it, fresh or replayed, goes out through Reply.
+struct ReverseProxy::Gated final : gate::GatedFront {
+  ReverseProxy* proxy = nullptr;
   http::Request request;
   http::Responder respond;
   RequestPlan plan;
-  Decision decision;
-  std::shared_ptr<Ledger::LeaseGuard> lease;
-  std::string note;  // for the verbose log
+  net::HttpClientResult result;  // the upstream's, once Forward is done
+  StoredAnswer answer;           // an answer to store (kResponse that is an outcome)
 
-  // Every answer to a gated request, fresh or replayed, goes out here.
   void Reply(http::Response response) {
     FaultPoint("before_reply");
     respond(std::move(response));
   }
+
+  // ---- gate::GatedFront
+  const Call& call() const override { return plan.call; }
+  bool Offload(std::function<void()> work) override {
+    return proxy->workers_.Submit(std::move(work));
+  }
+  void Forward(const Decision&, std::function<void(gate::Upstream)> done) override;
+  std::string RenderAnswer(const Decision& d, const gate::Answer& a) override;
+  std::string RenderBeginFailed(const gate::BeginFailure& f) override;
+  std::string RenderSettled(const Decision& d, const gate::Settled& s) override;
+  void Log(std::string line) override { proxy->Log(line); }
+  void Finish(std::string_view note, const Decision*) override {
+    if (proxy->options_.verbose) proxy->Log(call().tool + " key=" + call().id.key + ": " + std::string(note));
+    proxy->Done();
+  }
+
+ private:
+  // What the upstream's answer means for the record: its status's class
+  // (gate::ClassOfHttpStatus, an answer over max_response_bytes judged by its
+  // status first), and what is stored of an outcome.
+  gate::Upstream Classify();
+  std::string RenderReleased();
+  std::string RenderUnknown();
 };
+
+void ReverseProxy::Gated::Forward(const Decision&, std::function<void(gate::Upstream)> done) {
+  net::HttpClientRequest forward = proxy->Forwarded(request, &plan);
+  if (FaultPointsArmed()) forward.on_written = [] { FaultPoint("after_send"); };
+  // On an upstream I/O thread: the driver stores an outcome with the store's
+  // non-blocking write where it has one, anything else on the worker pool.
+  proxy->upstream_.Send(std::move(forward),
+                        [this, done = std::move(done)](net::HttpClientResult r) {
+                          result = std::move(r);
+                          done(Classify());
+                        });
+}
+
+gate::Upstream ReverseProxy::Gated::Classify() {
+  using Kind = net::HttpClientResult::Kind;
+  if (result.kind == Kind::kNotSent) return {.kind = Execution::Kind::kNotSent};
+  if (result.kind == Kind::kMaybeSent && !result.too_large) {
+    return {.kind = Execution::Kind::kMaybeSent};  // sent, then no answer or a broken one
+  }
+  gate::Upstream up{.kind = gate::ClassOfHttpStatus(result.response.status), .answered = true};
+  const bool kept = up.kind == Execution::Kind::kSuccess ||
+                    (up.kind == Execution::Kind::kToolError &&
+                     call().policy.errors != ErrorPolicy::kRelease);
+  if (!kept) return up;  // released or unknown: the answer stays in `result` for the render
+  if (result.kind == Kind::kResponse) {
+    answer = ToStore(call(), std::move(result.response));
+    up.outcome = answer.outcome;
+    return up;
+  }
+  // Over max_response_bytes: only a marker with its status and headers.
+  const std::string connection(Connection(result.response.headers));
+  StoredResponse marker{result.response.status,
+                        EndToEndHeaders(std::move(result.response.headers), connection),
+                        {}};
+  up.outcome = Outcome{OutcomeClass::kTooLarge, EncodeStoredResponse(marker)};
+  return up;
+}
+
+std::string ReverseProxy::Gated::RenderBeginFailed(const gate::BeginFailure& f) {
+  const Error& e = f.error;
+  switch (f.kind) {
+    case gate::BeginFailure::Kind::kStoreUnavailable:
+      Reply(StoreUnavailable(e));
+      break;
+    case gate::BeginFailure::Kind::kClaimFailed:
+      Reply(http::Problem(500, gate::problem::kClaimFailed, "Claim failed",
+                          "idemgate could not claim the request (" + e.ToString() +
+                              "), so it was not executed.",
+                          KeyMember(call())));
+      break;
+    case gate::BeginFailure::Kind::kStopping:
+      Reply(http::Problem(503, gate::problem::kStopping, "Stopping",
+                          "idemgate is stopping; the request was not executed. Retry it."));
+      break;
+  }
+  return {};
+}
+
+std::string ReverseProxy::Gated::RenderAnswer(const Decision& d, const gate::Answer& a) {
+  const Call& call = plan.call;
+  // The problem members naming the key and the first attempt.
+  const std::string key_and_first_at =
+      KeyMember(call) + ",\"first_at\":" + json_text::Quote(a.first_at);
+  switch (a.kind) {
+    case gate::Answer::Kind::kRun:
+      break;  // the driver runs it
+    case gate::Answer::Kind::kReplay: {
+      Result<StoredResponse> stored = DecodeStoredResponse(d.record.outcome->body);
+      if (!stored) {
+        Reply(http::Problem(500, gate::problem::kUnreadableOutcome, "Stored outcome unreadable",
+                            stored.error().message + "; the action was not performed again",
+                            KeyMember(call)));
+        return "replay failed: unreadable outcome";
+      }
+      http::Response r;
+      r.status = stored->status;
+      r.headers = std::move(stored->headers);
+      r.headers.push_back({std::string(kReplayedHeader), "true"});
+      r.body = std::move(stored->body);
+      Reply(std::move(r));
+      break;
+    }
+    case gate::Answer::Kind::kNoOutcome:
+      Reply(http::Problem(a.http_status, gate::problem::TypeOf(a.kind), "Stored outcome missing",
+                          "the record of this key is completed but holds no outcome; the "
+                          "action was not performed again",
+                          KeyMember(call)));
+      break;
+    case gate::Answer::Kind::kTooLarge: {
+      std::string extra = key_and_first_at;
+      if (auto stored = DecodeStoredResponse(d.record.outcome->body)) {
+        extra += ",\"upstream_status\":" + std::to_string(stored->status);
+      }
+      Reply(http::Problem(
+          a.http_status, gate::problem::TypeOf(a.kind), "Outcome too large to replay",
+          "an identical request with this key already ran at " + a.first_at +
+              ", but its answer was larger than max_result_bytes and was not stored; the action "
+              "was not performed again. Look the result up at the upstream.",
+          extra));
+      break;
+    }
+    case gate::Answer::Kind::kInProgress: {
+      const std::string seconds = std::to_string(a.retry_after_seconds);
+      http::Response r =
+          http::Problem(a.http_status, gate::problem::TypeOf(a.kind), "Request in progress",
+                        "an identical request with this key is still running; retry after " +
+                            seconds + " s to get its answer",
+                        KeyMember(call) + ",\"retry_after\":" + seconds);
+      r.headers.push_back({"Retry-After", seconds});
+      Reply(std::move(r));
+      break;
+    }
+    case gate::Answer::Kind::kUnknown:
+      Reply(http::Problem(
+          a.http_status, gate::problem::TypeOf(a.kind), "Outcome unknown",
+          "an identical request with this key was sent upstream at " + a.first_at +
+              " but no answer came back, so the action may already have happened. It was not "
+              "performed again; do not repeat it blindly. Check at the upstream, then an operator "
+              "can settle the record (`idemgate resolve " +
+              call.id.key + "`) or wait for it to expire.",
+          key_and_first_at));
+      break;
+    case gate::Answer::Kind::kDrift:
+      Reply(http::Problem(
+          a.http_status, gate::problem::TypeOf(a.kind), "Idempotency-Key reused",
+          "the key " + call.id.key + " was first used at " + a.first_at +
+              " for a request with a different method, path, query or body; a key names one "
+              "request. Send the original request to get its answer, or use a new key for a new "
+              "request.",
+          key_and_first_at));
+      break;
+  }
+  return {};
+}
+
+std::string ReverseProxy::Gated::RenderSettled(const Decision&, const gate::Settled& s) {
+  const Call& call = plan.call;
+  const std::string status = std::to_string(result.response.status);
+  switch (s.kind) {
+    case gate::Settled::Kind::kNotStored:
+      Reply(OutcomeNotStored(call, *s.error));
+      return "executed, not stored: " + s.error->ToString();
+    case gate::Settled::Kind::kStored:
+      if (result.kind == net::HttpClientResult::Kind::kResponse) {
+        Reply(std::move(answer.response));
+        return "executed: HTTP " + std::to_string(answer.status);
+      }
+      Reply(http::Problem(
+          502, "upstream-answer-too-large", "Upstream answer too large",
+          result.detail + "; the upstream answered HTTP " + status +
+              " and the action was carried out, but the answer cannot be relayed. Retries "
+              "with this key are not executed again.",
+          KeyMember(call) + ",\"upstream_status\":" + status));
+      return "executed: answer too large";
+    case gate::Settled::Kind::kReleased:
+      return RenderReleased();
+    case gate::Settled::Kind::kUnknown:
+      return RenderUnknown();
+  }
+  return {};
+}
+
+std::string ReverseProxy::Gated::RenderReleased() {
+  const Call& call = plan.call;
+  const int status = result.response.status;
+  switch (result.kind) {
+    case net::HttpClientResult::Kind::kNotSent:
+      Reply(http::Problem(502, "upstream-unreachable", "Upstream unreachable",
+                          result.detail + "; the request was not sent, so it is safe to retry it",
+                          KeyMember(call)));
+      return "released: not sent: " + result.detail;
+    case net::HttpClientResult::Kind::kMaybeSent:  // an answer over max_response_bytes
+      Reply(http::Problem(
+          502, "upstream-answer-too-large", "Upstream answer too large",
+          result.detail + "; the upstream answered HTTP " + std::to_string(status) +
+              (gate::ClassOfHttpStatus(status) == Execution::Kind::kToolError
+                   ? ", a refusal that errors = \"release\" does not keep, so a retry runs again"
+                   : ", which means it did not act, so a retry runs again"),
+          KeyMember(call) + ",\"upstream_status\":" + std::to_string(status)));
+      return ReleasedNote(status) + ", answer too large";
+    case net::HttpClientResult::Kind::kResponse:
+      // The upstream did not act (429, a redirect…), or a tool error under
+      // errors = release: its answer goes to the client as it is,
+      // Retry-After included.
+      Reply(Relayed(std::move(result.response)));
+      return ReleasedNote(status);
+  }
+  return {};
+}
+
+std::string ReverseProxy::Gated::RenderUnknown() {
+  const Call& call = plan.call;
+  if (result.kind == net::HttpClientResult::Kind::kResponse) {
+    const std::string status = std::to_string(result.response.status);
+    Reply(http::Problem(
+        502, gate::problem::kOutcomeUnknown, "Outcome unknown",
+        "the upstream answered HTTP " + status +
+            ", so the action may or may not have happened: do not repeat it blindly. Retries "
+            "with this key get this answer until an operator settles the record (`idemgate "
+            "resolve " +
+            call.id.key + "`) or it expires.",
+        KeyMember(call) + ",\"upstream_status\":" + status));
+    return "outcome unknown: HTTP " + status;
+  }
+  // No answer, a broken one, or a 5xx over the size limit.
+  Reply(http::Problem(
+      result.timed_out ? 504 : 502, gate::problem::kOutcomeUnknown, "Outcome unknown",
+      result.detail +
+          ". The action may have happened: do not repeat it blindly. Retries with this key "
+          "get this answer until an operator settles the record (`idemgate resolve " +
+          call.id.key + "`) or it expires.",
+      KeyMember(call)));
+  return "outcome unknown: " + result.detail;
+}
 
 ReverseProxy::ReverseProxy(Ledger& ledger, const Config& config, net::HttpClient& upstream,
                            WorkerPool& workers, ReverseProxyOptions options)
@@ -183,6 +405,7 @@ void ReverseProxy::Handle(http::Request request, http::Responder respond) {
         MakeRouteLookup(config_, upstream_, plan.forward_key, CredentialHeaders(request));
   }
   auto gated = std::make_shared<Gated>();
+  gated->proxy = this;
   gated->request = std::move(request);
   gated->respond = std::move(respond);
   gated->plan = std::move(plan);
@@ -190,16 +413,7 @@ void ReverseProxy::Handle(http::Request request, http::Responder respond) {
   // answered from one read (or the replay cache) and a fresh one claimed
   // with one pipelined write, without a worker; Begin, which may wait for a
   // running owner or a slow store, runs on the worker pool, never here.
-  ledger_.BeginWithoutBlocking(
-      gated->plan.call, [this, gated](std::function<void()> begin) { ToWorkers(gated, begin); },
-      [this, gated](Result<Decision> begun) { Begun(gated, std::move(begun)); });
-}
-
-void ReverseProxy::ToWorkers(const std::shared_ptr<Gated>& g, std::function<void()> begin) {
-  if (workers_.Submit(std::move(begin))) return;
-  g->Reply(http::Problem(503, "shutting-down", "Shutting down",
-                         "idemgate is stopping; the request was not executed. Retry it."));
-  Done();
+  gate::RunGatedCall(ledger_, std::move(gated), gate::Threading::kContinuations);
 }
 
 void ReverseProxy::PassThrough(http::Request request, http::Responder respond) {
@@ -268,263 +482,6 @@ net::HttpClientRequest ReverseProxy::Forwarded(http::Request& request, const Req
   }
   if (!forwarded_for.empty()) out.headers.push_back({"X-Forwarded-For", std::move(forwarded_for)});
   return out;
-}
-
-void ReverseProxy::Begun(const std::shared_ptr<Gated>& g, Result<Decision> begun) {
-  const Call& call = g->plan.call;
-  if (!begun) {
-    const Error& e = begun.error();
-    g->Reply(e.code == ErrorCode::kUnavailable || e.code == ErrorCode::kAborted
-                 ? StoreUnavailable(e)
-                 : http::Problem(500, "claim-failed", "Claim failed",
-                                 "idemgate could not claim the request (" + e.ToString() +
-                                     "), so it was not executed.",
-                                 KeyMember(call)));
-    if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": refused: " + e.ToString());
-    return Done();
-  }
-  g->decision = std::move(*begun);
-  Answer(g);
-}
-
-void ReverseProxy::Answer(const std::shared_ptr<Gated>& g) {
-  const Call& call = g->plan.call;
-  const gate::Answer a = gate::AnswerFor(g->decision);
-  std::string_view note = a.note;
-  // The problem members naming the key and the first attempt.
-  const std::string key_and_first_at =
-      KeyMember(call) + ",\"first_at\":" + json_text::Quote(a.first_at);
-  switch (a.kind) {
-    case gate::Answer::Kind::kRun:
-      return Execute(g);  // answers and calls Done() when the upstream has answered
-    case gate::Answer::Kind::kReplay: {
-      Result<StoredResponse> stored = DecodeStoredResponse(g->decision.record.outcome->body);
-      if (!stored) {
-        g->Reply(http::Problem(500, "unreadable-outcome", "Stored outcome unreadable",
-                               stored.error().message + "; the action was not performed again",
-                               KeyMember(call)));
-        note = "replay failed: unreadable outcome";
-        break;
-      }
-      http::Response r;
-      r.status = stored->status;
-      r.headers = std::move(stored->headers);
-      r.headers.push_back({std::string(kReplayedHeader), "true"});
-      r.body = std::move(stored->body);
-      g->Reply(std::move(r));
-      break;
-    }
-    case gate::Answer::Kind::kNoOutcome:
-      g->Reply(http::Problem(a.http_status, "unreadable-outcome", "Stored outcome missing",
-                             "the record of this key is completed but holds no outcome; the "
-                             "action was not performed again",
-                             KeyMember(call)));
-      break;
-    case gate::Answer::Kind::kTooLarge: {
-      std::string extra = key_and_first_at;
-      if (auto stored = DecodeStoredResponse(g->decision.record.outcome->body)) {
-        extra += ",\"upstream_status\":" + std::to_string(stored->status);
-      }
-      g->Reply(http::Problem(
-          a.http_status, "result-too-large", "Result too large to replay",
-          "an identical request with this key already ran at " + a.first_at +
-              ", but its answer was larger than max_result_bytes and was not stored; the action "
-              "was not performed again. Look the result up at the upstream.",
-          extra));
-      break;
-    }
-    case gate::Answer::Kind::kInProgress: {
-      const std::string seconds = std::to_string(a.retry_after_seconds);
-      http::Response r =
-          http::Problem(a.http_status, "request-in-progress", "Request in progress",
-                        "an identical request with this key is still running; retry after " +
-                            seconds + " s to get its answer",
-                        KeyMember(call) + ",\"retry_after\":" + seconds);
-      r.headers.push_back({"Retry-After", seconds});
-      g->Reply(std::move(r));
-      break;
-    }
-    case gate::Answer::Kind::kUnknown:
-      g->Reply(http::Problem(
-          a.http_status, "outcome-unknown", "Outcome unknown",
-          "an identical request with this key was sent upstream at " + a.first_at +
-              " but no answer came back, so the action may already have happened. It was not "
-              "performed again; do not repeat it blindly. Check at the upstream, then an operator "
-              "can settle the record (`idemgate resolve " +
-              call.id.key + "`) or wait for it to expire.",
-          key_and_first_at));
-      break;
-    case gate::Answer::Kind::kDrift:
-      g->Reply(http::Problem(
-          a.http_status, "idempotency-key-reused", "Idempotency-Key reused",
-          "the key " + call.id.key + " was first used at " + a.first_at +
-              " for a request with a different method, path, query or body; a key names one "
-              "request. Send the original request to get its answer, or use a new key for a new "
-              "request.",
-          key_and_first_at));
-      break;
-  }
-  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + std::string(note));
-  Done();
-}
-
-void ReverseProxy::Execute(const std::shared_ptr<Gated>& g) {
-  const Call& call = g->plan.call;
-  if (g->decision.kind == Decision::Kind::kExecute) {
-    g->lease = std::make_shared<Ledger::LeaseGuard>(ledger_.KeepAlive(call, g->decision.fence));
-  }
-  net::HttpClientRequest forward = Forwarded(g->request, &g->plan);
-  if (FaultPointsArmed()) forward.on_written = [] { FaultPoint("after_send"); };
-  upstream_.Send(std::move(forward), [this, g](net::HttpClientResult result) {
-    // On an upstream I/O thread. An answer to store goes to the store's
-    // non-blocking write where it has one; any other store write may block,
-    // so it goes to the worker pool.
-    if (IsAnswerToStore(result, g->plan.call)) return StoreAnswer(g, std::move(result.response));
-    auto shared = std::make_shared<net::HttpClientResult>(std::move(result));
-    if (!workers_.Submit([this, g, shared] { Settle(g, std::move(*shared)); })) {
-      Settle(g, std::move(*shared));
-    }
-  });
-}
-
-void ReverseProxy::StoreAnswer(const std::shared_ptr<Gated>& g, http::Response response) {
-  const Call& call = g->plan.call;
-  g->lease.reset();  // stop renewing before the final write
-  FaultPoint("after_answer");
-  auto answer = std::make_shared<StoredAnswer>(ToStore(call, std::move(response)));
-  auto relay = [this, g, answer](const Result<Record>& stored) {
-    Relay(g, std::move(*answer), stored);
-  };
-  if (ledger_.CompleteAsync(call, g->decision, answer->outcome, relay)) return;
-  auto complete = [this, g, answer, relay] {
-    relay(ledger_.Complete(g->plan.call, g->decision, answer->outcome));
-  };
-  if (!workers_.Submit(complete)) complete();
-}
-
-void ReverseProxy::Relay(const std::shared_ptr<Gated>& g, StoredAnswer answer,
-                         const Result<Record>& stored) {
-  const Call& call = g->plan.call;
-  std::string note;
-  if (stored) {
-    g->Reply(std::move(answer.response));
-    note = "executed: HTTP " + std::to_string(answer.status);
-  } else {
-    g->Reply(OutcomeNotStored(call, stored.error()));
-    note = "executed, not stored: " + stored.error().ToString();
-  }
-  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + note);
-  Done();
-}
-
-void ReverseProxy::Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult result) {
-  const Call& call = g->plan.call;
-  const Decision& d = g->decision;
-  g->lease.reset();  // stop renewing before the final write
-  if (result.kind == net::HttpClientResult::Kind::kResponse || result.too_large) {
-    FaultPoint("after_answer");
-  }
-  std::string note;
-  auto mark_unknown = [&] {
-    if (auto m = ledger_.MarkUnknown(call, d); !m) {
-      Log("could not mark " + call.id.key + " unknown: " + m.error().ToString());
-    }
-  };
-  auto complete = [&](Outcome outcome) -> bool {
-    auto stored = ledger_.Complete(call, d, std::move(outcome));
-    if (stored) return true;
-    g->Reply(OutcomeNotStored(call, stored.error()));
-    note = "executed, not stored: " + stored.error().ToString();
-    return false;
-  };
-
-  switch (result.kind) {
-    case net::HttpClientResult::Kind::kNotSent:
-      if (auto r = ledger_.Release(call, d); !r) {
-        Log("could not release " + call.id.key + " (" + r.error().ToString() +
-            "); it stays claimed until its lease runs out");
-      }
-      g->Reply(
-          http::Problem(502, "upstream-unreachable", "Upstream unreachable",
-                        result.detail + "; the request was not sent, so it is safe to retry it",
-                        KeyMember(call)));
-      note = "released: not sent: " + result.detail;
-      break;
-    case net::HttpClientResult::Kind::kMaybeSent:
-      // An answer over max_response_bytes is judged by its status first: a
-      // 5xx is unknown, a 429 released, like the same answer within the limit.
-      if (result.too_large &&
-          ClassOfAnswer(result.response.status, call) == Execution::Kind::kNotSent) {
-        if (auto r = ledger_.Release(call, d); !r) {
-          Log("could not release " + call.id.key + ": " + r.error().ToString());
-        }
-        g->Reply(http::Problem(
-            502, "upstream-answer-too-large", "Upstream answer too large",
-            result.detail + "; the upstream answered HTTP " +
-                std::to_string(result.response.status) +
-                (gate::ClassOfHttpStatus(result.response.status) == Execution::Kind::kToolError
-                     ? ", a refusal that errors = \"release\" does not keep, so a retry runs again"
-                     : ", which means it did not act, so a retry runs again"),
-            KeyMember(call) + ",\"upstream_status\":" + std::to_string(result.response.status)));
-        note = ReleasedNote(result.response.status) + ", answer too large";
-        break;
-      }
-      if (result.too_large &&
-          ClassOfAnswer(result.response.status, call) != Execution::Kind::kMaybeSent) {
-        const std::string connection(Connection(result.response.headers));
-        StoredResponse marker{result.response.status,
-                              EndToEndHeaders(std::move(result.response.headers), connection),
-                              {}};
-        if (complete(Outcome{OutcomeClass::kTooLarge, EncodeStoredResponse(marker)})) {
-          g->Reply(http::Problem(
-              502, "upstream-answer-too-large", "Upstream answer too large",
-              result.detail + "; the upstream answered HTTP " +
-                  std::to_string(result.response.status) +
-                  " and the action was carried out, but the answer cannot be relayed. Retries "
-                  "with this key are not executed again.",
-              KeyMember(call) + ",\"upstream_status\":" + std::to_string(result.response.status)));
-          note = "executed: answer too large";
-        }
-        break;
-      }
-      mark_unknown();  // a 5xx over the limit too
-      g->Reply(http::Problem(
-          result.timed_out ? 504 : 502, "outcome-unknown", "Outcome unknown",
-          result.detail +
-              ". The action may have happened: do not repeat it blindly. Retries with this key "
-              "get this answer until an operator settles the record (`idemgate resolve " +
-              call.id.key + "`) or it expires.",
-          KeyMember(call)));
-      note = "outcome unknown: " + result.detail;
-      break;
-    case net::HttpClientResult::Kind::kResponse: {
-      const int status = result.response.status;
-      if (ClassOfAnswer(status, call) == Execution::Kind::kMaybeSent) {
-        mark_unknown();
-        g->Reply(http::Problem(
-            502, "outcome-unknown", "Outcome unknown",
-            "the upstream answered HTTP " + std::to_string(status) +
-                ", so the action may or may not have happened: do not repeat it blindly. Retries "
-                "with this key get this answer until an operator settles the record (`idemgate "
-                "resolve " +
-                call.id.key + "`) or it expires.",
-            KeyMember(call) + ",\"upstream_status\":" + std::to_string(status)));
-        note = "outcome unknown: HTTP " + std::to_string(status);
-        break;
-      }
-      // The upstream did not act (429, a redirect…), or a tool error under
-      // errors = release; an answer to store went to StoreAnswer instead. The
-      // upstream's answer goes to the client as it is, Retry-After included.
-      if (auto r = ledger_.Release(call, d); !r) {
-        Log("could not release " + call.id.key + ": " + r.error().ToString());
-      }
-      g->Reply(Relayed(std::move(result.response)));
-      note = ReleasedNote(status);
-      break;
-    }
-  }
-  if (options_.verbose) Log(call.tool + " key=" + call.id.key + ": " + note);
-  Done();
 }
 
 }  // namespace idem::proxy

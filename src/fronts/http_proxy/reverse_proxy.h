@@ -2,20 +2,23 @@
 // reverse proxy in front of one upstream.
 //
 // For each request: RequestPlan (request_plan.h) decides pass-through, gated
-// or refused. A gated request is claimed with Ledger::Begin on the worker
-// pool (it may wait up to policy.wait), then answered from the record or
-// executed: forwarded upstream (the key in the route's key_header) while a
-// lease guard renews the claim, and its outcome stored before the client
-// sees it (§4.7):
+// or refused. A gated request's life is the driver's (gate/gated_call.h,
+// continuation-based): claimed, then answered from the record or executed:
+// forwarded upstream (the key in the route's key_header) while a lease guard
+// renews the claim, its answer classified by gate::ClassOfHttpStatus, and
+// its outcome stored before the client sees it (§4.7); this front supplies
+// the forward, the classification of its wire answer and the renders:
 //
 //   upstream answer / failure            record             client gets
-//   2xx, 3xx                             completed          the answer
-//   4xx                                  completed (errors  the answer
+//   2xx, 303                             completed          the answer
+//   408, 409, 423, 425, 429, other 3xx   released           the answer
+//   other 4xx                            completed (errors  the answer
 //                                        = release: gone)
 //   5xx                                  unknown            502 outcome-unknown
 //   not sent (connect/DNS/TLS failure)   released           502 upstream-unreachable
 //   sent, then no answer / broken        unknown            504 (timeout) / 502
-//   body over max_response_bytes         too-large marker   502 upstream-answer-too-large
+//   body over max_response_bytes         as its status, a   502 upstream-answer-too-large
+//                                        marker if stored
 //   encoded answer over max_result_bytes too-large marker   the answer
 //
 // Retries: completed → the stored status, headers and body, byte for byte,
@@ -23,7 +26,7 @@
 // Retry-After; unknown → 409 outcome-unknown (a 4xx on purpose: retrying
 // as is cannot help, and a generic client's retry-on-5xx must not hammer
 // it; the problem says the action may have happened and how an operator
-// resolves it); too-large marker → 409 result-too-large; drift → 422;
+// resolves it); too-large marker → 409 outcome-too-large; drift → 422 drift;
 // store unreachable → 503 + Retry-After (nothing was executed). With
 // on_unknown = "reconcile" the ledger asks the route's lookup first
 // (route_reconcile.h). Every answer
@@ -101,21 +104,9 @@ class ReverseProxy {
   bool Drain(std::chrono::milliseconds grace);
 
  private:
+  // One gated request: its context and the phases of the gated call's
+  // driver (gate/gated_call.h), which owns its life.
   struct Gated;
-  // Runs `begin` (Ledger::Begin, then Begun) on the worker pool, or answers
-  // 503 if the pool is stopping.
-  void ToWorkers(const std::shared_ptr<Gated>& g, std::function<void()> begin);
-  void Begun(const std::shared_ptr<Gated>& g, Result<Decision> begun);
-  // Answers g->decision: a replay or a condition here, kExecute by Execute.
-  void Answer(const std::shared_ptr<Gated>& g);
-  void Execute(const std::shared_ptr<Gated>& g);
-  // Stores an answer (IsAnswerToStore) without a worker where the store can
-  // (CompleteAsync), else on the worker pool; then Relay.
-  void StoreAnswer(const std::shared_ptr<Gated>& g, http::Response response);
-  void Relay(const std::shared_ptr<Gated>& g, StoredAnswer answer, const Result<Record>& stored);
-  // Every other upstream result, on the worker pool: release, mark unknown
-  // or store a too-large marker, then answer.
-  void Settle(const std::shared_ptr<Gated>& g, net::HttpClientResult result);
   void PassThrough(http::Request request, http::Responder respond);
   net::HttpClientRequest Forwarded(http::Request& request, const RequestPlan* plan) const;
   void Log(std::string_view line) const;

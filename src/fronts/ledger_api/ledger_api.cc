@@ -5,6 +5,7 @@
 
 #include "core/fault_point.h"
 #include "gate/answer.h"
+#include "gate/problem_types.h"
 #include "idem/canonical_json.h"
 #include "idem/key.h"
 #include "idem/resolve.h"
@@ -48,7 +49,7 @@ Response Json(int status, const json::object& o, std::string_view raw_outcome = 
 
 // The answer while the worker pool is stopping: nothing was done.
 Response Stopping() {
-  return Problem(503, "stopping", "Stopping", "idemgate is stopping; retry shortly");
+  return Problem(503, gate::problem::kStopping, "Stopping", "idemgate is stopping; retry shortly");
 }
 
 // Maps a store or ledger error to its answer (STYLE.md: one table per front).
@@ -56,7 +57,7 @@ Response FromError(const Error& e, std::string_view key) {
   std::string extra = key.empty() ? std::string() : "\"key\":" + json_text::Quote(key);
   switch (e.code) {
     case ErrorCode::kUnavailable: {
-      Response r = Problem(503, "store-unavailable", "Store unavailable",
+      Response r = Problem(503, gate::problem::kStoreUnavailable, "Store unavailable",
                            "idemgate: the store cannot be reached; nothing was executed or "
                            "changed. Retry later. (" +
                                e.message + ")",
@@ -95,6 +96,28 @@ Response FromError(const Error& e, std::string_view key) {
   return Problem(500, "internal", "Internal error", "idemgate: " + e.ToString(), extra);
 }
 
+// The answer to a begin that failed (gate::BeginFailureOf, the table every
+// front shares): nothing was claimed or run, so no step's answer (FromError's
+// 409 lost-lease for kAborted, say) fits.
+Response BeginFailed(Error e, std::string_view key) {
+  const gate::BeginFailure f = gate::BeginFailureOf(std::move(e));
+  const std::string extra = "\"key\":" + json_text::Quote(key);
+  const std::string_view type = gate::problem::TypeOf(f.kind);
+  if (!f.retryable()) {
+    return Problem(500, type, "Claim failed",
+                   "idemgate: could not claim the call (" + f.error.ToString() +
+                       "), so it must not run. An operator should look at the store.",
+                   extra);
+  }
+  Response r = Problem(503, type, "Store unavailable",
+                       "idemgate: the store cannot be reached or the record kept changing; "
+                       "nothing was claimed or run. Retry shortly. (" +
+                           f.error.message + ")",
+                       extra);
+  r.headers.push_back({"Retry-After", "1"});
+  return r;
+}
+
 // A step (release, mark_unknown, heartbeat) that names an unknown record:
 // settling it is an admin's act, through resolve (docs/DESIGN.md §8). A
 // tenant token could otherwise read the fence from GET /v1/records/{key} and
@@ -106,7 +129,7 @@ Response FromError(const Error& e, std::string_view key) {
 // the action's result (guarantees review F6). It cannot cause a second run.
 std::optional<Response> RefusedOnUnknown(const Record& r, bool stores_at_fence = false) {
   if (r.state != RecordState::kUnknown || stores_at_fence) return std::nullopt;
-  return Problem(409, "outcome-unknown", "Outcome unknown",
+  return Problem(409, gate::problem::kOutcomeUnknown, "Outcome unknown",
                  "idemgate: the record's outcome is unknown (the action may have happened), so "
                  "only an admin settles it: POST /v1/records/{key}/resolve with an admin "
                  "token, or `idemgate resolve " +
@@ -412,7 +435,7 @@ Response BeginAnswer(const Call& call, const Decision& d) {
     case gate::Answer::Kind::kInProgress: {
       const std::string secs = std::to_string(a.retry_after_seconds);
       Response p =
-          Problem(a.http_status, "in-progress", "In progress",
+          Problem(a.http_status, gate::problem::TypeOf(a.kind), "In progress",
                   "idemgate: an identical call is still running (since " + a.first_at +
                       "). Retry after " + secs + " s to get its outcome; do not run it again",
                   key_member + ",\"retry_after\":" + secs);
@@ -420,7 +443,7 @@ Response BeginAnswer(const Call& call, const Decision& d) {
       return p;
     }
     case gate::Answer::Kind::kUnknown:
-      return Problem(a.http_status, "outcome-unknown", "Outcome unknown",
+      return Problem(a.http_status, gate::problem::TypeOf(a.kind), "Outcome unknown",
                      "idemgate: an identical call began at " + a.first_at +
                          " and its owner died before reporting an outcome: the action may "
                          "already have happened. Do not repeat it blindly; check, then "
@@ -428,7 +451,7 @@ Response BeginAnswer(const Call& call, const Decision& d) {
                          "resolve`)",
                      key_member);
     case gate::Answer::Kind::kDrift:
-      return Problem(a.http_status, "drift", "Arguments differ",
+      return Problem(a.http_status, gate::problem::TypeOf(a.kind), "Arguments differ",
                      "idemgate: key " + call.id.key + " was first used at " + a.first_at +
                          " with different arguments. Send the original arguments to get "
                          "its outcome, or use a new key for a new action",
@@ -436,7 +459,7 @@ Response BeginAnswer(const Call& call, const Decision& d) {
   }
   // Completed, but nothing this API can replay: a too-large marker, or no
   // outcome at all. The call is not run again either way.
-  return Problem(409, "outcome-too-large", "Outcome too large to replay",
+  return Problem(409, gate::problem::kOutcomeTooLarge, "Outcome too large to replay",
                  "idemgate: this call already ran (first at " + a.first_at +
                      ") but its outcome was larger than max_result_bytes, so only a "
                      "marker was stored. Do not run it again; look the result up in "
@@ -664,7 +687,7 @@ void LedgerApi::Begin(Request& request, const Responder& respond) {
   (*planned)->owner_tag = OwnerTagOf(request);
   auto shared = std::make_shared<const Call>(std::move(**planned));
   auto reply = [shared, respond](const Result<Decision>& d) {
-    Response r = d ? BeginAnswer(*shared, *d) : FromError(d.error(), shared->id.key);
+    Response r = d ? BeginAnswer(*shared, *d) : BeginFailed(d.error(), shared->id.key);
     FaultPoint("before_reply");
     respond(std::move(r));
   };

@@ -118,6 +118,44 @@ TEST_F(LedgerApiTest, TheSameKeyInTwoTenantsIsTwoRecords) {
   EXPECT_EQ(Send("GET", "/v1/records/k%2", {}, Principal{"alice", false}).status, 400);
 }
 
+// A begin that cannot claim ran nothing: a store that kept aborting the claim
+// (the record kept changing) is as retryable as one that is down, and is not
+// the 409 lost-lease a step gets when its owner lost the lease (house review
+// 3c: FromError answered begin's kAborted so).
+TEST(LedgerApiBeginFailureTest, ABeginThatCannotClaimIsRetryableAndNotALostLease) {
+  class AbortingClaims final : public testing::StoreWrapper {
+   public:
+    using StoreWrapper::StoreWrapper;
+    ErrorCode code = ErrorCode::kAborted;
+    Result<ClaimResult> Claim(const ClaimRequest&) override {
+      return std::unexpected(Error{code, "injected: the record changed"});
+    }
+  };
+  FakeClock clock;
+  std::unique_ptr<Store> memory = NewMemoryStore(clock);
+  AbortingClaims store(*memory);
+  Ledger ledger{store, clock, LedgerOptions{"test", nullptr, false}};
+  Config config;
+  WorkerPool pool;
+  LedgerApi api(ledger, config, pool);
+  auto begin = [&] {
+    return testing::CallHandler(
+        api.handler(),
+        testing::MakeRequest("POST", "/v1/calls/begin", R"({"tool":"t","key":"k","args":{}})"));
+  };
+  Response aborted = begin();
+  EXPECT_EQ(aborted.status, 503) << aborted.body;
+  EXPECT_NE(aborted.body.find("/store-unavailable\""), std::string::npos) << aborted.body;
+  EXPECT_EQ(aborted.body.find("lost-lease"), std::string::npos) << aborted.body;
+  EXPECT_TRUE(std::ranges::any_of(aborted.headers,
+                                  [](const Header& h) { return h.name == "Retry-After"; }));
+
+  store.code = ErrorCode::kDataLoss;
+  Response corrupt = begin();
+  EXPECT_EQ(corrupt.status, 500) << corrupt.body;
+  EXPECT_NE(corrupt.body.find("/claim-failed\""), std::string::npos) << corrupt.body;
+}
+
 TEST_F(LedgerApiTest, DriftIs422AndStaleFenceIs409) {
   Response a = Send("POST", "/v1/calls/begin", R"({"tool":"t","key":"k","args":{"a":1}})");
   ASSERT_EQ(a.status, 200);

@@ -133,8 +133,23 @@ void ChildChannel::Read(const std::function<void(std::string)>& on_message,
   LineFramer framer(options_.max_message_bytes);
   auto on_frame = [&](LineFramer::Frame frame) {
     if (frame.oversize) {
-      Log("the upstream `" + name_ + "` sent a message larger than " +
-          std::to_string(framer.max_message_bytes()) + " bytes; it was dropped");
+      const std::string limit = std::to_string(framer.max_message_bytes());
+      if (frame.has_method || frame.id_text == "null") {
+        Log("the upstream `" + name_ + "` sent a message larger than " + limit +
+            " bytes; it was dropped");
+        return;
+      }
+      // An answer: the request it answers gets an error in its place, so
+      // that its caller is not left waiting (a gated call becomes unknown:
+      // ClassOfJsonRpcError takes -32007 as "may have acted").
+      Log("the upstream `" + name_ + "` answered request " + frame.id_text +
+          " with a message larger than " + limit + " bytes; it was dropped and answered with an "
+          "error");
+      on_message(ErrorResponse(
+          frame.id_text, kRpcAnswerTooLarge,
+          "the tool server's answer was larger than " + limit +
+              " bytes (max_message_bytes) and was dropped. The tool may have acted: do not "
+              "repeat the call blindly; check its effect first."));
       return;
     }
     on_message(std::move(frame.message));

@@ -1,28 +1,16 @@
-// McpSession's gated calls, each on a worker thread: begin in the ledger,
-// answer what it decided (gate::AnswerFor), or forward the call under a
-// lease and settle the upstream's answer (ClassifyToolAnswer, Ledger::Settle)
-// before the client sees it; a call cancelled or left unanswered becomes
-// unknown; the reconcile lookup of on_unknown = "reconcile".
+// McpSession's gated calls, each on a worker thread, run by the gated call's
+// driver (gate/gated_call.h): this file is the MCP front's phases (forward
+// and wait for the answer, classify it with ClassifyToolAnswer, render), a
+// late answer to a call given up, and the reconcile lookup of
+// on_unknown = "reconcile".
 #include "fronts/mcp/session_core.h"
 
+#include <algorithm>
+
 #include "core/fault_point.h"
-#include "fronts/mcp/reconcile.h"
+#include "gate/gated_call.h"
 
 namespace idem::mcp {
-
-namespace {
-
-// ReconcileLookup for one call of one session.
-class SessionLookup final : public ReconcileLookup {
- public:
-  explicit SessionLookup(std::function<Result<std::optional<Outcome>>()> fn) : fn_(std::move(fn)) {}
-  Result<std::optional<Outcome>> Reconcile(const Call&) override { return fn_(); }
-
- private:
-  std::function<Result<std::optional<Outcome>>()> fn_;
-};
-
-}  // namespace
 
 void McpSession::Core::FinishCall(const std::shared_ptr<GatedCall>& gc, bool holds_budget,
                                   bool on_channel_thread) {
@@ -55,252 +43,325 @@ void McpSession::Core::Answer(GatedCall& gc, std::string response) {
   client_.Send(std::move(response));
 }
 
-void McpSession::Core::ReleaseQuietly(const Call& call, const Decision& d) {
-  if (auto r = ledger_.Release(call, d); !r) {
-    Log("could not release " + call.id.key + " (" + r.error().ToString() +
-        "); it stays claimed until its lease runs out");
+// One gated call's front for the driver (gate/gated_call.h): forwards on
+// the worker thread that runs the call and waits there for the upstream's
+// answer (Threading::kCallersThread), classifies it, and renders.
+class McpSession::Core::CallFront final : public gate::GatedFront {
+ public:
+  // `answer`: the client still expects an answer (false for a late one).
+  CallFront(std::shared_ptr<Core> core, std::shared_ptr<GatedCall> gc, bool on_channel_thread)
+      : core_(std::move(core)), gc_(std::move(gc)), on_channel_thread_(on_channel_thread) {}
+
+  // What the upstream's answer says (the client-side classify_delivery for
+  // an HTTP upstream's own errors, else ClassifyToolAnswer).
+  gate::Upstream Classify(std::string response, const Message& msg);
+  // How a settled execution is answered; the note for the log.
+  std::string Render(const Decision& d, const gate::Settled& s);
+  void set_answer(bool answer) { answer_ = answer; }
+
+  // ---- gate::GatedFront
+  const Call& call() const override { return gc_->prepared.call; }
+  bool Offload(std::function<void()> work) override {
+    work();  // already on the call's worker
+    return true;
   }
-}
+  void Forward(const Decision& d, std::function<void(gate::Upstream)> done) override;
+  std::string RenderAnswer(const Decision& d, const gate::Answer& a) override;
+  std::string RenderBeginFailed(const gate::BeginFailure& f) override;
+  std::string RenderSettled(const Decision& d, const gate::Settled& s) override {
+    return Render(d, s);
+  }
+  void Log(std::string line) override { core_->Log(std::move(line)); }
+  void Finish(std::string_view note, const Decision* d) override {
+    Core& c = *core_;
+    if (c.options_.verbose) {
+      const auto ms = d ? c.ledger_.clock().Now() - d->started_at : Duration(0);
+      c.Log("tools/call " + call().tool + " key=" + call().id.key + ": " + std::string(note) +
+            " (" + std::to_string(ms.count()) + " ms)");
+    }
+    c.FinishCall(gc_, true, on_channel_thread_);
+  }
+
+ private:
+  // What came of forwarding, for Render.
+  enum class Wire {
+    kRefused,       // not sent: cancelled, the upstream gone or idemgate stopping first
+    kNotSent,       // the upstream's connection was closed
+    kNoAnswer,      // sent, and no answer (gone, the cancel or stop grace, call_timeout)
+    kNotDelivered,  // an HTTP upstream's error: the request never reached it
+    kLost,          // an HTTP upstream's error: it may have been delivered
+    kAnswered,      // the upstream answered: `why` is ClassifyToolAnswer's
+  };
+  void Answer(std::string response) {
+    if (answer_) core_->Answer(*gc_, std::move(response));
+  }
+
+  const std::shared_ptr<Core> core_;
+  const std::shared_ptr<GatedCall> gc_;
+  const bool on_channel_thread_;
+  bool answer_ = true;
+  Wire wire_ = Wire::kAnswered;
+  std::string why_;       // the note's reason
+  std::string refusal_;   // kRefused: the answer, if any
+  std::string response_;  // kAnswered: the upstream's answer as received
+};
 
 void McpSession::Core::RunGatedCall(const std::shared_ptr<GatedCall>& gc) {
-  SessionLookup lookup([this, gc] { return Reconcile(gc->prepared); });
-  Result<Decision> begun = [&] {
-    ReconcileScope scope(&lookup);
-    return ledger_.Begin(gc->prepared.call);
-  }();
-  Decided(gc, std::move(begun), /*on_channel_thread=*/false);
+  gate::RunGatedCall(ledger_, std::make_shared<CallFront>(shared_from_this(), gc, false),
+                     gate::Threading::kCallersThread);
 }
 
-void McpSession::Core::Decided(const std::shared_ptr<GatedCall>& gc, Result<Decision> begun,
+void McpSession::Core::Decided(const std::shared_ptr<GatedCall>& gc, Decision d,
                                bool on_channel_thread) {
-  const Call& call = gc->prepared.call;
-  std::string note;
-  if (!begun) {
-    const Error& e = begun.error();
-    if (e.code == ErrorCode::kUnavailable || e.code == ErrorCode::kAborted) {
-      Answer(*gc, ErrorResponse(gc->id_text, kRpcStoreUnavailable,
-                                "idemgate could not reach its store (" + e.message +
-                                    "), so the tool call was not executed. It is safe to retry "
-                                    "it once the store is reachable again: nothing ran, and "
-                                    "idemgate takes back any claim this attempt left in the "
-                                    "store, so the retry is not taken for a repeat.",
-                                RetryableData("store_unavailable")));
-    } else {
-      Answer(*gc, ErrorResponse(gc->id_text, kRpcInternalError,
-                                "idemgate could not claim the tool call (" + e.ToString() +
-                                    "), so it was not executed."));
-    }
-    note = "refused: " + e.ToString();
-  } else {
-    const Decision& d = *begun;
-    const gate::Answer a = gate::AnswerFor(d);
-    const bool stateless = gc->prepared.stateless;
-    note = a.note;
-    switch (a.kind) {
-      case gate::Answer::Kind::kRun:
-        note = Execute(*gc, d);
-        break;
-      case gate::Answer::Kind::kReplay:
-      case gate::Answer::Kind::kNoOutcome:
-        if (auto result = ReplayResult(d, a, config_)) {
-          Answer(*gc, ResultResponse(gc->id_text, CompleteResult(std::move(*result), stateless)));
-        } else {
-          Answer(*gc, ErrorResponse(gc->id_text, kRpcInternalError,
-                                    "idemgate could not read the stored result of an identical "
-                                    "earlier call (" +
-                                        result.error().message +
-                                        "); the action was not performed again.",
-                                    ConditionData("unreadable", call.id.key)));
-          note = "replay failed: " + result.error().message;
-        }
-        break;
-      case gate::Answer::Kind::kTooLarge:
-        Answer(*gc,
-               ResultResponse(gc->id_text, CompleteResult(TooLargeResult(call, a), stateless)));
-        break;
-      case gate::Answer::Kind::kInProgress:
-        Answer(*gc,
-               ResultResponse(gc->id_text, CompleteResult(InProgressResult(call, a), stateless)));
-        break;
-      case gate::Answer::Kind::kUnknown:
-        Answer(*gc, ResultResponse(gc->id_text,
-                                   CompleteResult(OutcomeUnknownResult(call, a), stateless)));
-        break;
-      case gate::Answer::Kind::kDrift:
-        Answer(*gc, ResultResponse(gc->id_text,
-                                   CompleteResult(DriftResult(call, d, a, gc->prepared.gate.mode),
-                                                  stateless)));
-        break;
-    }
-  }
-  if (options_.verbose) {
-    const auto ms = (ledger_.clock().Now() - (begun ? begun->started_at : ledger_.clock().Now()));
-    Log("tools/call " + call.tool + " key=" + call.id.key + ": " + note + " (" +
-        std::to_string(ms.count()) + " ms)");
-  }
-  FinishCall(gc, true, on_channel_thread);
+  gate::RunDecided(ledger_, std::make_shared<CallFront>(shared_from_this(), gc, on_channel_thread),
+                   gate::Threading::kCallersThread, std::move(d));
 }
 
-std::string McpSession::Core::Execute(GatedCall& gc, const Decision& d) {
-  const Call& call = gc.prepared.call;
-  const bool claimed = d.kind == Decision::Kind::kExecute;
+std::string McpSession::Core::CallFront::RenderBeginFailed(const gate::BeginFailure& f) {
+  const Error& e = f.error;
+  switch (f.kind) {
+    case gate::BeginFailure::Kind::kStoreUnavailable:
+      Answer(ErrorResponse(gc_->id_text, kRpcStoreUnavailable,
+                           "idemgate could not reach its store (" + e.message +
+                               "), so the tool call was not executed. It is safe to retry "
+                               "it once the store is reachable again: nothing ran, and "
+                               "idemgate takes back any claim this attempt left in the "
+                               "store, so the retry is not taken for a repeat.",
+                           RetryableData("store_unavailable")));
+      break;
+    case gate::BeginFailure::Kind::kClaimFailed:
+      Answer(ErrorResponse(gc_->id_text, kRpcInternalError,
+                           "idemgate could not claim the tool call (" + e.ToString() +
+                               "), so it was not executed."));
+      break;
+    case gate::BeginFailure::Kind::kStopping:
+      Answer(core_->StoppingError(gc_->id_text));
+      break;
+  }
+  return {};
+}
+
+std::string McpSession::Core::CallFront::RenderAnswer(const Decision& d, const gate::Answer& a) {
+  const Call& call = gc_->prepared.call;
+  const std::string& id = gc_->id_text;
+  const bool stateless = gc_->prepared.stateless;
+  switch (a.kind) {
+    case gate::Answer::Kind::kRun:
+      break;  // the driver runs it
+    case gate::Answer::Kind::kReplay:
+    case gate::Answer::Kind::kNoOutcome:
+      if (auto result = ReplayResult(d, a, core_->config_)) {
+        Answer(ResultResponse(id, CompleteResult(std::move(*result), stateless)));
+        break;
+      } else {
+        Answer(ErrorResponse(id, kRpcInternalError,
+                             "idemgate could not read the stored result of an identical "
+                             "earlier call (" +
+                                 result.error().message + "); the action was not performed again.",
+                             ConditionData("unreadable", call.id.key)));
+        return "replay failed: " + result.error().message;
+      }
+    case gate::Answer::Kind::kTooLarge:
+      Answer(ResultResponse(id, CompleteResult(TooLargeResult(call, a), stateless)));
+      break;
+    case gate::Answer::Kind::kInProgress:
+      Answer(ResultResponse(id, CompleteResult(InProgressResult(call, a), stateless)));
+      break;
+    case gate::Answer::Kind::kUnknown:
+      Answer(ResultResponse(id, CompleteResult(OutcomeUnknownResult(call, a), stateless)));
+      break;
+    case gate::Answer::Kind::kDrift:
+      Answer(ResultResponse(
+          id, CompleteResult(DriftResult(call, d, a, gc_->prepared.gate.mode), stateless)));
+      break;
+  }
+  return {};
+}
+
+void McpSession::Core::CallFront::Forward(const Decision& d,
+                                          std::function<void(gate::Upstream)> done) {
+  Core& c = *core_;
+  GatedCall& gc = *gc_;
   {
-    std::unique_lock g(mu_);
-    std::string why;
-    const bool gone = upstream_closed_ || detached_;
-    const bool stopped = phase_ >= SessionPhase::kClosing;
+    std::unique_lock g(c.mu_);
+    const bool gone = c.upstream_closed_ || c.detached_;
+    const bool stopped = c.phase_ >= SessionPhase::kClosing;
     if (gc.cancelled) {
-      why = "cancelled by the client before it was sent";
+      why_ = "cancelled by the client before it was sent";
     } else if (gone) {
-      why = "the upstream is gone";
+      why_ = "the upstream is gone";
     } else if (stopped) {
-      why = "idemgate is stopping";
+      why_ = "idemgate is stopping";
     }
-    if (!why.empty()) {
-      const bool answer = (gone || stopped) && !gc.cancelled;
-      std::string refusal =
-          gone ? UpstreamGone(gc.id_text, upstream_reason_, false) : StoppingError(gc.id_text);
+    if (!why_.empty()) {
+      wire_ = Wire::kRefused;
+      if ((gone || stopped) && !gc.cancelled) {
+        refusal_ = gone ? c.UpstreamGone(gc.id_text, c.upstream_reason_, false)
+                        : c.StoppingError(gc.id_text);
+      }
       g.unlock();
-      ReleaseQuietly(call, d);
-      if (answer) client_.Send(std::move(refusal));
-      return "released: " + why;
+      return done({.kind = Execution::Kind::kNotSent});
     }
     gc.forwarded = true;
   }
-
-  Ledger::LeaseGuard lease;
-  if (claimed) lease = ledger_.KeepAlive(call, d.fence);
-  const bool sent = upstream_.Send(gc.prepared.forward);
-  if (sent) FaultPoint("after_send");
+  const bool sent = c.upstream_.Send(gc.prepared.forward);
   if (!sent) {
-    lease = Ledger::LeaseGuard();
-    ReleaseQuietly(call, d);
-    Answer(gc, UpstreamGone(gc.id_text, "its connection is closed", false));
-    return "released: not sent, the upstream is closed";
+    wire_ = Wire::kNotSent;
+    return done({.kind = Execution::Kind::kNotSent});
   }
+  FaultPoint("after_send");
 
   std::optional<std::string> response;
   std::optional<Message> response_msg;
-  bool cancelled, gone, stopped;
+  bool cancelled, gone, stopped, timed_out = false;
   std::string reason;
   {
-    std::unique_lock g(mu_);
-    Clock& clock = ledger_.clock();
-    while (!gc.response && !upstream_closed_ && !detached_ && !gc.cut_off) {
+    std::unique_lock g(c.mu_);
+    Clock& clock = c.ledger_.clock();
+    const Duration timeout = c.config_.mcp.call_timeout;
+    const std::optional<TimePoint> answer_by =
+        timeout > Duration(0) ? std::optional(clock.Now() + timeout) : std::nullopt;
+    while (!gc.response && !c.upstream_closed_ && !c.detached_ && !gc.cut_off) {
+      std::optional<TimePoint> deadline = answer_by;
       if (gc.cancelled) {
-        const TimePoint deadline = gc.cancelled_at + options_.cancel_grace;
-        if (clock.Now() >= deadline) break;
-        clock.WaitUntil(gc.cv, g, deadline);
-      } else {
-        gc.cv.wait(g);
+        const TimePoint grace_end = gc.cancelled_at + c.options_.cancel_grace;
+        deadline = deadline ? std::min(*deadline, grace_end) : grace_end;
       }
+      if (!deadline) {
+        gc.cv.wait(g);
+        continue;
+      }
+      if (clock.Now() >= *deadline) {
+        timed_out = answer_by && clock.Now() >= *answer_by;
+        break;
+      }
+      clock.WaitUntil(gc.cv, g, *deadline);
     }
     response = std::move(gc.response);
     response_msg = std::move(gc.response_msg);
     gc.response.reset();
     cancelled = gc.cancelled;
-    gone = upstream_closed_ || detached_;
+    gone = c.upstream_closed_ || c.detached_;
     stopped = gc.cut_off;
-    reason = upstream_reason_.empty() ? "the proxy is shutting down" : upstream_reason_;
+    reason = c.upstream_reason_.empty() ? "the proxy is shutting down" : c.upstream_reason_;
     if (!response && !gone) {  // no answer within the cancel grace or the stop grace
       gc.abandoned = true;
       gc.decision = d;
     }
   }
-  lease = Ledger::LeaseGuard();  // stop renewing before the final write
-  if (response) FaultPoint("after_answer");
-
-  if (!response) {
-    if (stopped && !cancelled) {
-      MarkUnknown(gc, d,
-                  "idemgate stopped before the tool answered (it waited [mcp] stop_grace for it)",
-                  true);
-      return "outcome unknown: still running when the stop grace ran out";
-    }
-    MarkUnknown(gc, d, "the tool server went away before answering (" + reason + ")", !cancelled);
-    return gone ? "outcome unknown: " + reason
-                : "outcome unknown: cancelled and no answer within the grace period";
+  answer_ = !cancelled;
+  if (response) return done(Classify(std::move(*response), *response_msg));
+  wire_ = Wire::kNoAnswer;
+  if (stopped && !cancelled) {
+    refusal_ = "idemgate stopped before the tool answered (it waited [mcp] stop_grace for it)";
+    why_ = "still running when the stop grace ran out";
+  } else if (timed_out && !gone) {
+    refusal_ = "the tool server did not answer within [mcp] call_timeout (" +
+               FormatDuration(c.config_.mcp.call_timeout) +
+               "); the tool may still be running, and its late answer is stored if it comes";
+    why_ = "no answer within call_timeout";
+  } else {
+    refusal_ = "the tool server went away before answering (" + reason + ")";
+    why_ = gone ? reason : "cancelled and no answer within the grace period";
   }
-  return Settle(gc, d, std::move(*response), *response_msg, !cancelled);
+  done({.kind = Execution::Kind::kMaybeSent});
 }
 
-void McpSession::Core::MarkUnknown(GatedCall& gc, const Decision& d, std::string_view why,
-                                   bool answer) {
-  const Call& call = gc.prepared.call;
-  if (d.kind == Decision::Kind::kExecute) {
-    if (auto m = ledger_.MarkUnknown(call, d); !m) {
-      Log("could not mark " + call.id.key + " unknown: " + m.error().ToString());
-    }
-  }
-  if (!answer) return;
-  // A condition, like every idempotency condition: a tool result the model
-  // reads (docs/DESIGN.md §6.1), not a transport error a host may hide.
-  Answer(gc, ResultResponse(gc.id_text,
-                            CompleteResult(UnansweredResult(call, why), gc.prepared.stateless)));
-}
-
-std::string McpSession::Core::Settle(GatedCall& gc, const Decision& d, std::string response,
-                                     const Message& msg, bool answer) {
-  const Call& call = gc.prepared.call;
-  if (msg.kind == Message::Kind::kError && options_.classify_delivery) {
-    const UpstreamDelivery delivery = options_.classify_delivery(response);
+gate::Upstream McpSession::Core::CallFront::Classify(std::string response, const Message& msg) {
+  const SessionOptions& options = core_->options_;
+  if (msg.kind == Message::Kind::kError && options.classify_delivery) {
+    const UpstreamDelivery delivery = options.classify_delivery(response);
     if (delivery != UpstreamDelivery::kAnswered) {
-      std::string detail = "the request could not be delivered";
+      why_ = "the request could not be delivered";
       if (auto message = json_text::View(response)["error"]["message"].string()) {
-        detail = std::move(*message);
+        why_ = std::move(*message);
       }
-      if (delivery == UpstreamDelivery::kMaybeSent) {
-        if (gc.abandoned) return "outcome unknown: " + detail;  // already marked
-        MarkUnknown(gc, d, "no answer came back (" + detail + ")", answer);
-        return "outcome unknown: " + detail;
-      }
-      ReleaseQuietly(call, d);
-      if (answer) Answer(gc, UpstreamGone(gc.id_text, detail, false));
-      return "released: not delivered: " + detail;
+      const bool lost = delivery == UpstreamDelivery::kMaybeSent;
+      wire_ = lost ? Wire::kLost : Wire::kNotDelivered;
+      return {.kind = lost ? Execution::Kind::kMaybeSent : Execution::Kind::kNotSent,
+              .answered = true};
     }
   }
   ToolAnswer a = ClassifyToolAnswer(response, msg);
-  const bool outcome = a.kind == Execution::Kind::kSuccess || a.kind == Execution::Kind::kToolError;
-  if (gc.abandoned && a.kind == Execution::Kind::kMaybeSent) {
-    return "outcome unknown: " + a.why;  // already marked unknown
+  wire_ = Wire::kAnswered;
+  why_ = std::move(a.why);
+  response_ = std::move(response);
+  const OutcomeClass cls =
+      a.kind == Execution::Kind::kSuccess ? OutcomeClass::kSuccess : OutcomeClass::kToolError;
+  return {.kind = a.kind, .outcome = Outcome{cls, std::move(a.body)}, .answered = true};
+}
+
+std::string McpSession::Core::CallFront::Render(const Decision& d, const gate::Settled& s) {
+  const Call& call = gc_->prepared.call;
+  const std::string& id = gc_->id_text;
+  // A condition, like every idempotency condition: a tool result the model
+  // reads (docs/DESIGN.md §6.1), not a transport error a host may hide.
+  auto unanswered = [&](std::string_view why) {
+    Answer(ResultResponse(id, CompleteResult(UnansweredResult(call, why),
+                                             gc_->prepared.stateless)));
+  };
+  switch (wire_) {
+    case Wire::kRefused:
+      if (!refusal_.empty()) core_->client_.Send(std::move(refusal_));
+      return "released: " + why_;
+    case Wire::kNotSent:
+      Answer(core_->UpstreamGone(id, "its connection is closed", false));
+      return "released: not sent, the upstream is closed";
+    case Wire::kNoAnswer:
+      unanswered(refusal_);
+      return "outcome unknown: " + why_;
+    case Wire::kLost:
+      unanswered("no answer came back (" + why_ + ")");
+      return "outcome unknown: " + why_;
+    case Wire::kNotDelivered:
+      Answer(core_->UpstreamGone(id, why_, false));
+      return "released: not delivered: " + why_;
+    case Wire::kAnswered:
+      break;
   }
-  // Persist before acknowledging: the client sees the result only once it
-  // is stored. An answer that is not an outcome (released, or unknown: the
-  // server's error as it was) goes to the client whatever the store said.
-  auto settled = ledger_.Settle(call, d, Execution{a.kind, std::move(a.body)});
-  if (!settled && outcome) {
-    if (answer) {
-      Answer(gc, ErrorResponse(gc.id_text, kRpcOutcomeNotStored,
-                               "The tool ran, but idemgate could not store its result (" +
-                                   settled.error().message +
-                                   "), so the result is withheld. The action has probably "
-                                   "happened: do not repeat it blindly. An operator can check "
-                                   "with `idemgate inspect " +
-                                   call.id.key + "`.",
-                               ConditionData("not_stored", call.id.key)));
-    }
-    return "executed, but not stored: " + settled.error().ToString();
+  // Persisted before acknowledged: an outcome the store refused is withheld.
+  // An answer that is not an outcome (released, or unknown: the server's
+  // error as it was) goes to the client whatever the store said.
+  if (s.kind == gate::Settled::Kind::kNotStored) {
+    Answer(ErrorResponse(id, kRpcOutcomeNotStored,
+                         "The tool ran, but idemgate could not store its result (" +
+                             s.error->message +
+                             "), so the result is withheld. The action has probably "
+                             "happened: do not repeat it blindly. An operator can check "
+                             "with `idemgate inspect " +
+                             call.id.key + "`.",
+                         ConditionData("not_stored", call.id.key)));
+    return "executed, but not stored: " + s.error->ToString();
   }
-  if (!settled) Log("could not settle " + call.id.key + ": " + settled.error().ToString());
-  if (answer) Answer(gc, std::move(response));
+  Answer(std::move(response_));
   if (d.kind == Decision::Kind::kPassThrough) {
     return d.observed ? "executed (observe mode)" : "executed unguarded (store down)";
   }
-  if (!settled) return "not settled: " + a.why;
-  switch (settled->kind) {
-    case Settlement::Kind::kStored:
-      return "executed: " + a.why + ", stored";
-    case Settlement::Kind::kReleased:
-      return "released: " + a.why;
-    case Settlement::Kind::kUnknown:
-      return "outcome unknown: " + a.why + " (the tool may have run)";
+  switch (s.kind) {
+    case gate::Settled::Kind::kStored:
+      return "executed: " + why_ + ", stored";
+    case gate::Settled::Kind::kReleased:
+      return "released: " + why_;
+    case gate::Settled::Kind::kUnknown:
+    case gate::Settled::Kind::kNotStored:
+      break;
   }
-  return a.why;
+  return "outcome unknown: " + why_ + " (the tool may have run)";
 }
 
 void McpSession::Core::SettleLate(const std::shared_ptr<GatedCall>& gc, std::string response,
                                   Message msg) {
-  std::string note = Settle(*gc, gc->decision, std::move(response), msg, false);
+  CallFront front(shared_from_this(), gc, false);
+  front.set_answer(false);  // the client was answered when the call was given up
+  gate::Upstream up = front.Classify(std::move(response), msg);
+  std::string note;
+  if (up.kind == Execution::Kind::kMaybeSent) {
+    note = "outcome unknown (already marked)";
+  } else {
+    const gate::Settled s = gate::SettleHere(ledger_, gc->prepared.call, gc->decision,
+                                             std::move(up), [this](std::string line) { Log(line); });
+    note = front.Render(gc->decision, s);
+  }
   Log("tools/call " + gc->prepared.call.tool + " key=" + gc->prepared.call.id.key +
       ": a late answer, after the call was given up, settled the record (" + note + ")");
   FinishCall(gc, false);

@@ -85,10 +85,14 @@ void IdSkeleton::Feed(std::string_view bytes) {
 
 std::string IdSkeleton::IdText() const { return RecoverIdText(skeleton_); }
 
+bool IdSkeleton::HasMember(std::string_view name) const {
+  return FindTopLevelMember(skeleton_, name).has_value();
+}
+
 void LineFramer::Complete(std::vector<Frame>& out) {
   if (discarding_) {
     discarding_ = false;
-    out.push_back(Frame{{}, true, skeleton_.IdText()});
+    out.push_back(Frame{{}, true, skeleton_.IdText(), skeleton_.HasMember("method")});
     skeleton_ = IdSkeleton();
     partial_.clear();
     return;
@@ -97,7 +101,7 @@ void LineFramer::Complete(std::vector<Frame>& out) {
   if (partial_.size() - cr > max_) {  // one byte over: read whole, but the same answer
     IdSkeleton skeleton;
     skeleton.Feed(partial_);
-    out.push_back(Frame{{}, true, skeleton.IdText()});
+    out.push_back(Frame{{}, true, skeleton.IdText(), skeleton.HasMember("method")});
   } else {
     if (cr) partial_.pop_back();
     if (!IsBlank(partial_)) out.push_back(Frame{std::move(partial_), false});

@@ -44,6 +44,10 @@ enum RpcErrorCode : int {
   // idemgate is stopping (a stop signal, or the client's end of input): the
   // tool call was not executed; retry once the server is back.
   kRpcStopping = -32006,
+  // The upstream's answer to the request was larger than max_message_bytes
+  // and was dropped: the request may have been acted on (a gated call's
+  // record becomes outcome unknown); the answer is lost.
+  kRpcAnswerTooLarge = -32007,
 };
 
 // Default limit on one framed message: 64 MiB. MCP results carry base64
@@ -69,6 +73,9 @@ class IdSkeleton {
   void Feed(std::string_view bytes);
   // RecoverIdText of what was fed.
   std::string IdText() const;
+  // Whether what was fed has the top-level member `name` ("method": a
+  // request or a notification, not an answer).
+  bool HasMember(std::string_view name) const;
 
  private:
   void Keep(char c);
@@ -93,6 +100,9 @@ class LineFramer {
     // whole line (its CR included) reads it, else "null". A dropped
     // message's frame comes at its end of line.
     std::string id_text = "null";
+    // Of a dropped message: it had a top-level "method" (a request or a
+    // notification), so its id is not one of the reader's requests.
+    bool has_method = false;
   };
 
   // Appends `bytes` (any chunking) and returns the frames completed by them,

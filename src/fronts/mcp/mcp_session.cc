@@ -195,6 +195,12 @@ void McpSession::Core::HandleToolCall(std::string text, Message& msg) {
   gc->id_text = msg.id_text;
   gc->id_key = msg.id_key;
   gc->prepared = std::move(plan.prepared);
+  if (gc->prepared.call.policy.on_unknown == OnUnknown::kReconcile) {
+    // This call's own lookup (Call::reconcile): its session's upstream, its
+    // forwarded arguments. Plain pointers: the call outlives its Begin, the
+    // session its calls.
+    gc->prepared.call.reconcile = [this, p = &gc->prepared](const Call&) { return Reconcile(*p); };
+  }
   {
     std::unique_lock g(mu_);
     std::optional<std::string> refusal;

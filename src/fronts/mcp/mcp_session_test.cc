@@ -19,7 +19,6 @@
 
 #include "fronts/mcp/host_turn.h"
 #include "fronts/mcp/json_rpc.h"
-#include "fronts/mcp/reconcile.h"
 #include "fronts/mcp/tool_gate.h"
 #include "idem/caching_store.h"
 #include "idem/canonical_json.h"
@@ -338,13 +337,18 @@ class ScriptedServer {
 
 class McpSessionTest : public ::testing::Test {
  protected:
-  McpSessionTest() { upstream_.CloseAnswer("upstream exited with status 0"); }
+  McpSessionTest() {
+    upstream_.CloseAnswer("upstream exited with status 0");
+    // No answer deadline unless a test sets one: the tests that count the
+    // clock's waiters count a forwarded call as waiting without one.
+    config_.mcp.call_timeout = Duration(0);
+  }
 
   ~McpSessionTest() override { session_.reset(); }
 
   void StartSession(Store* store = nullptr, SessionOptions options = {}) {
     ledger_ = std::make_unique<Ledger>(store ? *store : *store_, clock_,
-                                       LedgerOptions{"test", MakeReconcileHook(), true, on_attempt_});
+                                       LedgerOptions{"test", nullptr, true, on_attempt_});
     options.log = [this](std::string_view line) {
       std::lock_guard g(log_mu_);
       log_.emplace_back(line);
@@ -938,6 +942,39 @@ TEST_F(McpSessionTest, StoreDownFailsClosedWithARetryableError) {
   ledger_.reset();
 }
 
+// Guarantees review F9: a tool server that never answered kept its gated
+// call waiting with no deadline: the client never got an answer, every retry
+// got "in progress" while the lease was renewed, and the call held a budget
+// slot. Past [mcp] call_timeout (the ledger's clock) the record is unknown,
+// the client is told so, a retry is refused as unknown, and the late answer
+// is still stored.
+TEST_F(McpSessionTest, ACallUnansweredWithinCallTimeoutBecomesUnknownAndIsAnswered) {
+  config_.mcp.call_timeout = Duration(60'000);
+  StartSession();
+  client_.Inject(ToolCall(1, "slow_tool", R"({"t":1})"));
+  upstream_.Await(IsCall("tools/call", 1));
+  clock_.AwaitWaiters(2);  // the lease keeper, and the call waiting for its answer
+  clock_.Advance(Duration(60'000));
+  json::value answer = json::parse(client_.Await(HasId(1)));
+  EXPECT_EQ(answer.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown");
+  EXPECT_NE(Text(answer, 0).find("call_timeout"), std::string::npos) << Text(answer, 0);
+  AwaitLog("outcome unknown: no answer within call_timeout");
+  const RecordId id{"default", KeyOf("slow_tool", R"({"t":1})", "turn-1")};
+  auto record = store_->Get(id);
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kUnknown);
+
+  json::value retry = Request(ToolCall(2, "slow_tool", R"({"t":1})"));
+  EXPECT_EQ(retry.at("result").at("_meta").at("dev.idemgate/condition"), "outcome_unknown");
+  EXPECT_EQ(server_.executions("slow_tool"), 1);
+
+  server_.Answer("1", R"({"content":[{"type":"text","text":"done late"}]})");
+  AwaitLog("a late answer, after the call was given up, settled the record");
+  record = store_->Get(id);
+  ASSERT_TRUE(record && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kCompleted);
+}
+
 TEST_F(McpSessionTest, CancelledCallBecomesUnknownAndALateAnswerSettlesIt) {
   SessionOptions options;
   options.cancel_grace = Duration(5'000);
@@ -1040,7 +1077,9 @@ TEST_F(McpSessionTest, ReconcileThatCannotTellLeavesTheRecordUnknown) {
 TEST_F(McpSessionTest, JsonRpcErrorAfterTheToolRanLeavesTheOutcomeUnknown) {
   StartSession();
   int id = 0;
-  for (int code : {-32603, -32000, -32099, 1}) {
+  // kRpcAnswerTooLarge: the child channel's answer in place of one over
+  // max_message_bytes (guarantees review F9).
+  for (int code : {-32603, -32000, -32099, int{kRpcAnswerTooLarge}, 1}) {
     server_.set_error_code(code);
     const std::string args = R"({"code":)" + std::to_string(code) + "}";
     client_.Inject(ToolCall(++id, "insert_then_throw", args));
@@ -1054,7 +1093,7 @@ TEST_F(McpSessionTest, JsonRpcErrorAfterTheToolRanLeavesTheOutcomeUnknown) {
     ASSERT_TRUE(record && record->has_value()) << code;
     EXPECT_EQ((*record)->state, RecordState::kUnknown) << code;
   }
-  EXPECT_EQ(server_.executions("insert_then_throw"), 4) << "each retry ran again";
+  EXPECT_EQ(server_.executions("insert_then_throw"), 5) << "each retry ran again";
 }
 
 // Found with the SDK client: refund_order then cancel_order, both with the

@@ -211,7 +211,7 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
     pool_.Shutdown();
   }
 
-  // The reconcile lookup of one call (ReconcileLookup for the ledger hook).
+  // The reconcile lookup of one call (its Call::reconcile).
   Result<std::optional<Outcome>> Reconcile(const PreparedCall& p);
 
  private:
@@ -258,22 +258,18 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   void OnUpstreamClosed(std::string reason);
 
   // ---- gated calls (worker threads, and a replay from memory on the
-  // client channel's thread)
-  // Begin, then Decided.
+  // client channel's thread), run by the driver (gate/gated_call.h) with a
+  // CallFront per call (gated_call.cc)
+  class CallFront;
+  // Begin, then the rest of the call's life.
   void RunGatedCall(const std::shared_ptr<GatedCall>& gc);
-  // Answers what the ledger decided, or executes the call (on a worker
-  // only: Execute waits for the upstream).
-  void Decided(const std::shared_ptr<GatedCall>& gc, Result<Decision> begun,
-               bool on_channel_thread);
-  std::string Execute(GatedCall& gc, const Decision& d);
-  std::string Settle(GatedCall& gc, const Decision& d, std::string response, const Message& msg,
-                     bool answer);
+  // Answers what the ledger decided (a held decision), or executes the call
+  // (on a worker only: the front waits there for the upstream).
+  void Decided(const std::shared_ptr<GatedCall>& gc, Decision d, bool on_channel_thread);
+  // A late answer to a call given up (its record already unknown): stored
+  // at the call's fence, answered to nobody.
   void SettleLate(const std::shared_ptr<GatedCall>& gc, std::string response, Message msg);
   void Answer(GatedCall& gc, std::string response);
-  // The answer may have happened: the record becomes unknown (if this call
-  // claimed one) and, if `answer`, the client hears why.
-  void MarkUnknown(GatedCall& gc, const Decision& d, std::string_view why, bool answer);
-  void ReleaseQuietly(const Call& call, const Decision& d);
   // Ends a gated call's bookkeeping; the last call of a session whose
   // upstream has gone ends the session (Finish, handed to a worker when
   // `on_channel_thread`).

@@ -172,7 +172,7 @@ class FaultPointTest(unittest.TestCase):
             status, headers, raw = post(second)
             return status, raw, status == 201 and header(headers, "Idempotent-Replayed") == "true"
 
-        answers = self.settle(ask, "request-in-progress", point)
+        answers = self.settle(ask, "in-progress", point)
         second.stop()
         self.assertEqual(vendor.stop(), 0, "the vendor did not stop cleanly")  # its ledger is final
 

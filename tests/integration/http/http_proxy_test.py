@@ -257,7 +257,7 @@ class BasicTest(ProxyTest):
     def test_drift_is_422(self):
         self.assertEqual(self.post("/v1/tickets", {"title": "one"}, key="d-1")[0], 201)
         problem = self.assertProblem(self.post("/v1/tickets", {"title": "two"}, key="d-1"), 422,
-                                     "idempotency-key-reused")
+                                     "drift")
         self.assertEqual(problem["key"], "d-1")
         self.assertEqual(len(self.ledger_lines()), 1)
 
@@ -393,7 +393,7 @@ wait = "200ms"
             time.sleep(0.01)  # polling for the side effect, not timing
         self.assertEqual(len(self.ledger_lines()), 1)
         answer = self.post("/v1/tickets", {"title": "slow"}, key="slow-1")
-        problem = self.assertProblem(answer, 409, "request-in-progress")
+        problem = self.assertProblem(answer, 409, "in-progress")
         self.assertGreaterEqual(int(header(answer[1], "Retry-After")), 1)
         self.assertEqual(problem["key"], "slow-1")
         t.join()
@@ -424,7 +424,7 @@ max_response_bytes = "64KiB"
         self.assertEqual(first[0], 201)
         self.assertEqual(len(first[2]), 10000, "the first caller gets the whole answer")
         problem = self.assertProblem(self.post("/v1/tickets", {"title": "big"}, key="big-res"),
-                                     409, "result-too-large")
+                                     409, "outcome-too-large")
         self.assertEqual(problem["upstream_status"], 201)
         self.assertEqual(self.inspect("big-res")["outcome_class"], "too_large")
         self.assertEqual(len(self.ledger_lines()), 1)
@@ -441,7 +441,7 @@ max_response_bytes = "64KiB"
         self.assertProblem(self.post("/v1/tickets", {"title": "huge"}, key="huge", headers=fault),
                            502, "upstream-answer-too-large")
         self.assertProblem(self.post("/v1/tickets", {"title": "huge"}, key="huge"), 409,
-                           "result-too-large")
+                           "outcome-too-large")
         self.assertEqual(len(self.ledger_lines()), 1)
 
 
