@@ -334,9 +334,10 @@ struct HttpConfig {
   // every route's lease (`idemgate http` refuses to start otherwise), so a
   // lease never runs out while the vendor may still act. Default 20 s.
   Duration upstream_timeout{20'000};
-  // An idle upstream connection is not reused after this long (the server
-  // may be closing it). Default 2 s.
-  Duration upstream_idle_timeout{2'000};
+  // An idle upstream connection is not reused after this long: below the
+  // server's own idle timeout (gunicorn's is 2 s), else a request written
+  // into a connection the server is closing ends unknown. Default 1 s.
+  Duration upstream_idle_timeout{1'000};
   // Idle upstream connections kept for reuse. Default 64.
   size_t max_idle_connections = 64;
   // Largest answer body to a gated request (read whole, since it is stored);
