@@ -126,7 +126,12 @@ struct RouteRule {
   // about at start. Unset: the profile's documented window, if any.
   std::optional<Duration> vendor_window;
   // A read-only route (path, GET) that looks an outcome up when
-  // on_unknown = "reconcile". Required with on_unknown = "reconcile".
+  // on_unknown = "reconcile". Required with on_unknown = "reconcile". Its
+  // contract (route_reconcile.h): 2xx found, the answer stored; 404/410 not
+  // found; else cannot tell. So it must answer 404 for a key it does not
+  // know: "/v1/charges/by-key/{key}", not a search such as
+  // "/v1/charges/search?query={key}", whose 200 and empty list for nothing
+  // (and whose index may lag the write) names no outcome.
   std::optional<std::string> reconcile;
   PolicyOverrides overrides;
 };
