@@ -5,8 +5,9 @@
 //     { url: "http://127.0.0.1:8787", turnId, tool: "create_ticket", args },
 //     async () => createTicket(args));   // runs at most once per (turn, tool, args)
 //
-// A replay returns the first call's stored result without calling fn. While fn runs the lease
-// is renewed every lease/3. If fn throws, the record is marked unknown (the action may have
+// A replay returns the first call's stored result without calling fn. While fn runs, a
+// background timer heartbeats every lease/3, so a call longer than the lease (default 30 s)
+// stays in progress and a retry waits for it instead of taking it over. If fn throws, the record is marked unknown (the action may have
 // happened), or released when the error has `notSent: true` (it certainly did not). Conditions
 // (in progress, outcome unknown, drift, store down) throw a LedgerError carrying the problem.
 
@@ -44,7 +45,16 @@ export async function withIdempotency({ url, token, turnId, tool, args = {}, key
   if (d.unguarded) return { replayed: false, result: await fn() };
   const step = (name, extra = {}) =>
     post(url, token, `/v1/calls/${name}`, { key: d.key, fence: d.fence, ...extra });
-  const renew = setInterval(() => step("heartbeat").catch(() => {}), Math.max(d.lease_ms / 3, 100));
+  // Until fn ends. A refused heartbeat (lease lost, outcome unknown) ends them: the record is no
+  // longer this call's to keep; complete still stores what fn did at its fence. A store that is
+  // down (503) or a server out of reach: the next beat tries again.
+  const renew = d.lease_ms
+    ? setInterval(() => {
+        step("heartbeat").catch((e) => {
+          if (e instanceof LedgerError && e.status !== 503) clearInterval(renew);
+        });
+      }, Math.max(d.lease_ms / 3, 1))
+    : undefined;
   let result;
   try {
     result = await fn();

@@ -126,7 +126,12 @@ struct RouteRule {
   // about at start. Unset: the profile's documented window, if any.
   std::optional<Duration> vendor_window;
   // A read-only route (path, GET) that looks an outcome up when
-  // on_unknown = "reconcile". Required with on_unknown = "reconcile".
+  // on_unknown = "reconcile". Required with on_unknown = "reconcile". Its
+  // contract (route_reconcile.h): 2xx found, the answer stored; 404/410 not
+  // found; else cannot tell. So it must answer 404 for a key it does not
+  // know: "/v1/charges/by-key/{key}", not a search such as
+  // "/v1/charges/search?query={key}", whose 200 and empty list for nothing
+  // (and whose index may lag the write) names no outcome.
   std::optional<std::string> reconcile;
   PolicyOverrides overrides;
 };
@@ -341,9 +346,10 @@ struct HttpConfig {
   // every route's lease (`idemgate http` refuses to start otherwise), so a
   // lease never runs out while the vendor may still act. Default 20 s.
   Duration upstream_timeout{20'000};
-  // An idle upstream connection is not reused after this long (the server
-  // may be closing it). Default 2 s.
-  Duration upstream_idle_timeout{2'000};
+  // An idle upstream connection is not reused after this long: below the
+  // server's own idle timeout (gunicorn's is 2 s), else a request written
+  // into a connection the server is closing ends unknown. Default 1 s.
+  Duration upstream_idle_timeout{1'000};
   // Idle upstream connections kept for reuse. Default 64.
   size_t max_idle_connections = 64;
   // Largest answer body to a gated request (read whole, since it is stored);

@@ -41,7 +41,8 @@ struct ResolveRequest {
   // Set: the record must still have this fence (what the operator saw), else
   // kChanged and nothing is written.
   std::optional<uint64_t> expect_fence;
-  // Retention of a stored outcome; nullopt: the tool's policy ttl.
+  // Retention of a stored outcome; nullopt: the record's own (decided at its
+  // claim), or the tool's policy ttl for a record that has none.
   std::optional<Duration> ttl;
 };
 

@@ -71,7 +71,11 @@ Result<Resolution> ResolveRecord(Store& store, Clock& clock,
     res.record = std::move(r);
     return res;
   }
-  auto done = store.Complete(r.id, r.fence, *req.outcome, req.ttl.value_or(res.policy.ttl));
+  // The retention the claim decided and the record keeps, as every other
+  // step does (a window record resolved was kept for the ttl: review H2);
+  // the policy's for a record written before records kept theirs.
+  const Duration kept = r.retention > Duration(0) ? r.retention : res.policy.ttl;
+  auto done = store.Complete(r.id, r.fence, *req.outcome, req.ttl.value_or(kept));
   if (!done) return std::unexpected(done.error());
   res.kind = Resolution::Kind::kStored;
   res.audit_error =

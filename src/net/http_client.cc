@@ -204,6 +204,7 @@ struct HttpClient::Exchange {
   size_t header_fields = SIZE_MAX;
   std::unique_ptr<Conn> conn;
   bool head = false;
+  bool writing = false;  // the write began: some of the request may be out
   bool written = false;
   bool finished = false;  // `done` was called
   // Effective timeouts (HttpClientRequest, else the options).
@@ -383,15 +384,21 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     Expire(*ex->conn, ex->write_timeout.value_or(ex->response_timeout));
     const std::array<asio::const_buffer, 2> request{asio::buffer(ex->wire_head),
                                                     asio::buffer(ex->body)};
+    ex->writing = true;
     ex->conn->With([&](auto& stream) {
       asio::async_write(
-          stream, request, [self = shared_from_this(), ex](beast::error_code ec, size_t) {
+          stream, request, [self = shared_from_this(), ex](beast::error_code ec, size_t out) {
             if (ec) {
-              // The upstream never got a whole request, so it
-              // cannot have acted on it.
+              // Before its head is whole no server can dispatch a request
+              // (and what was handed to the socket bounds what arrived).
+              // After it, a server may act on the head and answer early or
+              // reset while the body is still on its way (review H9).
+              const bool head_out = out >= ex->wire_head.size();
               return self->Fail(
-                  ex, HttpClientResult::Kind::kNotSent,
-                  "could not send the request to the upstream (" +
+                  ex,
+                  head_out ? HttpClientResult::Kind::kMaybeSent : HttpClientResult::Kind::kNotSent,
+                  (head_out ? "the request's head was sent, then sending its body failed ("
+                            : "could not send the request to the upstream (") +
                       Describe(ec, "answer", ex->write_timeout.value_or(ex->response_timeout)) +
                       ")");
             }
@@ -440,6 +447,21 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
     }
     if (ec) return FailAfterSend(ex, ec);
     if (IsInterim(ex->parser->get().result_int())) return Read(ex);
+    if (ex->parser->need_eof()) {
+      // Neither Content-Length nor chunked: the body ended when the
+      // connection did, which is also what an upstream dying mid-body
+      // looks like (review F10). Not a whole answer to store.
+      HttpClientResult r;
+      r.kind = HttpClientResult::Kind::kMaybeSent;
+      r.eof_delimited = true;
+      r.response.status = static_cast<int>(ex->parser->get().result_int());
+      CopyHeaders(ex->parser->get(), r.response);
+      r.detail =
+          "the upstream's answer (HTTP " + std::to_string(r.response.status) +
+          ") has neither Content-Length nor chunked framing, so its body ended with the "
+          "connection and cannot be told from one cut short";
+      return Finish(ex, std::move(r), false);
+    }
     const bool reusable = ex->parser->keep_alive();
     bhttp::response<bhttp::string_body> res = ex->parser->release();
     HttpClientResult r;
@@ -716,8 +738,8 @@ struct HttpClient::Impl : std::enable_shared_from_this<HttpClient::Impl> {
       if (ex->conn) ex->conn->Close();
       ex->conn.reset();
       HttpClientResult r;
-      r.kind = ex->written ? HttpClientResult::Kind::kMaybeSent : HttpClientResult::Kind::kNotSent;
-      r.detail = ex->written ? "the HTTP client stopped before the upstream answered"
+      r.kind = ex->writing ? HttpClientResult::Kind::kMaybeSent : HttpClientResult::Kind::kNotSent;
+      r.detail = ex->writing ? "the HTTP client stopped before the upstream answered"
                              : "the HTTP client stopped before the request was sent";
       Answer(ex, std::move(r));
     }

@@ -8,18 +8,24 @@
 // Every exchange ends in exactly one HttpClientResult, and a failure says
 // whether the request can have reached the upstream — the distinction the
 // ledger needs (§4.7):
-//   kNotSent   the request was never written: DNS failure, connection
-//              refused, connect timeout, TLS failure, the write failed or was
-//              cancelled before the whole request was handed over. Nothing
-//              happened.
-//   kMaybeSent the request was written, then the connection broke, closed, was
-//              cancelled, or no whole answer came within the response timeout
-//              (timed_out), or the answer's body was over max_response_bytes
-//              (too_large, status known). The side effect may have happened.
+//   kNotSent   the request's head never got out whole: DNS failure,
+//              connection refused, connect timeout, TLS failure, the write
+//              failed or was cancelled before the head was handed over.
+//              Nothing happened.
+//   kMaybeSent the head was written (the body perhaps not all: a server may
+//              act on the head and answer or reset early), then the
+//              connection broke, closed, was cancelled, or no whole answer
+//              came within the response timeout (timed_out), or the answer's
+//              body was over max_response_bytes (too_large, status known), or
+//              a whole-body answer had neither Content-Length nor chunking,
+//              so its end cannot be told from a cut (eof_delimited, status
+//              known). The side effect may have happened.
 //
 // An idle connection is reused only while younger than max_idle and still
 // open: a server closes idle connections on its own schedule, and a request
-// written into one it is closing would end maybe-sent for nothing.
+// written into one it is closing would end maybe-sent for nothing. A close
+// still on its way when the request is written cannot be seen; max_idle
+// below the server's own idle timeout is what avoids it.
 //
 // A streamed answer (HttpClientRequest::stream) keeps its connection until
 // the body has been read to its end (then it is pooled) or cancelled (then it
@@ -60,9 +66,11 @@ struct HttpClientOptions {
   // for a streamed answer, its header and then each piece. Zero: no limit.
   // A request may override it. Default 60 s.
   std::chrono::milliseconds response_timeout{60'000};
-  // An idle connection is not reused after this long (most servers close
-  // idle connections after 5 s; Node's default is 5 s). Default 2 s.
-  std::chrono::milliseconds max_idle{2'000};
+  // An idle connection is not reused after this long. Below the idle
+  // timeouts of common servers (gunicorn 2 s, Node, Apache and uvicorn 5 s,
+  // nginx 75 s): a request written into a connection the server is closing
+  // ends maybe-sent for nothing. Default 1 s.
+  std::chrono::milliseconds max_idle{1'000};
   // Idle connections kept for reuse; more are closed. Default 64.
   size_t max_idle_connections = 64;
   // Largest answer body read whole; a larger one ends kMaybeSent with
@@ -122,6 +130,9 @@ struct HttpClientResult {
   http::Response response;
   bool timed_out = false;  // kMaybeSent: no whole answer within the response timeout
   bool too_large = false;  // kMaybeSent: the body was over max_response_bytes
+  // kMaybeSent: a whole-body answer framed only by the connection's end
+  // (no Content-Length, not chunked). A streamed answer may end so.
+  bool eof_delimited = false;
   std::string detail;      // failures: what happened, for people
 };
 

@@ -32,8 +32,8 @@ using tcp = asio::ip::tcp;
 // /stream sends a chunked body's first chunk, then the rest once the test
 // calls ReleaseStream(), /framing-first sends the header and a chunk's size
 // line, the chunk once released, /until-close sends a header, then (once released) a
-// body that ends when the server closes, /large answers 5 MiB with a
-// Content-Length.
+// body that ends when the server closes, /eof-body a header and a body cut
+// short by the server closing, /large answers 5 MiB with a Content-Length.
 class TestServer {
  public:
   TestServer() : acceptor_(ioc_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
@@ -143,6 +143,14 @@ class TestServer {
             s, asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")), ec);
         released_.wait();
         asio::write(s, asio::buffer(std::string_view("all of it")), ec);
+        s.shutdown(tcp::socket::shutdown_both, ec);
+        return;
+      }
+      if (target == "/eof-body") {  // no length, no chunking: the body ends at EOF
+        asio::write(s,
+                    asio::buffer(std::string_view(
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"id\":\"ch_1\",\"amo")),
+                    ec);
         s.shutdown(tcp::socket::shutdown_both, ec);
         return;
       }
@@ -288,6 +296,48 @@ TEST(HttpClientTest, ClosedAfterTheRequestIsMaybeSent) {
   EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent);
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(server.requests(), 1);
+}
+
+// Review F10: a body with neither Content-Length nor chunking ends at EOF,
+// so a vendor that died mid-body (a FIN, not a reset) looked like a whole
+// answer, and the truncated body was stored as the call's outcome. A whole
+// answer must say where it ends; without that it is maybe-sent, its status
+// and headers kept, and eof_delimited set.
+TEST(HttpClientTest, ABodyEndedOnlyByTheConnectionClosingIsMaybeSent) {
+  TestServer server;
+  auto pool = MakePool({.url = server.url()});
+  HttpClientResult r = Exchange(*pool, "/eof-body");
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent) << r.response.body;
+  EXPECT_TRUE(r.eof_delimited);
+  EXPECT_FALSE(r.too_large);
+  EXPECT_EQ(r.response.status, 200);
+  EXPECT_NE(r.detail.find("neither Content-Length nor chunked"), std::string::npos) << r.detail;
+}
+
+// Review H9: a failed write was always "not sent". A server that reads the
+// request's head, acts on it and resets while the body is still being
+// written has the whole head: the request may have been acted on. Only a
+// write that did not get the whole head out is not sent.
+TEST(HttpClientTest, AResetAfterTheHeadWhileTheBodyIsWrittenIsMaybeSent) {
+  asio::io_context ioc;
+  tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  std::thread server([&] {
+    tcp::socket s(ioc);
+    boost::system::error_code ec;
+    acceptor.accept(s, ec);
+    if (ec) return;
+    std::string head;
+    asio::read_until(s, asio::dynamic_buffer(head), "\r\n\r\n", ec);
+    s.set_option(asio::socket_base::linger(true, 0), ec);  // close() sends a reset
+    s.close(ec);
+  });
+  auto pool = MakePool({.url = "http://127.0.0.1:" +
+                                std::to_string(acceptor.local_endpoint().port())});
+  // Far more than loopback's socket buffers hold, so the write is still
+  // going when the reset comes.
+  HttpClientResult r = Exchange(*pool, "/charge", std::string(64 << 20, 'x'));
+  server.join();
+  EXPECT_EQ(r.kind, HttpClientResult::Kind::kMaybeSent) << r.detail;
 }
 
 TEST(HttpClientTest, NoAnswerInTimeIsMaybeSentAndTimedOut) {

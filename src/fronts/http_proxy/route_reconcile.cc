@@ -3,6 +3,7 @@
 #include <future>
 
 #include "fronts/http_proxy/stored_response.h"
+#include "json/json_text.h"
 
 namespace idem::proxy {
 namespace {
@@ -22,6 +23,29 @@ std::string PercentEncode(std::string_view s) {
     }
   }
   return out;
+}
+
+// Whether a lookup's body is an empty list: a JSON array without elements,
+// or an object without "id" whose arrays are all empty, as a vendor's list
+// or search envelope is when nothing matched ({"object":"list","data":[]},
+// {"items":[]}). It names no outcome, so it cannot be the action's (review
+// H8); a found resource has its "id".
+bool IsEmptyList(std::string_view body) {
+  if (!json_text::Validate(body, 64)) return false;
+  const json_text::View v(body);
+  if (v.is_array()) return v.Elements().empty();
+  if (!v.is_object()) return false;
+  auto members = json_text::ObjectMembers(body);
+  if (!members) return false;
+  size_t arrays = 0;
+  for (const json_text::Member& m : *members) {
+    if (m.name == "id") return false;
+    const json_text::View value(m.value.In(body));
+    if (!value.is_array()) continue;
+    if (!value.Elements().empty()) return false;
+    ++arrays;
+  }
+  return arrays > 0;
 }
 
 const RouteRule* RuleOf(const Config& config, std::string_view tool) {
@@ -74,6 +98,12 @@ ReconcileHook MakeRouteLookup(const Config& config, net::HttpClient& upstream,
     if (status < 200 || status >= 300) {
       return MakeError(ErrorCode::kUnavailable,
                        "the reconcile lookup answered HTTP " + std::to_string(status));
+    }
+    if (IsEmptyList(r.response.body)) {
+      return MakeError(ErrorCode::kUnavailable,
+                       "the reconcile lookup answered HTTP " + std::to_string(status) +
+                           " with an empty list, which names no outcome: point reconcile at a "
+                           "lookup that answers 404 when the key is unknown");
     }
     const std::string_view connection = [&]() -> std::string_view {
       for (const http::Header& h : r.response.headers) {

@@ -18,7 +18,12 @@
 // them for its lookup gets them. A 2xx answer means the action happened:
 // that answer becomes the stored outcome (retries get it, marked replayed).
 // 404 or 410 means it did not: the call executes. Anything else, or no
-// answer, cannot tell: the record stays unknown.
+// answer, cannot tell: the record stays unknown. So does a 2xx whose body is
+// an empty list (`[]`, or an object without "id" whose arrays are all empty,
+// such as `{"object":"list","data":[]}`): a search endpoint answers so when
+// nothing matched, and that names no outcome. Such an endpoint is still a
+// poor lookup (a search index may lag the write): use one that answers 404
+// for an unknown key.
 #pragma once
 
 #include <chrono>

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "fronts/mcp/http_protocol.h"
+#include "fronts/mcp/json_rpc.h"
 #include "fronts/mcp/log_line.h"
 
 namespace idem::mcp {
@@ -137,7 +138,9 @@ ServerSession::Outcome ServerSession::BeginPost(const std::shared_ptr<Exchange>&
   std::vector<std::pair<std::string, std::string>> registered;  // key → client id JSON
   for (const MessageInfo& m : batch.messages) {
     if (!m.is_request()) {
-      to_deliver.push_back(m.raw);
+      if (std::optional<std::string> message = ForUpstream(m)) {
+        to_deliver.push_back(std::move(*message));
+      }
       continue;
     }
     std::optional<std::string_view> raw_id = FindTopLevelMember(m.raw, "id");
@@ -169,8 +172,46 @@ bool ServerSession::Deliver(const MessageBatch& batch) {
   std::lock_guard lock(mu_);
   if (ended_) return false;
   Touch();
-  for (const MessageInfo& m : batch.messages) pump_.Push(m.raw);
+  for (const MessageInfo& m : batch.messages) {
+    if (std::optional<std::string> message = ForUpstream(m)) pump_.Push(std::move(*message));
+  }
   return true;
+}
+
+std::optional<std::string> ServerSession::ForUpstream(const MessageInfo& m) const {
+  if (!info_.stateless || m.method != "notifications/cancelled") return m.raw;
+  std::optional<std::string_view> params = FindTopLevelMember(m.raw, "params");
+  std::optional<std::string_view> request_id =
+      params ? FindTopLevelMember(*params, "requestId") : std::nullopt;
+  if (!request_id) {  // none, or a member given twice that a reader could take either way
+    LogLine("mcp http", "dropping a notifications/cancelled without one params.requestId");
+    return std::nullopt;
+  }
+  // Sessionless clients share this session and only their own request ids
+  // tell them apart, so a cancel reaches the one request that has its id.
+  const std::string wanted = IdKeyOfText(*request_id);
+  const std::string* private_id = nullptr;
+  size_t matches = 0;
+  for (const auto& [key, ex] : waiting_) {
+    auto it = ex->outstanding.find(key);
+    if (it == ex->outstanding.end() || IdKeyOfText(it->second) != wanted) continue;
+    private_id = &it->first;
+    ++matches;
+  }
+  if (matches != 1) {
+    LogLine("mcp http",
+            "dropping a notifications/cancelled for request id " +
+                PrintableExcerpt(*request_id, 80) +
+                (matches == 0 ? ": no request of a sessionless client with that id is waiting"
+                              : ": several sessionless clients have a request with that id "
+                                "waiting, so it names none of them"));
+    return std::nullopt;
+  }
+  const size_t offset = static_cast<size_t>(request_id->data() - m.raw.data());
+  std::string out = m.raw.substr(0, offset);
+  out += *private_id;
+  out += m.raw.substr(offset + request_id->size());
+  return out;
 }
 
 ServerSession::AttachOutcome ServerSession::AttachGet(const std::shared_ptr<Exchange>& ex) {

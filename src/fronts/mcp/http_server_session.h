@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -122,6 +123,12 @@ class ServerSession : public Channel, public std::enable_shared_from_this<Server
  private:
   void Answer(const std::shared_ptr<Exchange>& ex, const std::string& key, std::string message);
   void Emit(const std::shared_ptr<Exchange>& ex, std::string message);
+  // Stateless session: a message from the client as the upstream gets it.
+  // A notifications/cancelled names the private id of the one waiting
+  // request the client sent with that id; nullopt (logged: dropped) when no
+  // waiting request, or more than one, has it, since the cancel then names
+  // no request of its own. Other messages unchanged. Under mu_.
+  std::optional<std::string> ForUpstream(const MessageInfo& m) const;
   void Touch() { last_activity_ = std::chrono::steady_clock::now(); }
 
   const HttpSessionInfo info_;

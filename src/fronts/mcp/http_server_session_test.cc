@@ -188,6 +188,39 @@ TEST_F(ServerSessionTest, StatelessSessionKeepsClientsApart) {
   EXPECT_TRUE(c.sink->events.empty());
 }
 
+// Review F11: the stateless session rewrote request ids but delivered
+// notifications/cancelled raw, so a client's own cancel named an id the
+// upstream never saw, and a cancel naming a private id cancelled another
+// client's call. A cancel now names the private id of the one request with
+// that client id; one that names no such request, or several, is dropped.
+TEST_F(ServerSessionTest, StatelessCancelIsTranslatedToThePrivateIdOfItsRequest) {
+  auto s = Make(true);
+  Post a, b, c;
+  ASSERT_EQ(s->BeginPost(a.ex, Body(R"({"jsonrpc":"2.0","id":7,"method":"tools/call"})")),
+            ServerSession::Outcome::kOk);
+  ASSERT_EQ(s->BeginPost(b.ex, Body(R"({"jsonrpc":"2.0","id":"x","method":"tools/call"})")),
+            ServerSession::Outcome::kOk);
+  ASSERT_EQ(s->BeginPost(c.ex, Body(R"({"jsonrpc":"2.0","id":"x","method":"tools/call"})")),
+            ServerSession::Outcome::kOk);
+  ASSERT_TRUE(delivered.WaitFor(3));
+  ASSERT_TRUE(s->Deliver(Body(
+      R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"r"}})")));
+  ASSERT_TRUE(delivered.WaitFor(4));
+  EXPECT_EQ(delivered.messages[3],
+            R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"idemgate-client-1","reason":"r"}})");
+  // Another client's private id, an id no request has, and an id two
+  // clients share are all dropped.
+  for (std::string_view id : {R"("idemgate-client-1")", "8", R"("x")"}) {
+    ASSERT_TRUE(s->Deliver(Body(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":)" +
+                                std::string(id) + "}}")));
+  }
+  const std::string marker = R"({"jsonrpc":"2.0","method":"notifications/initialized"})";
+  ASSERT_TRUE(s->Deliver(Body(marker)));
+  ASSERT_TRUE(delivered.WaitFor(5));
+  EXPECT_EQ(delivered.messages[4], marker);
+  EXPECT_EQ(delivered.messages.size(), 5u);
+}
+
 TEST_F(ServerSessionTest, ShutdownAnswersWaitingRequestsAndEndsStreams) {
   auto s = Make(false);
   Post a, get(Exchange::Kind::kGet);

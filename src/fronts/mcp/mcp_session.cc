@@ -120,8 +120,9 @@ void McpSession::Core::ForwardRequest(std::string text, const Message& msg, Pend
       return;
     }
     if (IdInUse(msg.id_key)) {
+      std::string refusal = IdInUseError(msg);
       g.unlock();
-      client_.Send(IdInUseError(msg));
+      client_.Send(std::move(refusal));
       return;
     }
     pending_[msg.id_key] = Pending{kind, msg.id_text, nullptr};
@@ -262,7 +263,9 @@ bool McpSession::Core::HandleCancel(std::string_view text) {
   auto it = pending_.find(IdKeyOfText(request_id.text()));
   if (it == pending_.end()) return true;
   if (it->second.kind != Pending::Kind::kGatedCall) {
-    pending_.erase(it);  // the client no longer expects an answer
+    // The client no longer expects an answer, but the upstream may still
+    // send one: the id stays taken until it does (review F7).
+    it->second.cancelled = true;
     return true;
   }
   GatedCall& gc = *it->second.call;
@@ -318,6 +321,10 @@ void McpSession::Core::OnUpstreamMessage(std::string text) {
     client_.Send(std::move(text));
     return;
   }
+  if (it->second.cancelled) {  // the client cancelled it: nobody waits for this answer
+    pending_.erase(it);
+    return;
+  }
   switch (it->second.kind) {
     case Pending::Kind::kPlain:
       pending_.erase(it);
@@ -368,7 +375,8 @@ void McpSession::Core::HandleUpstreamBatch(std::string text) {
       const std::string key = IdKeyOfText(id.text());
       auto it = pending_.find(key);
       if (proxy_.contains(key) ||
-          (it != pending_.end() && it->second.kind != Pending::Kind::kPlain)) {
+          (it != pending_.end() &&
+           (it->second.kind != Pending::Kind::kPlain || it->second.cancelled))) {
         intercept = true;
       }
     }
@@ -423,7 +431,7 @@ void McpSession::Core::OnUpstreamClosed(std::string reason) {
         it = it->second.call->abandoned ? pending_.erase(it) : std::next(it);
         continue;
       }
-      unanswered.push_back(std::move(it->second));
+      if (!it->second.cancelled) unanswered.push_back(std::move(it->second));
       it = pending_.erase(it);
     }
     for (auto& [id, r] : proxy_) r->cv.notify_all();

@@ -1144,6 +1144,37 @@ TEST_F(McpSessionTest, AGatedCallCannotTakeTheIdOfAPlainRequestInFlight) {
   EXPECT_FALSE(record->has_value());
 }
 
+// Review F7: cancelling a plain request freed its id at once, though the
+// upstream may still answer it. A gated call that reused the id was then
+// forwarded, and the late answer to the old request could be stored as its
+// outcome. The id stays taken until the upstream answers; that answer is
+// dropped (the client cancelled it), and the id is free again after it.
+TEST_F(McpSessionTest, ACancelledPlainRequestKeepsItsIdUntilTheUpstreamAnswers) {
+  StartSession();
+  client_.Inject(R"({"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"a"}})");
+  upstream_.Await(IsCall("resources/read", 5));
+  client_.Inject(
+      R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}})");
+  json::value refused = Request(ToolCall(5, "create_ticket", R"({"title":"a"})"));
+  ASSERT_TRUE(refused.as_object().contains("error")) << refused;
+  EXPECT_EQ(refused.at("error").at("code").as_int64(), kRpcInvalidRequest);
+  EXPECT_NE(std::string(refused.at("error").at("message").as_string()).find("cancelled request"),
+            std::string::npos);
+  EXPECT_EQ(server_.executions("create_ticket"), 0);
+
+  server_.Answer("5", R"({"contents":["late"]})");
+  upstream_.AwaitDelivered();
+  for (const std::string& m : client_.sent()) {
+    EXPECT_EQ(m.find("late"), std::string::npos) << "a cancelled request was answered: " << m;
+  }
+  client_.Inject(ToolCall(5, "create_ticket", R"({"title":"a"})"));
+  json::value ran = json::parse(client_.Await([](const json::value& v) {
+    return v.as_object().contains("result") && v.at("id") == 5;
+  }));
+  EXPECT_EQ(Text(ran, 0), "ticket #1");
+  EXPECT_EQ(server_.executions("create_ticket"), 1);
+}
+
 // Found by reading: reconcile lookups and the stateless HTTP front's
 // rewritten client ids shared the "idemgate-N" namespace from two counters,
 // so a client's answer could be read as a lookup's. A lookup's id is never

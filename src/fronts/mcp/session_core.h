@@ -54,6 +54,10 @@ struct Pending {
   Kind kind = Kind::kPlain;
   std::string id_text;
   std::shared_ptr<GatedCall> call;  // kGatedCall
+  // kPlain, kToolsList: the client cancelled it. The entry stays until the
+  // upstream answers (the answer is dropped) or the session ends, so the id
+  // is not taken by a new request that the late answer would then reach.
+  bool cancelled = false;
 };
 
 // The call ids a session has seen (config.mcp.call_id), each with its tool
@@ -309,10 +313,15 @@ class McpSession::Core : public std::enable_shared_from_this<Core> {
   bool IdInUse(const std::string& id_key) const {
     return pending_.contains(id_key) || proxy_.contains(id_key);
   }
-  static std::string IdInUseError(const Message& msg) {
-    return ErrorResponse(
-        msg.id_text, kRpcInvalidRequest,
-        "request id " + msg.id_text + " is already in use by a request in progress; use a new id");
+  std::string IdInUseError(const Message& msg) const {
+    auto it = pending_.find(msg.id_key);
+    const bool cancelled = it != pending_.end() && it->second.cancelled;
+    return ErrorResponse(msg.id_text, kRpcInvalidRequest,
+                         "request id " + msg.id_text + " is already in use by " +
+                             (cancelled ? "a cancelled request the tool server has not answered "
+                                          "yet"
+                                        : "a request in progress") +
+                             "; use a new id");
   }
   std::map<std::string, Pending> pending_;  // by client id key
   CallKeys call_keys_;                      // the call ids seen

@@ -283,6 +283,44 @@ console.log(JSON.stringify({ first, second, runs, failed, condition }));
             self.assertTrue(again.replayed)
             self.assertEqual(again.outcome["result"], {"run": 1})
 
+    def test_the_node_helper_heartbeats_a_call_longer_than_the_lease(self):
+        """As the Python helper's test, through idemgate-ledger.mjs (issue 36 item 6): the tool
+        runs for three leases, a concurrent retry meanwhile finds it in progress (not taken over
+        and run again under on_unknown = "retry"), and the first call's result is stored."""
+        if shutil.which("node") is None:
+            self.fail("node is not installed (scripts/setup installs it)")
+        s = self.serve("--config", self.short_lease_config("retry"))
+        script = os.path.join(self.dir, "long.mjs")
+        with open(script, "w") as f:
+            f.write("""
+import { withIdempotency, LedgerError } from %s;
+const url = process.argv[2];
+const call = (fn) => withIdempotency({ url, tool: "deploy", args: { app: "api" }, key: "long-node" }, fn);
+let runs = 0;
+let retried = null;
+const first = await call(async () => {
+  runs += 1;
+  // The call outlasts its lease (300 ms) three times over: without heartbeats the retry
+  // below would take it over and run it again.
+  await new Promise((done) => setTimeout(done, 900));
+  try {
+    const r = await call(async () => { runs += 1; return { run: 2 }; });
+    retried = { replayed: r.replayed };
+  } catch (e) { retried = { type: e instanceof LedgerError ? e.type : String(e) }; }
+  return { run: 1 };
+});
+const again = await call(async () => { runs += 1; return { run: 3 }; });
+console.log(JSON.stringify({ first, retried, runs, again }));
+""" % json.dumps(os.path.join(HELPERS, "idemgate-ledger.mjs")))
+        p = subprocess.run(["node", script, s.url], capture_output=True, timeout=DEADLINE)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        out = json.loads(p.stdout)
+        self.assertEqual(out["retried"], {"type": "in-progress"}, out)
+        self.assertEqual(out["runs"], 1, out)
+        self.assertFalse(out["first"]["replayed"])
+        self.assertTrue(out["again"]["replayed"])
+        self.assertEqual(out["again"]["result"], {"run": 1})
+
     def test_the_owners_late_complete_is_stored_after_a_retry_marked_it_unknown(self):
         """The owner's lease lapsed (no heartbeat) and a retry marked the record unknown; the
         owner's own complete, at its fence, still stores what the action did."""
