@@ -458,13 +458,16 @@ TEST_F(HttpServerTest, NonLoopbackNeedsTokensOrInsecureFlag) {
   EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
 }
 
+// Tokens of two tenants: t-acme and t-other.
+std::optional<std::string> AcmeAndOther(std::string_view token) {
+  if (token == "t-acme") return "acme";
+  if (token == "t-other") return "other";
+  return std::nullopt;
+}
+
 TEST_F(HttpServerTest, BearerTokensNameTheTenantAndGuardSessions) {
   HttpServerOptions options;
-  options.authenticate = [](std::string_view token) -> std::optional<std::string> {
-    if (token == "t-acme") return "acme";
-    if (token == "t-other") return "other";
-    return std::nullopt;
-  };
+  options.authenticate = AcmeAndOther;
   StartServer(options);
   RawClient c(port_);
   RawResponse none = c.Request(http::verb::post, "/mcp", McpHeaders(), kServerInitialize);
@@ -505,11 +508,7 @@ TEST_F(HttpServerTest, IdleSessionExpires) {
 TEST_F(HttpServerTest, OneTenantCannotHoldEverySession) {
   HttpServerOptions options;
   options.max_sessions_per_tenant = 2;
-  options.authenticate = [](std::string_view token) -> std::optional<std::string> {
-    if (token == "t-acme") return "acme";
-    if (token == "t-other") return "other";
-    return std::nullopt;
-  };
+  options.authenticate = AcmeAndOther;
   StartServer(options);
   RawClient c(port_);
   Headers acme = McpHeaders();
