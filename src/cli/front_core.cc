@@ -103,13 +103,14 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
       .max_threads = config.limits.max_worker_threads,
       .idle_timeout = config.limits.worker_idle_timeout,
   });
-  auto core = std::make_unique<FrontCore>();
-  Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, config, store_options);
-  if (!store) return std::unexpected(store.error());
-  // A store on another host without verified TLS: say so once (F17).
+  // A store on another host without verified TLS: said once, before it is
+  // reached (F17).
   if (auto warning = UnverifiedStoreTransport(StoreUrlFor(globals, config)); warning && log) {
     log(*warning);
   }
+  auto core = std::make_unique<FrontCore>();
+  Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, config, store_options);
+  if (!store) return std::unexpected(store.error());
   core->store = std::move(*store);
   // Leases and expiry are judged by the store's clock (StoreTime), followed
   // while the front runs.

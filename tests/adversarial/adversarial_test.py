@@ -494,6 +494,26 @@ class OperatorSurfaceTest(unittest.TestCase):
         self.assertIn("password=***", err)
         self.assertNotIn("hunter2", err)
 
+    def test_a_store_off_the_host_without_verified_tls_is_warned_about(self):
+        """F17: a front says at start, in one line, that its store is reached over the network
+        without verified TLS (the warning comes before the store is reached; db.invalid never
+        resolves, so the start then fails), and says nothing for a loopback one."""
+        for store, warned in (("redis://:hunter2@db.invalid:6379", "plain text"),
+                              ("postgres://idem@db.invalid/db?connect_timeout=1", "sslmode=prefer"),
+                              ("redis://127.0.0.1:1", None)):
+            with self.subTest(store=store):
+                p = subprocess.run([BINARY, "serve", "--listen", "127.0.0.1:0", "--store", store],
+                                   capture_output=True, timeout=DEADLINE)
+                err = p.stderr.decode()
+                self.assertEqual(p.returncode, 1, err)
+                lines = [l for l in err.splitlines() if "warning: the store" in l]
+                if warned is None:
+                    self.assertEqual(lines, [], err)
+                else:
+                    self.assertEqual(len(lines), 1, err)
+                    self.assertIn(warned, lines[0])
+                    self.assertNotIn("hunter2", err)
+
 
 # ── F18: what the proxy tells the upstream ───────────────────────────────────────────────────
 
