@@ -357,6 +357,17 @@ struct HttpConfig {
   // marker. Pass-through answers are streamed, whatever their size.
   // Default 16 MiB.
   size_t max_response_bytes = 16 << 20;
+  // Without [[tenant]] tokens, records are scoped by the vendor credential a
+  // request carries: the first of these headers present (case-insensitive).
+  // List every header the vendor authenticates with ("X-Goog-Api-Key",
+  // "Cookie", ...): requests without one share one scope. Default
+  // Authorization, X-Api-Key, Api-Key.
+  std::vector<std::string> credential_headers = {"Authorization", "X-Api-Key", "Api-Key"};
+  // Key of the HMAC-SHA-256 that turns a credential into its scope. Empty:
+  // plain SHA-256 (a weak credential can then be checked offline against a
+  // scope seen in a log). Changing it changes every scoped record key.
+  // Default empty.
+  std::string credential_scope_secret;
 };
 
 // [limits]: request limits (docs/DESIGN.md §8).
@@ -366,6 +377,12 @@ struct LimitsConfig {
   // Audit entries waiting for a store that writes more slowly than calls
   // arrive; past it new ones are dropped and reported (AttemptLog).
   size_t max_audit_backlog = 100'000;
+  // Threads of each worker pool (blocking ledger and store work of a front,
+  // the console, /readyz, lease heartbeats); past it tasks queue until a
+  // thread is free. Default 256.
+  size_t max_worker_threads = 256;
+  // A pool thread idle this long exits. Default 60 s.
+  Duration worker_idle_timeout{60'000};
 };
 
 // [replay_cache]: completed records kept in memory so that retries skip the

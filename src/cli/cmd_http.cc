@@ -29,6 +29,7 @@
 #include "listener_flags.h"
 #include "stop_signals.h"
 #include "net/http_client.h"
+#include "net/cross_site.h"
 #include "net/http_listener.h"
 #include "net/io_threads.h"
 
@@ -131,9 +132,12 @@ int RunHttp(const GlobalOptions& globals, const HttpFlags& flags) {
   http::AdminEndpoints admin;
   admin.ready = [&core] { return (*core)->probe->Check(); };
   admin.metrics = [&core] { return (*core)->metrics->Render(); };
-  auto listener =
-      http::HttpListener::Start(setup->options,
-                                http::WithAdmin(admin, console.Wrap(reverse_proxy.AsHandler())));
+  admin.log = LogHttp;
+  // The console shares its origin with what the upstream answers: those
+  // answers are sandboxed for browsers (docs/DESIGN.md §8, F8).
+  auto listener = http::HttpListener::Start(
+      setup->options,
+      http::WithAdmin(admin, console.Wrap(http::SandboxAnswers(reverse_proxy.AsHandler()))));
   if (!listener) {
     if (listener.error().code == ErrorCode::kInvalidArgument) {
       return UsageError("http", listener.error().message);

@@ -63,6 +63,9 @@ struct McpFlags {
   std::string listen;                // --listen HOST:PORT
   std::string upstream_url;          // --upstream-url URL
   std::string read_timeout = "30s";  // --read-timeout, with --listen
+  size_t max_sessions = 64;              // --max-sessions, with --listen
+  size_t max_sessions_per_tenant = 0;    // --max-sessions-per-tenant, with --listen; 0: none
+  std::string session_lifetime = "24h";  // --session-lifetime, with --listen; 0: none
   bool insecure_no_auth = false;
   bool verbose = false;
 };
@@ -228,7 +231,8 @@ class HttpSessions {
 
 // Serves Streamable HTTP clients until a stop signal, with /readyz
 // (`probe`) and /metrics (`metrics`) beside /mcp.
-int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger,
+int RunHttpListener(const McpFlags& flags, Duration read_timeout, Duration session_lifetime,
+                    Ledger& ledger,
                     const Config& config, mcp::SessionOptions options,
                     UpstreamFactory make_upstream, GatewayMetrics& metrics, StoreProbe& probe,
                     const sigset_t& stop_signals) {
@@ -239,6 +243,10 @@ int RunHttpListener(const McpFlags& flags, Duration read_timeout, Ledger& ledger
   server_options.max_json_depth = config.limits.max_depth + mcp::kEnvelopeDepth;
   server_options.insecure_no_auth = flags.insecure_no_auth;
   server_options.read_timeout = read_timeout;
+  // One tenant must not hold every session (security review F6).
+  server_options.max_sessions = flags.max_sessions;
+  server_options.max_sessions_per_tenant = flags.max_sessions_per_tenant;
+  server_options.session_lifetime = session_lifetime;
   for (const auto* sources : {&config.mcp.turn_id, &config.mcp.session_id, &config.mcp.call_id,
                               &config.mcp.key}) {
     for (const IdSource& source : *sources) {
@@ -323,6 +331,10 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
   }
   Result<Duration> read_timeout = ParsePositiveDuration("--read-timeout", flags.read_timeout);
   if (!read_timeout) return UsageError("mcp", read_timeout.error().message);
+  Result<Duration> session_lifetime = ParseDuration(flags.session_lifetime);
+  if (!session_lifetime) {
+    return UsageError("mcp", "--session-lifetime: " + session_lifetime.error().message);
+  }
 
   // A client or child that closes its pipe gives EPIPE, not a dead proxy;
   // children are reaped by their channel.
@@ -410,7 +422,7 @@ int RunMcp(const GlobalOptions& globals, const McpFlags& flags) {
     make_upstream = [url = flags.upstream_url]() { return mcp::ConnectHttpUpstream(url); };
   }
   if (!flags.listen.empty()) {
-    int code = RunHttpListener(flags, *read_timeout, ledger, *config, options, make_upstream,
+    int code = RunHttpListener(flags, *read_timeout, *session_lifetime, ledger, *config, options, make_upstream,
                                *(*core)->metrics, *(*core)->probe, stop_signals);
     ledger.Flush();
     return code;
@@ -453,6 +465,17 @@ void AddMcpCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("--read-timeout", flags->read_timeout,
                   "With --listen: a whole request must arrive within this (idle keep-alive "
                   "included); a slower client is disconnected")
+      ->capture_default_str();
+  cmd->add_option("--max-sessions", flags->max_sessions,
+                  "With --listen: sessions at once; an initialize beyond gets 503")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_option("--max-sessions-per-tenant", flags->max_sessions_per_tenant,
+                  "With --listen: sessions one tenant may hold at once (0: only --max-sessions)")
+      ->capture_default_str();
+  cmd->add_option("--session-lifetime", flags->session_lifetime,
+                  "With --listen: a session ends this long after it began, even with a stream "
+                  "open; the client starts a new one (0s: never)")
       ->capture_default_str();
   cmd->add_flag("-v,--verbose", flags->verbose, "Log one line per gated tool call on stderr");
   cmd->callback(

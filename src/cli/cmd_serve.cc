@@ -23,6 +23,7 @@
 #include "idem/ledger.h"
 #include "listener_flags.h"
 #include "stop_signals.h"
+#include "net/cross_site.h"
 #include "net/http_listener.h"
 #include "net/io_threads.h"
 
@@ -68,8 +69,12 @@ int RunServe(const GlobalOptions& globals, const ListenerFlags& flags) {
   http::AdminEndpoints admin;
   admin.ready = [&core] { return (*core)->probe->Check(); };
   admin.metrics = [&core] { return (*core)->metrics->Render(); };
-  auto listener = http::HttpListener::Start(setup->options,
-                                            http::WithAdmin(admin, console.Wrap(api.handler())));
+  admin.log = LogServe;
+  // The ledger API refuses what a browser sends for another site: without
+  // tokens every caller is admin (docs/DESIGN.md §8, F7).
+  auto listener = http::HttpListener::Start(
+      setup->options,
+      http::WithAdmin(admin, console.Wrap(http::RefuseCrossSite(api.handler()))));
   if (!listener) {
     if (listener.error().code == ErrorCode::kInvalidArgument) {
       return UsageError("serve", listener.error().message);

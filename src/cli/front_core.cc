@@ -6,6 +6,9 @@
 #include <memory>
 #include <mutex>
 
+#include "core/worker_pool.h"
+#include "store/store_transport.h"
+
 namespace idem::cli {
 
 namespace {
@@ -95,6 +98,16 @@ Result<std::unique_ptr<FrontCore>> OpenFrontCore(const GlobalOptions& globals, c
                                                  std::string_view front, ReconcileHook reconcile,
                                                  std::function<void(std::string_view)> log,
                                                  const StoreOptions& store_options) {
+  // Every pool made from here on ([limits], security review F16).
+  WorkerPool::SetDefaultOptions(WorkerPool::Options{
+      .max_threads = config.limits.max_worker_threads,
+      .idle_timeout = config.limits.worker_idle_timeout,
+  });
+  // A store on another host without verified TLS: said once, before it is
+  // reached (F17).
+  if (auto warning = UnverifiedStoreTransport(StoreUrlFor(globals, config)); warning && log) {
+    log(*warning);
+  }
   auto core = std::make_unique<FrontCore>();
   Result<std::unique_ptr<Store>> store = OpenStoreFor(globals, config, store_options);
   if (!store) return std::unexpected(store.error());

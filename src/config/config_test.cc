@@ -414,6 +414,26 @@ TEST(ConfigTest, AnAuditBacklogOfNoneIsRefused) {
   EXPECT_NE(msg.find("max_audit_backlog"), std::string::npos) << msg;
 }
 
+// Security review F5 and F16: the settings they added.
+TEST(ConfigTest, CredentialScopeAndWorkerPoolSettings) {
+  const Config defaults;
+  EXPECT_EQ(defaults.http.credential_headers,
+            (std::vector<std::string>{"Authorization", "X-Api-Key", "Api-Key"}));
+  EXPECT_EQ(defaults.limits.max_worker_threads, 256u);
+  const Config c = Parse(
+      "[http]\ncredential_headers = [\"X-Goog-Api-Key\", \"Cookie\"]\n"
+      "credential_scope_secret = \"s3\"\n[limits]\nmax_worker_threads = 8\n"
+      "worker_idle_timeout = \"5s\"\n");
+  EXPECT_EQ(c.http.credential_headers, (std::vector<std::string>{"X-Goog-Api-Key", "Cookie"}));
+  EXPECT_EQ(c.http.credential_scope_secret, "s3");
+  EXPECT_EQ(c.limits.max_worker_threads, 8u);
+  EXPECT_EQ(c.limits.worker_idle_timeout, Duration{5'000});
+  const std::string bad = ParseError("[http]\ncredential_headers = [\"X Api Key\"]\n");
+  EXPECT_NE(bad.find("credential_headers"), std::string::npos) << bad;
+  EXPECT_NE(ParseError("[limits]\nmax_worker_threads = 0\n").find("max_worker_threads"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, RepeatNonceFalseSwitchesItOff) {
   EXPECT_FALSE(Parse("[mcp]\nrepeat_nonce = false\n").mcp.repeat_nonce.has_value());
   EXPECT_EQ(Parse("[mcp]\nrepeat_nonce = true\n").mcp.repeat_nonce, "repeat_nonce");

@@ -99,11 +99,14 @@ const Section& HttpSection() {
   static const Section s{"[http]",
                          {"turn_header", "max_key_bytes", "upstream_ca_file", "upstream_verify_tls",
                           "upstream_connect_timeout", "upstream_timeout", "upstream_idle_timeout",
-                          "max_idle_connections", "max_response_bytes"}};
+                          "max_idle_connections", "max_response_bytes", "credential_headers",
+                          "credential_scope_secret"}};
   return s;
 }
 const Section& LimitsSection() {
-  static const Section s{"[limits]", {"max_body_bytes", "max_depth", "max_audit_backlog"}};
+  static const Section s{"[limits]",
+                         {"max_body_bytes", "max_depth", "max_audit_backlog", "max_worker_threads",
+                          "worker_idle_timeout"}};
   return s;
 }
 
@@ -566,6 +569,16 @@ void ReadHttp(const toml::table& t, Diagnostics& diag, HttpConfig& http) {
     http.max_idle_connections = static_cast<size_t>(*v);
   }
   if (auto v = r.Size("max_response_bytes")) http.max_response_bytes = *v;
+  if (auto v = r.StringArray("credential_headers")) {
+    for (const std::string& name : *v) {
+      if (!IsHttpToken(name)) {
+        r.Error(*r.Find("credential_headers"), "credential_headers",
+                "must list HTTP header names such as \"X-Api-Key\"; got " + Quote(name));
+      }
+    }
+    http.credential_headers = *v;
+  }
+  if (auto v = r.String("credential_scope_secret")) http.credential_scope_secret = *v;
   r.CheckUnknown();
 }
 
@@ -577,6 +590,12 @@ void ReadLimits(const toml::table& t, Diagnostics& diag, LimitsConfig& limits) {
   if (auto v = r.Integer("max_depth", 1, 1024)) limits.max_depth = static_cast<size_t>(*v);
   if (auto v = r.Integer("max_audit_backlog", 1, int64_t{1} << 30)) {
     limits.max_audit_backlog = static_cast<size_t>(*v);
+  }
+  if (auto v = r.Integer("max_worker_threads", 1, 1 << 16)) {
+    limits.max_worker_threads = static_cast<size_t>(*v);
+  }
+  if (auto v = r.DurationValue("worker_idle_timeout", /*allow_zero=*/true)) {
+    limits.worker_idle_timeout = *v;
   }
   r.CheckUnknown();
 }

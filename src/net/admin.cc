@@ -5,8 +5,10 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "core/worker_pool.h"
+#include "net/cross_site.h"
 #include "net/http_listener.h"
 
 namespace idem::http {
@@ -16,7 +18,8 @@ namespace {
 // of the check in flight.
 class ReadyProbe {
  public:
-  explicit ReadyProbe(std::function<Result<void>()> ready) : ready_(std::move(ready)) {}
+  ReadyProbe(std::function<Result<void>()> ready, std::function<void(std::string_view)> log)
+      : ready_(std::move(ready)), log_(std::move(log)) {}
 
   // Blocks up to `timeout` for a fresh result. Runs the check on `pool` if
   // none is running.
@@ -43,6 +46,13 @@ class ReadyProbe {
   void RunCheck() {
     Result<void> r = ready_();
     std::lock_guard lock(mu_);
+    // Logged once per change of reason, not once per probe.
+    const std::string reason = r ? std::string() : r.error().message;
+    if (reason != logged_reason_ && log_) {
+      log_(r ? std::string("the store answers again: ready")
+             : "not ready: the store is not reachable: " + reason);
+    }
+    logged_reason_ = reason;
     last_ = std::move(r);
     running_ = false;
     ++finished_;
@@ -50,7 +60,9 @@ class ReadyProbe {
   }
 
   const std::function<Result<void>()> ready_;
+  const std::function<void(std::string_view)> log_;
   std::mutex mu_;
+  std::string logged_reason_;  // empty: ready (or never checked)
   std::condition_variable cv_;
   bool running_ = false;
   uint64_t started_ = 0;   // checks started
@@ -78,7 +90,7 @@ Response Text(int status, std::string body, std::string_view content_type) {
 
 Handler WithAdmin(AdminEndpoints admin, Handler next) {
   auto state = std::make_shared<AdminState>();
-  if (admin.ready) state->probe = std::make_shared<ReadyProbe>(admin.ready);
+  if (admin.ready) state->probe = std::make_shared<ReadyProbe>(admin.ready, admin.log);
   state->admin = std::move(admin);
   state->next = std::move(next);
   // Request&&: std::function passes its argument on as an rvalue, so the
@@ -95,15 +107,24 @@ Handler WithAdmin(AdminEndpoints admin, Handler next) {
       return respond(std::move(r));
     }
     if (path == "/healthz") return respond(Text(200, "ok\n", "text/plain; charset=utf-8"));
+    // A probe or a scraper sends no Origin; a web page of another site must
+    // not make the browser run a store check or render the metrics (F7).
+    if (auto refused = CrossSiteRefusal(request)) return respond(std::move(*refused));
     if (path == "/readyz") {
       if (!state->probe) return respond(Text(200, "ready\n", "text/plain; charset=utf-8"));
       // The task holds the state by pointer: the state owns the pool, whose
       // destruction runs every task submitted before it goes.
-      bool submitted = state->pool.Submit([s = state.get(), respond] {
+      const bool detail = request.principal.admin;
+      bool submitted = state->pool.Submit([s = state.get(), respond, detail] {
         Result<void> r = s->probe->Probe(s->pool, s->admin.ready_timeout, s->probe);
         if (r) return respond(Text(200, "ready\n", "text/plain; charset=utf-8"));
+        // /readyz is public: the store's host, path and messages are for an
+        // admin and the log only (F15).
         Response p = Problem(503, "not-ready", "Not ready",
-                             "idemgate: the store is not reachable: " + r.error().message);
+                             detail ? "idemgate: the store is not reachable: " + r.error().message
+                                    : std::string("idemgate: the store is not reachable; the "
+                                                  "reason is in idemgate's log (or ask /readyz "
+                                                  "with an admin token)"));
         p.headers.push_back({"Retry-After", "1"});
         respond(std::move(p));
       });

@@ -251,8 +251,8 @@ class HttpListener {
 
 // /healthz, /readyz and /metrics (docs/DESIGN.md §6.4) in front of another handler.
 struct AdminEndpoints {
-  // /readyz: 200 when this returns OK (the store answered), else 503 with the
-  // error. Unset: /readyz is 200 like /healthz.
+  // /readyz: 200 when this returns OK (the store answered), else 503: with
+  // the error for an admin principal, a generic reason for anyone else. Unset: /readyz is 200 like /healthz.
   std::function<Result<void>()> ready;
   // /metrics: Prometheus text exposition format 0.0.4. Unset: 404.
   // Needs an admin principal.
@@ -261,6 +261,10 @@ struct AdminEndpoints {
   // running is not started again: later probes wait for the same one.
   // Default 2 s.
   std::chrono::milliseconds ready_timeout{2'000};
+  // Where /readyz writes why the store is not ready (once per change of
+  // reason): the public 503 names no host, path or store message, only an
+  // admin caller's does (security review F15). Unset: not logged.
+  std::function<void(std::string_view)> log;
 };
 // A handler that answers the admin paths (GET or HEAD) itself and passes
 // every other request to `next`. `ready` and `metrics` may block briefly;

@@ -776,5 +776,51 @@ TEST_F(AdminTest, MetricsNeedAnAdmin) {
   EXPECT_EQ(c.Request("GET", "/healthz").status, 200);  // public
 }
 
+// Security review F15: /readyz is public even with tokens, and its 503 named
+// the store's host, path and driver message to anyone.
+TEST_F(AdminTest, ReadyzTellsOnlyAnAdminWhyTheStoreIsDown) {
+  AdminEndpoints admin;
+  admin.ready = []() -> Result<void> {
+    return MakeError(ErrorCode::kUnavailable, "redis db.internal:6379: connection refused");
+  };
+  std::mutex mu;
+  std::vector<std::string> logged;
+  admin.log = [&](std::string_view line) {
+    std::lock_guard g(mu);
+    logged.emplace_back(line);
+  };
+  ListenerOptions o;
+  o.authenticate = [](std::string_view token) -> std::optional<Principal> {
+    if (token == "admin") return Principal{"ops", true};
+    return std::nullopt;
+  };
+  StartAdmin(admin, o);
+  Client c(address());
+  Reply anyone = c.Request("GET", "/readyz");
+  EXPECT_EQ(anyone.status, 503);
+  EXPECT_EQ(anyone.body.find("db.internal"), std::string::npos) << anyone.body;
+  EXPECT_NE(anyone.body.find("not reachable"), std::string::npos) << anyone.body;
+  Reply ops = c.Request("GET", "/readyz", "", "Authorization: Bearer admin\r\n");
+  EXPECT_EQ(ops.status, 503);
+  EXPECT_NE(ops.body.find("db.internal:6379"), std::string::npos) << ops.body;
+  std::lock_guard g(mu);
+  ASSERT_EQ(logged.size(), 1u) << "once per change of reason, not per probe";
+  EXPECT_NE(logged[0].find("db.internal:6379"), std::string::npos) << logged[0];
+}
+
+// F7: a web page of another site cannot make the browser run a store check
+// or render the metrics; probes and scrapers (no Origin) are served.
+TEST_F(AdminTest, CrossSiteRequestsAreRefused) {
+  AdminEndpoints admin;
+  admin.ready = []() -> Result<void> { return {}; };
+  admin.metrics = [] { return std::string("idemgate_up 1\n"); };
+  StartAdmin(admin);
+  Client c(address());
+  EXPECT_EQ(c.Request("GET", "/metrics", "", "Sec-Fetch-Site: cross-site\r\n").status, 403);
+  EXPECT_EQ(c.Request("GET", "/readyz", "", "Origin: http://evil.example\r\n").status, 403);
+  EXPECT_EQ(c.Request("GET", "/metrics").status, 200);
+  EXPECT_EQ(c.Request("GET", "/readyz").status, 200);
+}
+
 }  // namespace
 }  // namespace idem::http

@@ -494,6 +494,26 @@ class OperatorSurfaceTest(unittest.TestCase):
         self.assertIn("password=***", err)
         self.assertNotIn("hunter2", err)
 
+    def test_a_store_off_the_host_without_verified_tls_is_warned_about(self):
+        """F17: a front says at start, in one line, that its store is reached over the network
+        without verified TLS (the warning comes before the store is reached; db.invalid never
+        resolves, so the start then fails), and says nothing for a loopback one."""
+        for store, warned in (("redis://:hunter2@db.invalid:6379", "plain text"),
+                              ("postgres://idem@db.invalid/db?connect_timeout=1", "sslmode=prefer"),
+                              ("redis://127.0.0.1:1", None)):
+            with self.subTest(store=store):
+                p = subprocess.run([BINARY, "serve", "--listen", "127.0.0.1:0", "--store", store],
+                                   capture_output=True, timeout=DEADLINE)
+                err = p.stderr.decode()
+                self.assertEqual(p.returncode, 1, err)
+                lines = [l for l in err.splitlines() if "warning: the store" in l]
+                if warned is None:
+                    self.assertEqual(lines, [], err)
+                else:
+                    self.assertEqual(len(lines), 1, err)
+                    self.assertIn(warned, lines[0])
+                    self.assertNotIn("hunter2", err)
+
 
 # ── F18: what the proxy tells the upstream ───────────────────────────────────────────────────
 
@@ -526,6 +546,77 @@ class ForwardedHeadersTest(unittest.TestCase):
             self.assertNotIn(name, seen, "%s reached the upstream: %s" % (name, seen))
         self.assertEqual(seen.get("x-kept"), "end-to-end")
         self.assertEqual(seen.get("x-forwarded-for"), "203.0.113.9, 127.0.0.1", seen)
+
+
+# ── F7: cross-site requests in no-token mode ─────────────────────────────────────────────────
+
+
+class CrossSiteTest(unittest.TestCase):
+    """F7: without tokens every loopback caller is admin, so a web page the operator opens must
+    not reach the ledger API, the console's API or /metrics: a request a browser marks as sent
+    from another site (Sec-Fetch-Site: cross-site or same-site, another port of 127.0.0.1 being
+    the same site) or from a foreign Origin is refused 403, GET included, before any work is
+    done. The console's own page (same-origin) and CLI clients (no Origin, no Sec-Fetch-Site)
+    are served."""
+
+    FOREIGN = ({"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+               {"Origin": "http://evil.example"}, {"Origin": "null"},
+               {"Origin": "http://127.0.0.1:1"})
+
+    def check(self, base, paths):
+        host = base.split("://", 1)[1]
+        for path in paths:
+            for headers in self.FOREIGN:
+                with self.subTest(path=path, headers=headers):
+                    status, _, body = request(base, "GET", path, headers=headers)
+                    self.assertEqual(status, 403, "%s %s: %s" % (path, headers, body[:200]))
+                    self.assertIn(b"cross-site", body)
+            for headers in ({}, {"Sec-Fetch-Site": "same-origin", "Origin": "http://" + host},
+                            {"Sec-Fetch-Site": "none"}):
+                with self.subTest(path=path, headers=headers):
+                    status, _, body = request(base, "GET", path, headers=headers)
+                    self.assertNotEqual(status, 403, "%s %s: %s" % (path, headers, body[:200]))
+        # The console's page itself may be opened from a link.
+        status, _, _ = request(base, "GET", "/console", headers={"Sec-Fetch-Site": "cross-site"})
+        self.assertEqual(status, 200)
+
+    def test_serve_refuses_cross_site_requests(self):
+        _, base = start(self, Front.serve([])[0])
+        self.check(base, ("/v1/records/k", "/v1/attempts?key=x", "/console/api/replay",
+                          "/console/api/whoami", "/metrics"))
+
+    def test_http_refuses_cross_site_requests_to_its_console(self):
+        _, base = start(self, Front.http([])[0])
+        self.check(base, ("/console/api/replay", "/console/api/unknown", "/metrics"))
+
+
+# ── F8: the console's origin on `idemgate http` ──────────────────────────────────────────────
+
+
+class RelayedPageSandboxTest(unittest.TestCase):
+    """F8: `idemgate http` serves its console on the origin it relays the upstream's answers on,
+    so an upstream page (a reflected error page, a stored attachment) opened through the proxy
+    would run as the console's origin. Every relayed or replayed answer carries
+    `Content-Security-Policy: sandbox`: a browser gives it an opaque origin (no script, no
+    access to the console, its requests marked cross-site and refused), while an API client
+    ignores the header. The upstream's own headers are kept."""
+
+    def test_relayed_and_replayed_answers_are_sandboxed(self):
+        upstream = RecordingUpstream(self)
+        _, base = start(self, Front.http([], upstream=upstream.url)[0])
+        answers = [request(base, "GET", "/attachment"),
+                   request(base, "POST", "/v1/charges", {"amount": 1}, {"Idempotency-Key": "o-1"}),
+                   request(base, "POST", "/v1/charges", {"amount": 1}, {"Idempotency-Key": "o-1"})]
+        self.assertEqual(header(answers[2][1], "Idempotent-Replayed"), "true")
+        for status, headers, body in answers:
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body, b'{"ok":true}')
+            policies = [v for n, v in headers if n.lower() == "content-security-policy"]
+            self.assertIn("sandbox", policies, headers)
+        # The console's own answers keep their policy (the page must run its script).
+        status, headers, _ = request(base, "GET", "/console")
+        self.assertEqual(status, 200)
+        self.assertNotIn("sandbox", header(headers, "Content-Security-Policy"))
 
 
 def tearDownModule():

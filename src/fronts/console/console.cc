@@ -10,6 +10,7 @@
 #include "core/utf8.h"
 #include "fronts/console/console_assets.h"
 #include "idem/resolve.h"
+#include "net/cross_site.h"
 #include "net/http_rules.h"
 #include "net/record_answers.h"
 
@@ -98,29 +99,14 @@ bool IsJson(std::string_view content_type) {
 }
 
 // A POST must come from this page: JSON (a form cannot send it without a
-// CORS preflight, which is never granted) and, when the browser says where it
-// comes from, from this origin.
-std::optional<http::Response> CrossSiteRefusal(const http::Request& request) {
+// CORS preflight, which is never granted); where it comes from is checked
+// for every API request (http::CrossSiteRefusal).
+std::optional<http::Response> NonJsonRefusal(const http::Request& request) {
   auto ct = request.FindHeader("Content-Type");
   if (!ct || !IsJson(*ct)) {
     return http::Problem(415, "unsupported-media-type", "Unsupported media type",
                          "idemgate: console actions take a JSON body (Content-Type: "
                          "application/json)");
-  }
-  if (auto site = request.FindHeader("Sec-Fetch-Site");
-      site && *site != "same-origin" && *site != "none") {
-    return http::Problem(403, "cross-site", "Cross-site request",
-                         "idemgate: console actions are taken from the console's own page");
-  }
-  if (auto origin = request.FindHeader("Origin")) {
-    auto host = request.FindHeader("Host");
-    const bool same = host && (IEquals(*origin, "http://" + std::string(*host)) ||
-                               IEquals(*origin, "https://" + std::string(*host)));
-    if (!same) {
-      return http::Problem(403, "cross-site", "Cross-site request",
-                           "idemgate: Origin '" + net::PrintableExcerpt(*origin, 100) +
-                               "' is not this console's");
-    }
   }
   return std::nullopt;
 }
@@ -253,6 +239,9 @@ void Console::Handle(http::Request request, http::Responder respond) {
                                     net::PrintableExcerpt(request.principal.tenant, 64) +
                                     "\" is not an admin"));
   }
+  // GETs too: without tokens every caller is admin, and a page of another
+  // site must not make the browser run a query (security review F7).
+  if (auto refused = http::CrossSiteRefusal(request)) return answer(std::move(*refused));
   std::string what = path.substr(13);
   const bool post = what == "release" || what == "set-outcome" || what == "evict";
   if (post) {
@@ -262,7 +251,7 @@ void Console::Handle(http::Request request, http::Responder respond) {
       r.headers.push_back({"Allow", "POST"});
       return answer(std::move(r));
     }
-    if (auto refused = CrossSiteRefusal(request)) return answer(std::move(*refused));
+    if (auto refused = NonJsonRefusal(request)) return answer(std::move(*refused));
   } else if (request.method != "GET" && request.method != "HEAD") {
     http::Response r = http::Problem(405, "method-not-allowed", "Method not allowed",
                                      "idemgate: /console/api/" + what + " answers GET");

@@ -17,9 +17,10 @@
 // Every /console/api/ request needs an admin token as Authorization: Bearer
 // (401 without a valid token, 403 for a tenant without admin = true). The
 // page keeps the token in sessionStorage and sends it as that header: no
-// cookies, so another site cannot make the browser act (a POST must also be
-// application/json, which a form cannot send, and its Origin, if any, must be
-// this host). Release and set-outcome go through ResolveRecord
+// cookies, so another site cannot make the browser act; a POST must also be
+// application/json, which a form cannot send, and any API request a browser
+// marks as sent from another site or origin is refused 403
+// (http::CrossSiteRefusal: without tokens every caller is admin). Release and set-outcome go through ResolveRecord
 // (idem/resolve.h), conditional on the fence the operator saw; evict through
 // EvictRecord; each is written to the audit log naming the admin tenant.
 //

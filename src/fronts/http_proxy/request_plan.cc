@@ -1,5 +1,9 @@
 #include "fronts/http_proxy/request_plan.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "core/hex.h"
 #include "idem/canonical_json.h"
 #include "json/json_text.h"
 #include "fronts/http_proxy/idempotency_key.h"
@@ -30,6 +34,23 @@ bool IsJsonContentType(std::string_view content_type) {
   if (EqualsIgnoreCase(type, "application/json")) return true;
   return type.size() > 5 && EqualsIgnoreCase(type.substr(type.size() - 5), "+json") &&
          type.find('/') != std::string_view::npos;
+}
+
+// Hex of HMAC-SHA-256(secret, credential); of plain SHA-256 without a
+// secret (then a weak credential can be checked offline against a key seen
+// in a log: docs/configuration.md says to set the secret).
+std::string ScopeDigest(std::string_view credential, const std::string& secret) {
+  if (secret.empty()) return Sha256Hex(credential);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(credential.data()), credential.size(), mac, &length);
+  return LowerHex(mac, length);
+}
+
+// Whether `key` has the shape of a credential-scoped key: 'c', no '/', '/'.
+bool LooksScoped(std::string_view key) {
+  return key.starts_with('c') && key.find('/') != std::string_view::npos;
 }
 
 RequestPlan Refuse(int status, std::string type, std::string title, std::string detail) {
@@ -78,18 +99,18 @@ Result<std::string> RequestFingerprint(const http::Request& request, const PlanO
 
 std::string CredentialScope(const http::Request& request, const Config& config) {
   if (!config.tenants.empty()) return {};
-  for (std::string_view name : kCredentialHeaders) {
+  for (const std::string& name : config.http.credential_headers) {
     if (auto credential = request.FindHeader(name); credential && !credential->empty()) {
-      return "c" + Sha256Hex(*credential).substr(0, 12);
+      return "c" + ScopeDigest(*credential, config.http.credential_scope_secret).substr(0, 32);
     }
   }
   return {};
 }
 
-std::vector<http::Header> CredentialHeaders(const http::Request& request) {
+std::vector<http::Header> CredentialHeaders(const http::Request& request, const Config& config) {
   std::vector<http::Header> out;
   for (const http::Header& h : request.headers) {
-    for (std::string_view name : kCredentialHeaders) {
+    for (const std::string& name : config.http.credential_headers) {
       if (HeaderNameEquals(h.name, name)) out.push_back(h);
     }
   }
@@ -185,8 +206,15 @@ RequestPlan PlanRequest(const http::Request& request, const Config& config,
 
   RequestPlan plan;
   plan.kind = RequestPlan::Kind::kGated;
-  plan.call.id = RecordId{request.principal.tenant,
-                          ScopedKey(CredentialScope(request, config), key->key)};
+  std::string scope = CredentialScope(request, config);
+  // A client's key without a credential that looks like a scoped one
+  // ("c" + anything + "/", such as "c1a2…/order-1") is put under "c-/" ('-' is
+  // no hex digit, and "c-/…" looks scoped too, so it is escaped the same
+  // way): it can never name a credential's record (security review F5),
+  // while every other key stays as the client sent it. A derived key starts
+  // with "v1".
+  if (scope.empty() && config.tenants.empty() && LooksScoped(key->key)) scope = "c-";
+  plan.call.id = RecordId{request.principal.tenant, ScopedKey(scope, key->key)};
   plan.call.fingerprint = std::move(*fingerprint);
   plan.call.tool = tool;
   if (turn) plan.call.turn = std::string(*turn);

@@ -68,19 +68,19 @@ RequestPlan PlanRequest(const http::Request& request, const Config& config,
                         const PlanOptions& options);
 
 // What a request's records are scoped to when no [[tenant]] is configured:
-// the vendor credential it is forwarded with (Authorization, else X-Api-Key,
-// else Api-Key), "c" + 12 hex of its SHA-256, so two vendor accounts behind
-// one proxy never answer from each other's records. Empty with tenants
-// (the tenant scopes) or without a credential.
+// the vendor credential it is forwarded with (the first of [http]
+// credential_headers it carries: by default Authorization, X-Api-Key,
+// Api-Key), "c" + 32 hex of its HMAC-SHA-256 keyed with [http]
+// credential_scope_secret (its plain SHA-256 when no secret is set), so two
+// vendor accounts behind one proxy never answer from each other's records.
+// Empty without a credential (PlanRequest then puts a key that looks scoped,
+// 'c' … '/', under "c-/", so that "c1a2…/order-1" cannot name a scoped
+// record: security review F5) and with tenants (the tenant scopes).
 std::string CredentialScope(const http::Request& request, const Config& config);
 
-// The headers that carry a vendor credential, in the order CredentialScope
-// reads them.
-inline constexpr std::string_view kCredentialHeaders[] = {"Authorization", "X-Api-Key", "Api-Key"};
-
-// The request's credential headers (kCredentialHeaders), as sent: what a
-// reconcile lookup forwards on the caller's behalf.
-std::vector<http::Header> CredentialHeaders(const http::Request& request);
+// The request's credential headers ([http] credential_headers), as sent:
+// what a reconcile lookup forwards on the caller's behalf.
+std::vector<http::Header> CredentialHeaders(const http::Request& request, const Config& config);
 
 // `body` with the member `field` set to `key` (a JSON string) when `body` is
 // a JSON object that has no such member: Square reads its key from the body.

@@ -102,7 +102,7 @@ TEST(RequestPlanTest, WithoutTenantsRecordsAreScopedByTheVendorCredential) {
   const std::string beta = key_with({{"Authorization", "Bearer sk_beta"}});
   EXPECT_NE(alpha, beta);
   EXPECT_EQ(alpha, key_with({{"Authorization", "Bearer sk_alpha"}}));
-  EXPECT_TRUE(alpha.starts_with("c") && alpha.ends_with("/k") && alpha.size() == 15) << alpha;
+  EXPECT_TRUE(alpha.starts_with("c") && alpha.ends_with("/k") && alpha.size() == 35) << alpha;
   EXPECT_NE(key_with({{"X-Api-Key", "sk_alpha"}}), key_with({{"X-Api-Key", "sk_beta"}}));
   EXPECT_EQ(alpha.find("sk_alpha"), std::string::npos) << "the credential itself is never stored";
   EXPECT_EQ(key_with({}), "k");
@@ -110,6 +110,51 @@ TEST(RequestPlanTest, WithoutTenantsRecordsAreScopedByTheVendorCredential) {
   tenants.tenants.push_back(Tenant{"acme", {"token"}, false});
   EXPECT_EQ(key_with({{"Authorization", "Bearer sk_alpha"}}, tenants), "k")
       << "with tenants, the tenant scopes";
+}
+
+// Security review F5: without a credential, a client's key was the record key
+// itself, so an Idempotency-Key "c1a2b3…/order-1" (the scope is shown in
+// problem bodies and logs) named another vendor account's record.
+TEST(RequestPlanTest, AClientKeyCannotNameAnotherCredentialsRecord) {
+  auto key_with = [](std::string key, std::vector<http::Header> headers) {
+    headers.push_back({"Idempotency-Key", std::move(key)});
+    return PlanRequest(Post("/v1/charges", "{}", std::move(headers)), Config{}, {}).call.id.key;
+  };
+  const std::string victim = key_with("order-1", {{"Authorization", "Bearer sk_victim"}});
+  EXPECT_NE(key_with(victim, {}), victim);
+  EXPECT_NE(key_with(victim, {{"X-Other", "x"}}), victim);
+  EXPECT_EQ(key_with(victim, {}), "c-/" + victim) << "a key shaped like a scoped one is escaped";
+  // The escape is escaped too, so no two client keys meet.
+  EXPECT_EQ(key_with("c-/" + victim, {}), "c-/c-/" + victim);
+  EXPECT_EQ(key_with("order/1", {}), "order/1") << "other keys are kept as sent";
+}
+
+// F5: the headers that scope records are configurable ([http]
+// credential_headers), for vendors that authenticate otherwise, and the scope
+// is keyed with [http] credential_scope_secret when set.
+TEST(RequestPlanTest, CredentialHeadersAndScopeSecretAreConfigurable) {
+  Config google;
+  google.http.credential_headers = {"X-Goog-Api-Key", "Cookie"};
+  auto key_with = [](std::vector<http::Header> headers, const Config& config) {
+    headers.push_back({"Idempotency-Key", "k"});
+    return PlanRequest(Post("/v1/charges", "{}", std::move(headers)), config, {}).call.id.key;
+  };
+  EXPECT_NE(key_with({{"X-Goog-Api-Key", "a"}}, google), key_with({{"X-Goog-Api-Key", "b"}}, google));
+  EXPECT_NE(key_with({{"Cookie", "s=a"}}, google), key_with({{"Cookie", "s=b"}}, google));
+  EXPECT_EQ(key_with({{"Authorization", "Bearer a"}}, google), "k")
+      << "a header not in the list does not scope";
+  Config keyed;
+  keyed.http.credential_scope_secret = "install-secret-1";
+  Config other = keyed;
+  other.http.credential_scope_secret = "install-secret-2";
+  const std::vector<http::Header> alpha = {{"Authorization", "Bearer sk_alpha"}};
+  EXPECT_NE(key_with(alpha, keyed), key_with(alpha, Config{}));
+  EXPECT_NE(key_with(alpha, keyed), key_with(alpha, other));
+  EXPECT_EQ(key_with(alpha, keyed), key_with(alpha, keyed));
+  const std::vector<http::Header> http_headers = CredentialHeaders(
+      Post("/v1/charges", "{}", {{"Authorization", "Bearer a"}, {"X-Goog-Api-Key", "g"}}), google);
+  ASSERT_EQ(http_headers.size(), 1u);
+  EXPECT_EQ(http_headers[0].name, "X-Goog-Api-Key");
 }
 
 TEST(RequestPlanTest, TurnHeaderDerivesAKeyFromTheRequest) {
@@ -295,7 +340,8 @@ reconcile = "/v1/charges?idempotency_key={key}"
   EXPECT_EQ(ReconcileTarget(c, p.call.tool, p.forward_key),
             "/v1/charges?idempotency_key=%22k1%22");
   std::vector<http::Header> credentials =
-      CredentialHeaders(Post("/v1/charges", "{}", {{"Authorization", "Bearer sk_1"}, {"X-Other", "o"}}));
+      CredentialHeaders(Post("/v1/charges", "{}", {{"Authorization", "Bearer sk_1"}, {"X-Other", "o"}}),
+                        Config{});
   ASSERT_EQ(credentials.size(), 1u);
   EXPECT_EQ(credentials[0].value, "Bearer sk_1");
 }

@@ -60,11 +60,14 @@ http::Response Relayed(http::Response upstream) {
   return upstream;
 }
 
-http::Response StoreUnavailable(const Error& e) {
+// The store's message (its host, path, driver text) is not the client's to
+// see (security review F15).
+http::Response StoreUnavailable(const Error&) {
   http::Response r =
       http::Problem(503, gate::problem::kStoreUnavailable, "Store unavailable",
-                    "idemgate could not reach its store (" + e.message +
-                        "), so the request was not executed. It is safe to retry it shortly.");
+                    "idemgate could not reach its store, so the request was not executed. It is "
+                    "safe to retry it shortly. (Why is for the operator: /readyz with an admin "
+                    "token, and idemgate's log.)");
   r.headers.push_back({"Retry-After", "1"});
   return r;
 }
@@ -402,7 +405,7 @@ void ReverseProxy::Handle(http::Request request, http::Responder respond) {
     // The lookup asks for the key the upstream received, with this
     // request's credentials (route_reconcile.h).
     plan.call.reconcile =
-        MakeRouteLookup(config_, upstream_, plan.forward_key, CredentialHeaders(request));
+        MakeRouteLookup(config_, upstream_, plan.forward_key, CredentialHeaders(request, config_));
   }
   auto gated = std::make_shared<Gated>();
   gated->proxy = this;

@@ -58,9 +58,10 @@ Response FromError(const Error& e, std::string_view key) {
   switch (e.code) {
     case ErrorCode::kUnavailable: {
       Response r = Problem(503, gate::problem::kStoreUnavailable, "Store unavailable",
+                           // The store's message names hosts and paths (F15).
                            "idemgate: the store cannot be reached; nothing was executed or "
-                           "changed. Retry later. (" +
-                               e.message + ")",
+                           "changed. Retry later. (Why is for the operator: /readyz with an "
+                           "admin token, and idemgate's log.)",
                            extra);
       r.headers.push_back({"Retry-After", "1"});
       return r;

@@ -122,6 +122,14 @@ struct HttpServerOptions {
   size_t max_connections = 256;
   // Concurrent sessions; an initialize beyond it is answered 503. Default 64.
   size_t max_sessions = 64;
+  // Concurrent sessions of one tenant (its stateless session included); an
+  // initialize beyond it is answered 503, so that one tenant cannot hold
+  // every session (security review F6). Zero: only max_sessions. Default 0.
+  size_t max_sessions_per_tenant = 0;
+  // A session is ended this long after it began, open GET stream or not (a
+  // stream keeps a session from ever being idle); the client starts a new one
+  // on its next request's 404. Zero: never. Default 24 h.
+  std::chrono::milliseconds session_lifetime{24 * 3'600'000};
   // Server-initiated messages buffered per session while the client has no
   // stream open to receive them; beyond it the oldest are dropped. Default 256.
   size_t max_undelivered = 256;

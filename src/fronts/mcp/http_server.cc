@@ -113,6 +113,17 @@ struct HttpMcpServer::Impl : std::enable_shared_from_this<HttpMcpServer::Impl> {
   bool stopping = false;
   std::map<std::string, std::shared_ptr<ServerSession>> sessions;   // by session id
   std::map<std::string, std::shared_ptr<ServerSession>> stateless;  // by tenant
+  // When each session in the maps above began (session_lifetime).
+  std::map<const ServerSession*, std::chrono::steady_clock::time_point> began;
+  // Whether `tenant` may open one more session (max_sessions_per_tenant).
+  bool TenantHasRoom(const std::string& tenant) const {
+    if (options.max_sessions_per_tenant == 0) return true;
+    size_t held = 0;
+    for (const auto* map : {&sessions, &stateless}) {
+      for (const auto& [_, s] : *map) held += s->info().tenant == tenant ? 1 : 0;
+    }
+    return held < options.max_sessions_per_tenant;
+  }
 
   std::unique_ptr<http::HttpListener> listener;
   std::thread sweeper;  // ends idle sessions (session_idle_timeout)
@@ -465,17 +476,26 @@ void HttpMcpServer::Impl::Handle(http::Request&& request, http::Responder respon
 
 void HttpMcpServer::Impl::SweepLoop() {
   const auto idle = options.session_idle_timeout;
+  const auto lifetime = options.session_lifetime;
+  // The shorter of the two that is set decides how often to look.
+  std::chrono::milliseconds shortest = idle.count() > 0 ? idle : lifetime;
+  if (lifetime.count() > 0) shortest = std::min(shortest, lifetime);
   const auto period = std::clamp<std::chrono::milliseconds>(
-      idle / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(30'000));
+      shortest / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(30'000));
   std::unique_lock lock(mu);
   while (!stopping) {
     if (sweep_cv.wait_for(lock, period, [&] { return stopping; })) return;
     std::vector<std::shared_ptr<ServerSession>> expired;
+    std::vector<std::shared_ptr<ServerSession>> aged;
     const auto now = Clock::now();
     for (auto* map : {&sessions, &stateless}) {
       for (auto it = map->begin(); it != map->end();) {
-        if (it->second->IdleFor(idle, now)) {
-          expired.push_back(it->second);
+        auto born = began.find(it->second.get());
+        const bool too_old = lifetime.count() > 0 && born != began.end() &&
+                             now - born->second >= lifetime;
+        if (too_old || (idle.count() > 0 && it->second->IdleFor(idle, now))) {
+          (too_old ? aged : expired).push_back(it->second);
+          if (born != began.end()) began.erase(born);
           it = map->erase(it);
         } else {
           ++it;
@@ -484,7 +504,9 @@ void HttpMcpServer::Impl::SweepLoop() {
     }
     lock.unlock();
     for (auto& s : expired) s->Shutdown("the session expired after being idle");
+    for (auto& s : aged) s->Shutdown("the session reached its lifetime (--session-lifetime)");
     expired.clear();
+    aged.clear();
     lock.lock();
   }
 }
@@ -523,8 +545,15 @@ Result<std::shared_ptr<ServerSession>> HttpMcpServer::Impl::CreateSession(
                      "idemgate: too many sessions (" + std::to_string(options.max_sessions) +
                          "); end unused ones with DELETE or retry later");
   }
+  if (!TenantHasRoom(tenant)) {
+    return MakeError(ErrorCode::kResourceExhausted,
+                     "idemgate: too many sessions of this tenant (--max-sessions-per-tenant " +
+                         std::to_string(options.max_sessions_per_tenant) +
+                         "); end unused ones with DELETE or retry later");
+  }
   auto session = NewSession(HttpSessionInfo{*id, tenant, false});
   sessions.emplace(*id, session);
+  began[session.get()] = std::chrono::steady_clock::now();
   return session;
 }
 
@@ -538,8 +567,15 @@ Result<std::shared_ptr<ServerSession>> HttpMcpServer::Impl::StatelessSession(
     return MakeError(ErrorCode::kResourceExhausted,
                      "idemgate: too many sessions (" + std::to_string(options.max_sessions) + ")");
   }
+  if (it == stateless.end() && !TenantHasRoom(tenant)) {
+    return MakeError(ErrorCode::kResourceExhausted,
+                     "idemgate: too many sessions of this tenant (--max-sessions-per-tenant " +
+                         std::to_string(options.max_sessions_per_tenant) + ")");
+  }
+  if (it != stateless.end()) began.erase(it->second.get());
   auto session = NewSession(HttpSessionInfo{"", tenant, true});
   stateless[tenant] = session;
+  began[session.get()] = std::chrono::steady_clock::now();
   return session;
 }
 
@@ -549,6 +585,7 @@ void HttpMcpServer::Impl::Forget(ServerSession* session) {
     for (auto it = map->begin(); it != map->end(); ++it) {
       if (it->second.get() == session) {
         map->erase(it);
+        began.erase(session);
         return;
       }
     }
@@ -618,7 +655,7 @@ Result<std::unique_ptr<HttpMcpServer>> HttpMcpServer::Start(const HttpServerOpti
       }));
   if (!listener) return std::unexpected(listener.error());
   impl->listener = std::move(*listener);
-  if (options.session_idle_timeout.count() > 0) {
+  if (options.session_idle_timeout.count() > 0 || options.session_lifetime.count() > 0) {
     impl->sweeper = std::thread([state] { state->SweepLoop(); });
   }
   auto server = std::unique_ptr<HttpMcpServer>(new HttpMcpServer(impl));

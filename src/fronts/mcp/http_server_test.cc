@@ -458,13 +458,16 @@ TEST_F(HttpServerTest, NonLoopbackNeedsTokensOrInsecureFlag) {
   EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
 }
 
+// Tokens of two tenants: t-acme and t-other.
+std::optional<std::string> AcmeAndOther(std::string_view token) {
+  if (token == "t-acme") return "acme";
+  if (token == "t-other") return "other";
+  return std::nullopt;
+}
+
 TEST_F(HttpServerTest, BearerTokensNameTheTenantAndGuardSessions) {
   HttpServerOptions options;
-  options.authenticate = [](std::string_view token) -> std::optional<std::string> {
-    if (token == "t-acme") return "acme";
-    if (token == "t-other") return "other";
-    return std::nullopt;
-  };
+  options.authenticate = AcmeAndOther;
   StartServer(options);
   RawClient c(port_);
   RawResponse none = c.Request(http::verb::post, "/mcp", McpHeaders(), kServerInitialize);
@@ -494,6 +497,45 @@ TEST_F(HttpServerTest, IdleSessionExpires) {
   std::string session = Initialize(c);
   ASSERT_TRUE(echo_.WaitClosed(1));
   EXPECT_NE(echo_.closed_reasons()[0].find("idle"), std::string::npos);
+  EXPECT_EQ(c.Request(http::verb::post, "/mcp", McpHeaders(session, kVersion),
+                      R"({"jsonrpc":"2.0","id":2,"method":"ping"})")
+                .status,
+            404);
+}
+
+// Security review F6: max_sessions was the only cap, so one tenant could
+// open every session and keep them with GET streams (never idle).
+TEST_F(HttpServerTest, OneTenantCannotHoldEverySession) {
+  HttpServerOptions options;
+  options.max_sessions_per_tenant = 2;
+  options.authenticate = AcmeAndOther;
+  StartServer(options);
+  RawClient c(port_);
+  Headers acme = McpHeaders();
+  acme.emplace_back("Authorization", "Bearer t-acme");
+  EXPECT_EQ(c.Request(http::verb::post, "/mcp", acme, kServerInitialize).status, 200);
+  EXPECT_EQ(c.Request(http::verb::post, "/mcp", acme, kServerInitialize).status, 200);
+  RawResponse third = c.Request(http::verb::post, "/mcp", acme, kServerInitialize);
+  EXPECT_EQ(third.status, 503);
+  EXPECT_NE(third.body.find("max-sessions-per-tenant"), std::string::npos) << third.body;
+  Headers other = McpHeaders();
+  other.emplace_back("Authorization", "Bearer t-other");
+  EXPECT_EQ(c.Request(http::verb::post, "/mcp", other, kServerInitialize).status, 200)
+      << "another tenant still gets a session";
+}
+
+TEST_F(HttpServerTest, ASessionWithAnOpenStreamEndsAtItsLifetime) {
+  HttpServerOptions options;
+  options.session_idle_timeout = std::chrono::milliseconds(0);
+  options.session_lifetime = std::chrono::milliseconds(100);
+  StartServer(options);
+  RawClient c(port_);
+  std::string session = Initialize(c);
+  RawClient stream(port_);
+  ASSERT_EQ(stream.Open(http::verb::get, "/mcp", McpHeaders(session, kVersion), "").status, 200);
+  ASSERT_TRUE(echo_.WaitClosed(1));
+  EXPECT_NE(echo_.closed_reasons()[0].find("lifetime"), std::string::npos)
+      << echo_.closed_reasons()[0];
   EXPECT_EQ(c.Request(http::verb::post, "/mcp", McpHeaders(session, kVersion),
                       R"({"jsonrpc":"2.0","id":2,"method":"ping"})")
                 .status,

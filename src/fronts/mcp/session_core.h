@@ -10,9 +10,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/worker_pool.h"
+#include "idem/canonical_json.h"
 #include "fronts/mcp/json_rpc.h"
 #include "fronts/mcp/mcp_session.h"
 #include "fronts/mcp/tool_gate.h"
@@ -60,27 +62,48 @@ struct Pending {
   bool cancelled = false;
 };
 
+// What CallKeys and RecentKeys keep of a client string: itself when short,
+// else "#" + its SHA-256 (the same string compacts the same way). Ids, turns
+// and tool names are client strings of up to 1 MiB each, and these maps keep
+// thousands per session: compacted, each entry is bounded in bytes, not only
+// in count (security review F11). A client can make its own long string
+// collide with a short "#..." one of its own session only.
+inline constexpr size_t kMaxRememberedBytes = 128;
+inline std::string Remembered(std::string_view s) {
+  if (s.size() <= kMaxRememberedBytes) return std::string(s);
+  return "#" + Sha256Hex(s);
+}
+
 // The call ids a session has seen (config.mcp.call_id), each with its tool
-// and key, the oldest forgotten first past a limit. Not thread-safe: the
-// session's mutex guards it.
+// and key, the oldest forgotten first past a limit. Ids and tools are kept
+// compacted (Remembered); keys are bounded by kMaxKeyBytes. Not thread-safe:
+// the session's mutex guards it.
 class CallKeys {
  public:
   // The key `call_id` was first seen with, if that was a call to `tool`.
   std::optional<std::string> KeyOf(std::string_view call_id, std::string_view tool) const {
-    auto it = keys_.find(call_id);
-    if (it == keys_.end() || it->second.tool != tool) return std::nullopt;
+    auto it = keys_.find(Remembered(call_id));
+    if (it == keys_.end() || it->second.tool != Remembered(tool)) return std::nullopt;
     return it->second.key;
   }
   // Remembers the first key `call_id` came with; keeps at most `limit`.
   void Remember(const std::string& call_id, const std::string& tool, const std::string& key,
                 size_t limit) {
-    if (!keys_.try_emplace(call_id, Seen{tool, key}).second) return;
-    order_.push_back(call_id);
+    std::string id = Remembered(call_id);
+    Seen seen{Remembered(tool), key};
+    const size_t bytes = 2 * id.size() + seen.tool.size() + seen.key.size();
+    if (!keys_.try_emplace(id, std::move(seen)).second) return;
+    bytes_ += bytes;
+    order_.push_back(std::move(id));
     while (order_.size() > limit) {
-      keys_.erase(order_.front());
+      auto it = keys_.find(order_.front());
+      bytes_ -= 2 * it->first.size() + it->second.tool.size() + it->second.key.size();
+      keys_.erase(it);
       order_.pop_front();
     }
   }
+  // Bytes of the strings held (for tests: bounded by limit entries).
+  size_t Bytes() const { return bytes_; }
 
  private:
   struct Seen {
@@ -89,6 +112,7 @@ class CallKeys {
   };
   std::map<std::string, Seen, std::less<>> keys_;
   std::deque<std::string> order_;
+  size_t bytes_ = 0;
 };
 
 // The last key each (scope, tool) of a session was called with, and when:
@@ -103,21 +127,28 @@ class RecentKeys {
   std::optional<std::string> Note(const std::string& scope, const std::string& tool,
                                   const std::string& key, TimePoint now, Duration window,
                                   size_t limit) {
-    const std::string pair = scope + '\n' + tool;  // a turn id has no newline worth keeping apart
+    // A turn id has no newline worth keeping apart; compacted (F11).
+    const std::string pair = Remembered(scope + '\n' + tool);
     auto [it, fresh] = last_.try_emplace(pair, Last{key, now});
     std::optional<std::string> earlier;
     if (!fresh) {
       if (it->second.key != key && now - it->second.at <= window) earlier = it->second.key;
+      bytes_ = bytes_ - it->second.key.size() + key.size();
       it->second = Last{key, now};
       return earlier;
     }
+    bytes_ += 2 * pair.size() + key.size();
     order_.push_back(pair);
     while (order_.size() > limit) {
-      last_.erase(order_.front());
+      auto old = last_.find(order_.front());
+      bytes_ -= 2 * old->first.size() + old->second.key.size();
+      last_.erase(old);
       order_.pop_front();
     }
     return earlier;
   }
+  // Bytes of the strings held (for tests: bounded by limit entries).
+  size_t Bytes() const { return bytes_; }
 
  private:
   struct Last {
@@ -126,6 +157,7 @@ class RecentKeys {
   };
   std::map<std::string, Last, std::less<>> last_;
   std::deque<std::string> order_;  // insertion order of last_'s pairs
+  size_t bytes_ = 0;
 };
 
 inline std::string RetryableData(std::string_view condition) {
