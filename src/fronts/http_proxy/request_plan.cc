@@ -38,7 +38,7 @@ bool IsJsonContentType(std::string_view content_type) {
 
 // Hex of HMAC-SHA-256(secret, credential); of plain SHA-256 without a
 // secret (then a weak credential can be checked offline against a key seen
-// in a log: docs/configuration.md says to set the secret).
+// in a log: the README's `idemgate http` section says to set the secret).
 std::string ScopeDigest(std::string_view credential, const std::string& secret) {
   if (secret.empty()) return Sha256Hex(credential);
   unsigned char mac[EVP_MAX_MD_SIZE];
@@ -48,7 +48,8 @@ std::string ScopeDigest(std::string_view credential, const std::string& secret) 
   return LowerHex(mac, length);
 }
 
-// Whether `key` has the shape of a credential-scoped key: 'c', no '/', '/'.
+// Whether `key` has the shape of a credential-scoped key: 'c', then anything,
+// then a '/'.
 bool LooksScoped(std::string_view key) {
   return key.starts_with('c') && key.find('/') != std::string_view::npos;
 }
