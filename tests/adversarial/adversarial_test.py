@@ -16,7 +16,6 @@ it and with tests/integration/http/http_proxy_test.py by import.
 Needs node and the example MCP server's npm packages for the `mcp --listen` cases. Standard
 library only. The figures measured are printed at the end (RELIABILITY.md, "Security").
 """
-import argparse
 import http.server
 import json
 import os
@@ -626,18 +625,9 @@ def tearDownModule():
 
 def main():
     global BINARY, MCP_SERVER, VENDOR
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--binary", default=os.path.join(ROOT, "build", "idemgate"))
-    parser.add_argument("--mcp-server",
-                        default=os.path.join(ROOT, "examples", "mcp-server", "server.js"))
-    parser.add_argument("--vendor",
-                        default=os.path.join(ROOT, "examples", "http-vendor", "server.mjs"))
-    args, rest = parser.parse_known_args()
-    BINARY = os.path.abspath(args.binary)
-    http_proxy_test.BINARY = bad_input_test.BINARY = BINARY
-    MCP_SERVER = os.path.abspath(args.mcp_server)
-    VENDOR = os.path.abspath(args.vendor)
-    bad_input_test.MCP_SERVER, bad_input_test.VENDOR = MCP_SERVER, VENDOR
+    rest = bad_input_test.set_peers()
+    BINARY, MCP_SERVER, VENDOR = (bad_input_test.BINARY, bad_input_test.MCP_SERVER,
+                                  bad_input_test.VENDOR)
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
 
 

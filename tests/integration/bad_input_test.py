@@ -897,7 +897,10 @@ def tearDownModule():
         print("VmHWM growth, %s, %s: %d KiB" % (front, case, growth), file=sys.stderr)
 
 
-def main():
+def set_peers():
+    """Reads --binary, --mcp-server and --vendor (the checkout's by default) into this module
+    and http_proxy_test; returns the other arguments, for unittest. The adversarial suite,
+    which runs this module's servers, reads its own through here too."""
     global BINARY, MCP_SERVER, VENDOR
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "idemgate"))
@@ -909,6 +912,11 @@ def main():
     BINARY = http_proxy_test.BINARY = os.path.abspath(args.binary)
     MCP_SERVER = os.path.abspath(args.mcp_server)
     VENDOR = os.path.abspath(args.vendor)
+    return rest
+
+
+def main():
+    rest = set_peers()
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
 
 
