@@ -226,6 +226,16 @@ class Ledger {
   // marked unknown. Durable before it returns. Errors: the store's (kAborted
   // when this owner lost the record); nothing is answered as stored then.
   Result<Settlement> Settle(const Call& call, const Decision& d, Execution ex);
+  // The same, for a front that made the outcome to store itself: `kind`
+  // decides as above, and a stored outcome is `outcome` as it is (its class
+  // may be a too-large marker of the front's own: the HTTP proxy's keeps the
+  // upstream's status and headers).
+  Result<Settlement> Settle(const Call& call, const Decision& d, Execution::Kind kind,
+                            Outcome outcome);
+  // Whether Settle stores what `kind` reports for `call` (a success, or a
+  // tool error unless errors = "release"), rather than releasing the record
+  // or marking it unknown.
+  static bool SettlesAsOutcome(const Call& call, Execution::Kind kind);
   // Extends the lease by call.policy.lease.
   Result<TimePoint> Heartbeat(const Call& call, uint64_t fence);
 

@@ -636,32 +636,36 @@ Result<RunResult> Ledger::Run(const Call& call, const std::function<Execution()>
 }
 
 Result<Settlement> Ledger::Settle(const Call& call, const Decision& d, Execution ex) {
+  const OutcomeClass cls = ex.kind == Execution::Kind::kToolError ? OutcomeClass::kToolError
+                                                                   : OutcomeClass::kSuccess;
+  return Settle(call, d, ex.kind, Outcome{cls, std::move(ex.body)});
+}
+
+bool Ledger::SettlesAsOutcome(const Call& call, Execution::Kind kind) {
+  return kind == Execution::Kind::kSuccess ||
+         (kind == Execution::Kind::kToolError && call.policy.errors != ErrorPolicy::kRelease);
+}
+
+Result<Settlement> Ledger::Settle(const Call& call, const Decision& d, Execution::Kind kind,
+                                  Outcome outcome) {
   Settlement s;
-  switch (ex.kind) {
-    case Execution::Kind::kToolError:
-      if (call.policy.errors == ErrorPolicy::kRelease) break;
-      [[fallthrough]];
-    case Execution::Kind::kSuccess: {
-      const OutcomeClass cls = ex.kind == Execution::Kind::kSuccess ? OutcomeClass::kSuccess
-                                                                    : OutcomeClass::kToolError;
-      auto stored = Complete(call, d, Outcome{cls, std::move(ex.body)});
-      if (!stored) return std::unexpected(stored.error());
-      s.kind = Settlement::Kind::kStored;
-      s.record = std::move(*stored);
-      return s;
-    }
-    case Execution::Kind::kNotSent:
-    case Execution::Kind::kInterim:
-      break;
-    case Execution::Kind::kMaybeSent:
-      s.kind = Settlement::Kind::kUnknown;
-      if (d.kind == Decision::Kind::kExecute) {
-        auto marked = MarkUnknown(call, d);
-        if (!marked) return std::unexpected(marked.error());
-        s.record = std::move(*marked);
-      }
-      return s;
+  if (SettlesAsOutcome(call, kind)) {
+    auto stored = Complete(call, d, std::move(outcome));
+    if (!stored) return std::unexpected(stored.error());
+    s.kind = Settlement::Kind::kStored;
+    s.record = std::move(*stored);
+    return s;
   }
+  if (kind == Execution::Kind::kMaybeSent) {
+    s.kind = Settlement::Kind::kUnknown;
+    if (d.kind == Decision::Kind::kExecute) {
+      auto marked = MarkUnknown(call, d);
+      if (!marked) return std::unexpected(marked.error());
+      s.record = std::move(*marked);
+    }
+    return s;
+  }
+  // kNotSent, kInterim, and a tool error under errors = "release".
   if (auto r = Release(call, d); !r) return std::unexpected(r.error());
   s.kind = Settlement::Kind::kReleased;
   return s;

@@ -7,39 +7,6 @@
 namespace idem::gate {
 namespace {
 
-// The kind settling does for what the upstream's answer means: a tool error
-// under errors = "release" is released like an action that did not happen.
-Execution::Kind SettlingKind(const Call& call, Execution::Kind kind) {
-  if (kind == Execution::Kind::kToolError && call.policy.errors == ErrorPolicy::kRelease) {
-    return Execution::Kind::kNotSent;
-  }
-  return kind;
-}
-
-bool IsOutcome(Execution::Kind kind) {
-  return kind == Execution::Kind::kSuccess || kind == Execution::Kind::kToolError;
-}
-
-Settled Released(Ledger& ledger, const Call& call, const Decision& d,
-                 const std::function<void(std::string)>& log) {
-  if (auto r = ledger.Release(call, d); !r) {
-    log("could not release " + call.id.key + " (" + r.error().ToString() +
-        "); it stays claimed until its lease runs out");
-  }
-  return {Settled::Kind::kReleased, std::nullopt};
-}
-
-Settled MarkedUnknown(Ledger& ledger, const Call& call, const Decision& d,
-                      const std::function<void(std::string)>& log) {
-  // An unguarded call (pass-through) has no record to mark.
-  if (d.kind == Decision::Kind::kExecute) {
-    if (auto m = ledger.MarkUnknown(call, d); !m) {
-      log("could not mark " + call.id.key + " unknown: " + m.error().ToString());
-    }
-  }
-  return {Settled::Kind::kUnknown, std::nullopt};
-}
-
 Settled StoredOrNot(const Result<Record>& stored) {
   if (stored) return {Settled::Kind::kStored, std::nullopt};
   return {Settled::Kind::kNotStored, stored.error()};
@@ -95,12 +62,12 @@ class Driver : public std::enable_shared_from_this<Driver> {
     lease_ = Ledger::LeaseGuard();  // stop renewing before the final write
     if (up.answered) FaultPoint("after_answer");
     const Call& call = front_->call();
-    up.kind = SettlingKind(call, up.kind);
     if (threading_ == Threading::kCallersThread) {
       return Settle(SettleHere(ledger_, call, decision_, std::move(up), Logger()));
     }
     auto self = shared_from_this();
-    if (IsOutcome(up.kind)) {
+    const bool outcome = Ledger::SettlesAsOutcome(call, up.kind);
+    if (outcome) {
       outcome_ = std::move(up.outcome);
       // The store's non-blocking write where it has one (the answer then
       // never waits for a worker), else a worker.
@@ -111,8 +78,8 @@ class Driver : public std::enable_shared_from_this<Driver> {
       }
     }
     auto shared = std::make_shared<Upstream>(std::move(up));
-    auto work = [self, shared] {
-      if (IsOutcome(shared->kind)) shared->outcome = std::move(self->outcome_);
+    auto work = [self, shared, outcome] {
+      if (outcome) shared->outcome = std::move(self->outcome_);
       self->Settle(SettleHere(self->ledger_, self->front_->call(), self->decision_,
                               std::move(*shared), self->Logger()));
     };
@@ -158,17 +125,30 @@ class Driver : public std::enable_shared_from_this<Driver> {
 
 Settled SettleHere(Ledger& ledger, const Call& call, const Decision& d, Upstream up,
                    const std::function<void(std::string)>& log) {
-  switch (SettlingKind(call, up.kind)) {
-    case Execution::Kind::kSuccess:
-    case Execution::Kind::kToolError:
-      return StoredOrNot(ledger.Complete(call, d, std::move(up.outcome)));
-    case Execution::Kind::kNotSent:
-    case Execution::Kind::kInterim:
-      return Released(ledger, call, d, log);
-    case Execution::Kind::kMaybeSent:
-      return MarkedUnknown(ledger, call, d, log);
+  const bool outcome = Ledger::SettlesAsOutcome(call, up.kind);
+  auto settled = ledger.Settle(call, d, up.kind, std::move(up.outcome));
+  if (settled) {
+    switch (settled->kind) {
+      case Settlement::Kind::kReleased:
+        return {Settled::Kind::kReleased, std::nullopt};
+      case Settlement::Kind::kUnknown:
+        return {Settled::Kind::kUnknown, std::nullopt};
+      case Settlement::Kind::kStored:
+        break;
+    }
+    return {Settled::Kind::kStored, std::nullopt};
   }
-  return MarkedUnknown(ledger, call, d, log);
+  if (outcome) return {Settled::Kind::kNotStored, settled.error()};
+  // A release or a mark that failed: the caller is told what the answer
+  // meant all the same, and the record waits for its lease to run out.
+  const std::string error = settled.error().ToString();
+  if (up.kind == Execution::Kind::kMaybeSent) {
+    log("could not mark " + call.id.key + " unknown: " + error);
+    return {Settled::Kind::kUnknown, std::nullopt};
+  }
+  log("could not release " + call.id.key + " (" + error +
+      "); it stays claimed until its lease runs out");
+  return {Settled::Kind::kReleased, std::nullopt};
 }
 
 void RunGatedCall(Ledger& ledger, std::shared_ptr<GatedFront> front, Threading threading) {
