@@ -1569,26 +1569,37 @@ TEST(RedisSingleTest, OnStoreDownPassAppliesToThePipelinedClaimOfAnUnreachableSe
   ASSERT_TRUE(store);
   ASSERT_FALSE(store->ReadsBeforeClaim()) << "a single server claims through the pipeline";
   server.Kill9();
-  Ledger ledger(*store, SystemClock::Default(), LedgerOptions{"test", nullptr, false});
   Call call = CallOf("down");
   call.policy.on_store_down = OnStoreDown::kPass;
-  auto begin_async = [&] {
+  // A ledger that declines the non-blocking claim (a take-back pending) is
+  // a failure here, not a wait for an answer that never comes.
+  auto begin_async = [&](Ledger& ledger) -> std::optional<Result<Decision>> {
     std::promise<std::optional<Result<Decision>>> answer;
-    EXPECT_TRUE(ledger.BeginAsync(call, [&](std::optional<Result<Decision>> d) {
-      answer.set_value(std::move(d));
-    }));
-    return answer.get_future().get();
+    auto answered = answer.get_future();
+    if (!ledger.BeginAsync(call, [&](std::optional<Result<Decision>> d) {
+          answer.set_value(std::move(d));
+        })) {
+      ADD_FAILURE() << "the ledger declined the pipelined claim";
+      return std::nullopt;
+    }
+    return answered.get();
   };
   // The pipeline's connection, open before the kill, may not have seen the
   // server go: a claim written into it fails while reading its answer, and,
   // as far as the store can tell, may have reached the server, so it is
-  // refused, not passed. Which one happens depends on when the kernel
-  // reports the reset, so that first claim's answer is not checked.
-  (void)begin_async();
+  // refused, not passed, and its ledger then takes the claim back before it
+  // claims again (no pipelined claim until then). Which one happens depends
+  // on when the kernel reports the reset, so that first claim goes through
+  // a ledger of its own and its answer is not checked.
+  {
+    Ledger first(*store, SystemClock::Default(), LedgerOptions{"test", nullptr, false});
+    (void)begin_async(first);
+  }
+  Ledger ledger(*store, SystemClock::Default(), LedgerOptions{"test", nullptr, false});
   // Then one connects and is refused, and the next fails at once in the
   // node's connect backoff. Neither reached the server.
   for (int i = 0; i < 2; ++i) {
-    auto piped = begin_async();
+    auto piped = begin_async(ledger);
     ASSERT_TRUE(piped) << "a failed claim is the ledger's to answer";
     ASSERT_TRUE(*piped) << "refused instead of passed: " << piped->error().ToString();
     EXPECT_EQ((*piped)->kind, Decision::Kind::kPassThrough);
@@ -1598,7 +1609,7 @@ TEST(RedisSingleTest, OnStoreDownPassAppliesToThePipelinedClaimOfAnUnreachableSe
   EXPECT_EQ(blocking->kind, Decision::Kind::kPassThrough);
 
   call.policy.on_store_down = OnStoreDown::kFail;  // and without pass, refused as before
-  auto refused = begin_async();
+  auto refused = begin_async(ledger);
   ASSERT_TRUE(refused);
   ASSERT_FALSE(*refused);
   EXPECT_EQ(refused->error().code, ErrorCode::kUnavailable);
